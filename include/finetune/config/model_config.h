@@ -1,0 +1,60 @@
+// config.json -> ModelConfig for the supported decoder families:
+// LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM.
+// Reads both the transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype) and the 5.x one
+// (rope_parameters, dtype). Anything we would compute differently from transformers (an unknown
+// architecture, rope type, activation, sliding window in use...) is an error, not a silent
+// wrong model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace finetune {
+
+struct RopeScaling {
+  std::string rope_type = "default";  // default|linear|llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0;       // llama3
+  double high_freq_factor = 4.0;      // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  std::string model_type;    // llama|qwen2|qwen3|mistral
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;      // defaults to hidden_size / num_attention_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v (and o for llama) bias; Qwen2 always has q/k/v bias
+  bool attention_output_bias = false;  // o_proj bias (llama's attention_bias covers o too)
+  bool mlp_bias = false;
+  bool qk_norm = false;         // Qwen3 per-head RMSNorm on q and k
+  int64_t max_position_embeddings = 0;
+  std::string torch_dtype = "float32";  // dtype the checkpoint was saved in
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+  std::optional<int64_t> pad_token_id;
+  // Mistral's sliding-window attention span (transformers' default 4096 when the key is absent).
+  // Harmless while every training sequence fits in it: the trainer checks seq_len against it.
+  // Always empty for Qwen2/Qwen3 (their use_sliding_window=true is rejected here).
+  std::optional<int64_t> sliding_window;
+  nlohmann::json raw;           // the original config.json, re-written on merged export
+};
+
+// `source` names the file in error messages.
+ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source);
+ModelConfig load_model_config(const std::string& model_dir);  // reads MODEL_DIR/config.json
+
+}  // namespace finetune

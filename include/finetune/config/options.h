@@ -1,0 +1,121 @@
+// Command-line / config-file / environment options.
+//
+// One option table (options.cpp) is the single source of every option's name, group, type,
+// default, range and help text. Values are layered with precedence
+//     --config FILE.json  <  environment FINETUNE_<KEY>  <  command line
+// and then converted and validated into the typed `Options` struct. Names follow Unsloth's CLI and
+// Hugging Face TrainingArguments, so users can carry their flags over.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace finetune {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// Snapshot of the process environment (pure functions take an EnvMap, not getenv).
+EnvMap current_environment();
+
+struct Options {
+  // --- model
+  std::string model_name;            // local dir or hub id resolved via the local HF cache
+  int64_t max_seq_length = 2048;
+  std::string dtype = "auto";        // auto|bfloat16|float16|float32 (auto: bf16 on CUDA, fp32 on CPU)
+  bool load_in_4bit = false;         // accepted for CLI compatibility; true -> "not supported"
+  std::string device = "auto";       // auto|cpu|cuda
+
+  // --- LoRA
+  int64_t r = 16;
+  double lora_alpha = 16;
+  double lora_dropout = 0.0;
+  std::string bias = "none";
+  bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
+  int64_t random_state = 3407;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
+                                             "gate_proj", "up_proj", "down_proj"};
+  std::string init_adapter;          // existing PEFT adapter dir to start from
+
+  // --- training
+  int64_t per_device_train_batch_size = 2;
+  int64_t per_device_eval_batch_size = 4;
+  int64_t gradient_accumulation_steps = 4;
+  int64_t warmup_steps = 5;
+  double warmup_ratio = 0.0;
+  int64_t max_steps = 400;           // <= 0: use num_train_epochs
+  double num_train_epochs = 1.0;
+  double learning_rate = 2e-4;
+  std::string optim = "adamw_torch";
+  double weight_decay = 0.01;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;        // <= 0 disables clipping
+  std::string lr_scheduler_type = "linear";  // linear|cosine|constant|constant_with_warmup
+  int64_t seed = 3407;
+
+  // --- data
+  std::string dataset;               // .json/.jsonl file, or hub id in the local HF datasets cache
+  std::string eval_dataset;
+  double eval_split = 0.0;           // fraction of the training rows held out for evaluation
+  int64_t eval_steps = 0;            // 0: evaluate only at the end (when there is eval data)
+  std::string chat_template = "auto";  // auto|chatml|llama3|mistral|alpaca
+  bool train_on_completions = true;
+  bool skip_bad_rows = false;
+  bool group_by_length = false;
+  bool packing = false;
+  bool shuffle = true;
+  bool dataloader_drop_last = false;
+
+  // --- saving
+  std::string output_dir = "outputs";
+  int64_t save_steps = 0;            // 0: only the final save
+  bool save_model = false;           // also export per --save_method into --save_path
+  std::string save_method = "lora";  // lora|merged_16bit (merged_4bit, gguf: not supported)
+  std::string save_path = "model";
+
+  // --- logging
+  std::string report_to = "none";    // none|jsonl (metrics.jsonl is always written)
+  int64_t logging_steps = 1;
+  std::string dump_logits;           // eval: write logits to this .safetensors file
+
+  // --- distributed
+  double ddp_timeout = 1800;         // seconds without progress before aborting
+  int64_t ddp_bucket_cap_mb = 25;
+  bool ddp_find_unused_parameters = false;
+  int64_t ddp_check_consistency_steps = 0;
+  std::string ddp_backend = "auto";  // auto|nccl|gloo
+};
+
+// One row of the option table.
+struct OptionSpec {
+  std::string name;        // flag without dashes, also the config-file key
+  std::string group;       // model|LoRA|training|data|saving|logging|distributed
+  std::string type;        // int|float|bool|string|list
+  std::string default_value;
+  std::string help;
+};
+
+const std::vector<OptionSpec>& option_table();
+
+struct Command {
+  std::string action = "train";  // train|eval
+  Options options;
+  std::string config_file;       // --config, if given
+  bool help = false;             // --help was given: usage text is in help_text
+  std::string help_text;
+};
+
+// Parses argv (argv[0] is the program name; an optional first positional word picks the action)
+// layered over the config file named by --config and over FINETUNE_<KEY> entries of `env`.
+// Throws UsageError naming the option on an unknown option, a bad value or a value out of range.
+Command parse_command(int argc, const char* const* argv, const EnvMap& env);
+
+// Usage text with every option, grouped.
+std::string usage_text();
+
+}  // namespace finetune

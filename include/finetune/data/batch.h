@@ -1,0 +1,30 @@
+// A host-side batch, laid out so that packing (several samples per row) needs no change in the
+// trainer: every row carries its samples' lengths, and position ids restart at each sample.
+// Unpacked batches are the special case of one sample per row, right-padded.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "finetune/data/sample.h"
+
+namespace finetune {
+
+struct HostBatch {
+  int64_t rows = 0;
+  int64_t seq_len = 0;                           // padded row length
+  std::vector<int64_t> input_ids;                // rows * seq_len, padded with pad_token_id
+  std::vector<int64_t> labels;                   // rows * seq_len, -100 on padding
+  std::vector<int64_t> position_ids;             // rows * seq_len, restart at 0 per sample
+  std::vector<int64_t> attention_mask;           // rows * seq_len, 1 on real tokens, 0 on padding
+  std::vector<std::vector<int64_t>> sample_lengths;  // per row, the lengths of its samples
+  int64_t trainable_tokens = 0;                  // positions that enter the loss (after shift)
+  int64_t real_tokens = 0;                       // non-padding tokens
+  bool packed = false;
+};
+
+// Right-pads one sample per row. pad_to_multiple_of rounds seq_len up (e.g. 8 for tensor cores).
+HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
+                  int64_t pad_token_id, int64_t pad_to_multiple_of = 1);
+
+}  // namespace finetune

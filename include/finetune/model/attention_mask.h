@@ -1,0 +1,28 @@
+// Which keys each query may attend to, built once per batch and shared by all layers.
+// Unpadded batches use SDPA's is_causal fast path; right-padded and packed rows get an explicit
+// boolean mask (B, 1, T, T): causal within each sample, nothing across samples or onto padding.
+#pragma once
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace finetune {
+
+struct AttentionMask {
+  bool is_causal_only = true;  // true: no explicit mask needed
+  at::Tensor mask;             // (B, 1, T, T) bool, true = attend; undefined when is_causal_only
+};
+
+// sample_lengths[row] lists the lengths of the samples packed into that row (one entry when
+// unpacked); positions past their sum are padding.
+AttentionMask build_attention_mask(const std::vector<std::vector<int64_t>>& sample_lengths, int64_t seq_len,
+                                   const at::Device& device);
+
+// From an HF-style (B, T) 0/1 attention mask (right or left padding allowed).
+AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask);
+
+// Position ids from a (B, T) 0/1 mask: cumsum - 1, clamped at 0 (HF's convention for padding).
+at::Tensor position_ids_from_padding(const at::Tensor& attention_mask);
+
+}  // namespace finetune

@@ -1,0 +1,76 @@
+// The decoder-only causal LM shared by Llama, Qwen2, Qwen3 and Mistral, in LibTorch, with
+// parameter names identical to transformers' (model.layers.3.self_attn.q_proj.weight, ...).
+//
+//   input_ids (B, T) -> embed_tokens -> N x DecoderLayer -> norm -> hidden (B, T, C)
+//   DecoderLayer: h = h + o_proj(attn(input_layernorm(h)));  h = h + down(silu(gate(x)) * up(x)),
+//                 x = post_attention_layernorm(h)
+// The LM head is applied separately (see train/loss.h) so the trainer never materialises full
+// fp32 logits.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "finetune/config/model_config.h"
+#include "finetune/model/attention_mask.h"
+#include "finetune/model/linear.h"
+
+namespace finetune {
+
+struct DecoderLayer {
+  at::Tensor input_layernorm;           // (C)
+  at::Tensor post_attention_layernorm;  // (C)
+  Linear q_proj, k_proj, v_proj, o_proj;
+  at::Tensor q_norm, k_norm;            // (head_dim), Qwen3 only
+  Linear gate_proj, up_proj, down_proj;
+};
+
+struct ForwardOptions {
+  bool training = false;
+  bool gradient_checkpointing = false;
+};
+
+class CausalLM {
+ public:
+  // Allocates uninitialised parameters of `dtype` on `device`; load weights next (weights.h).
+  CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device);
+
+  const ModelConfig& config() const { return config_; }
+  at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
+
+  // Every base parameter with its HF name; lm_head.weight is listed only when untied.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  // Every Linear that can take a LoRA adapter, named like HF (model.layers.0.self_attn.q_proj).
+  std::vector<std::pair<std::string, Linear*>> named_linears();
+
+  // input_ids, position_ids: (B, T) int64 -> final hidden states (B, T, C) in the model dtype.
+  at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                            const AttentionMask& mask, const ForwardOptions& options) const;
+
+  // hidden (..., C) -> logits (..., V) in the model dtype.
+  at::Tensor lm_head(const at::Tensor& hidden) const;
+  const at::Tensor& lm_head_weight() const;
+
+  int64_t parameter_count() const;
+
+ private:
+  at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
+                           const at::Tensor& sin, const AttentionMask& mask, bool training) const;
+
+  ModelConfig config_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  at::Tensor embed_tokens_;  // (V, C)
+  std::vector<DecoderLayer> layers_;
+  at::Tensor norm_;          // (C)
+  at::Tensor lm_head_;       // (V, C); undefined when tied (embed_tokens_ is used)
+  at::Tensor inv_freq_;      // (head_dim / 2) fp32
+
+  friend class CheckpointedLayerAccess;
+};
+
+}  // namespace finetune

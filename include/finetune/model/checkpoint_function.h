@@ -1,0 +1,18 @@
+// Gradient checkpointing for one decoder layer (Note [Layer recompute]).
+#pragma once
+
+#include <functional>
+
+#include <ATen/ATen.h>
+
+namespace finetune {
+
+using LayerFunction = std::function<at::Tensor(const at::Tensor&)>;
+
+// Runs `layer(hidden)` without keeping its activations; backward recomputes it (with the RNG
+// state of the first run, so dropout masks repeat) and back-propagates through the recompute.
+// Parameter gradients accumulate straight into their .grad, as torch.utils.checkpoint's
+// reentrant variant does; `hidden` must require grad for the backward to run.
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden);
+
+}  // namespace finetune

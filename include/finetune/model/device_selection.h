@@ -1,0 +1,15 @@
+// --device / --dtype resolution: "auto" means the local GPU (by local rank) when LibTorch sees
+// one, else the CPU; bf16 on CUDA and fp32 on CPU.
+#pragma once
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+namespace finetune {
+
+at::Device select_device(const std::string& device_option, int local_rank);
+at::ScalarType select_dtype(const std::string& dtype_option, const at::Device& device);
+std::string dtype_string(at::ScalarType dtype);  // HF spelling: bfloat16|float16|float32
+
+}  // namespace finetune

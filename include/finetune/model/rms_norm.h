@@ -1,0 +1,11 @@
+// RMSNorm exactly as transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale:
+//   weight * (x.float() * rsqrt(mean(x.float()^2, -1) + eps)).to(x.dtype)
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace finetune {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+}  // namespace finetune

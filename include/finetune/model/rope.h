@@ -1,0 +1,25 @@
+// Rotary position embeddings as transformers computes them (LlamaRotaryEmbedding +
+// apply_rotary_pos_emb), including "linear" and "llama3" frequency scaling.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "finetune/config/model_config.h"
+
+namespace finetune {
+
+// inv_freq: (head_dim / 2) fp32 on `device`, with the config's rope scaling applied.
+at::Tensor rope_inverse_frequencies(const ModelConfig& config, const at::Device& device);
+
+struct RopeTables {
+  at::Tensor cos;  // (B, T, head_dim) in the model dtype
+  at::Tensor sin;  // (B, T, head_dim)
+};
+
+// position_ids: (B, T) int64.
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype);
+
+// x: (B, H, T, head_dim); rotates pairs (i, i + head_dim/2) like HF's rotate_half.
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
+
+}  // namespace finetune

@@ -1,0 +1,50 @@
+// Added tokens (tokenizers' AddedVocabulary): special tokens such as <|eot_id|> and non-special ones
+// such as <think>. They are cut out of the text before normalization and pre-tokenization, so a
+// special token written in the text becomes its single id. Matching is leftmost-longest, and the
+// lstrip / rstrip / single_word flags behave as in tokenizers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace finetune {
+
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false;
+  bool lstrip = false;
+  bool rstrip = false;
+  bool single_word = false;
+  bool normalized = false;  // matched against the normalized text instead of the raw text
+};
+
+// A piece of input: either plain text (added_id < 0) or one added token.
+struct TextSegment {
+  std::string text;
+  int32_t added_id = -1;
+};
+
+class AddedVocabulary {
+ public:
+  void add(const AddedToken& token);
+
+  // Splits `text` on the tokens whose `normalized` flag equals `normalized`.
+  std::vector<TextSegment> split(const std::string& text, bool normalized) const;
+
+  const AddedToken* find_by_id(int32_t id) const;
+  const AddedToken* find_by_content(const std::string& content) const;
+  bool empty() const { return tokens_.empty(); }
+  bool has_normalized_tokens() const;
+
+ private:
+  std::vector<AddedToken> tokens_;
+  std::unordered_map<int32_t, size_t> index_by_id_;
+  std::unordered_map<std::string, size_t> index_by_content_;
+  std::array<bool, 256> is_first_byte_{};  // quick rejection of positions no token can start at
+};
+
+}  // namespace finetune

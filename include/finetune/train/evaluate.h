@@ -1,0 +1,29 @@
+// Mean per-token loss and perplexity of a model over samples (eval loop shared by `finetune eval`
+// and the trainer's periodic evaluation). Optionally writes every sample's logits (its real
+// tokens only) to a safetensors file as `logits.<index>` (len, vocab) fp32, for parity checks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "finetune/data/sample.h"
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+struct EvalResult {
+  double loss_sum = 0;
+  int64_t tokens = 0;  // trainable (scored) tokens
+  double mean_loss() const;
+  double perplexity() const;
+};
+
+// Reduces a rank-local (loss_sum, tokens) into the global one; identity on one process.
+using EvalReduce = std::function<EvalResult(const EvalResult&)>;
+
+EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
+                    int64_t batch_size, int64_t pad_token_id, const std::string& dump_logits_path = "");
+
+}  // namespace finetune

@@ -1,0 +1,18 @@
+// Causal-LM cross-entropy as transformers' ForCausalLMLoss computes it: logits at t predict
+// labels at t+1, -100 is ignored, logits are upcast to fp32. Only positions that are trained on
+// go through the LM head, in chunks, so full (B, T, V) fp32 logits never exist.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+// hidden (B, T, C), labels (B, T) -> fp32 scalar: sum of token losses over trainable positions.
+at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
+
+// labels shifted left by one with -100 appended: (B, T).
+at::Tensor shift_labels(const at::Tensor& labels);
+
+}  // namespace finetune

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a machine for building and testing finetune, then an incremental build.
+#   1. system packages (Debian/Ubuntu), installed only when missing
+#   2. a Python with torch 2.11.0 (+ transformers/peft for tests): $FINETUNE_PYTHON, else a python3
+#      that already has torch (GPU boxes), else a virtualenv at $FINETUNE_VENV
+#      (default ~/.cache/finetune/venv) with the pinned packages
+#   3. LibTorch: $Torch_DIR / $CMAKE_PREFIX_PATH if given, else that Python's torch
+#   4. cmake configure (once) + build into $FINETUNE_BUILD_DIR (default ./build)
+# Writes $FINETUNE_BUILD_DIR/env.sh, which the other scripts source.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${FINETUNE_BUILD_DIR:-$ROOT/build}
+VENV=${FINETUNE_VENV:-$HOME/.cache/finetune/venv}
+PY_REQUIREMENTS=(torch==2.11.0 transformers==5.17.0 peft==0.21.0 tokenizers safetensors sentencepiece
+                 numpy jinja2 pytest)
+log() { echo "[setup] $*" >&2; }
+
+# --- 1. system packages
+APT_PACKAGES=(cmake g++ ninja-build pkg-config python3-venv libcxxopts-dev nlohmann-json3-dev libspdlog-dev
+              libsentencepiece-dev libgtest-dev openmpi-bin libopenmpi-dev libpcre2-dev)
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  log "installing system packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then
+    log "warning: could not install ${missing[*]} (offline?); continuing with what is there"
+  fi
+fi
+
+# --- 2. Python with torch
+python_has_reference() {
+  "$1" - <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+ok = m.version("torch").startswith("2.") and all(m.version(p) for p in ("transformers", "peft", "safetensors", "tokenizers"))
+sys.exit(0 if ok else 1)
+PY
+}
+if [ -n "${FINETUNE_PYTHON:-}" ]; then
+  PYTHON=$FINETUNE_PYTHON
+elif command -v python3 >/dev/null && python_has_reference python3; then
+  PYTHON=$(command -v python3)
+else
+  PYTHON=$VENV/bin/python
+  stamp=$VENV/.finetune-requirements
+  if [ ! -x "$PYTHON" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then
+    log "creating Python environment $VENV (torch==2.11.0 and the test reference; a few GB the first time)"
+    python3 -m venv "$VENV"
+    "$PYTHON" -m pip install -q --upgrade pip
+    "$PYTHON" -m pip install -q "${PY_REQUIREMENTS[@]}"
+    echo "${PY_REQUIREMENTS[*]}" > "$stamp"
+  fi
+fi
+
+# --- 3. LibTorch
+if [ -n "${Torch_DIR:-}" ]; then
+  TORCH_PREFIX=$(cd "$Torch_DIR/../../.." && pwd)
+elif [ -n "${CMAKE_PREFIX_PATH:-}" ]; then
+  TORCH_PREFIX=$CMAKE_PREFIX_PATH
+else
+  TORCH_PREFIX=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+fi
+
+# --- 4. configure + build
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  log "configuring $BUILD_DIR against LibTorch at $TORCH_PREFIX"
+  cmake -S "$ROOT" -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" ${FINETUNE_CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 \
+    || { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
+fi
+JOBS=${FINETUNE_JOBS:-$(nproc)}
+cmake --build "$BUILD_DIR" -j "$JOBS"
+
+TORCH_LIB=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null || true)
+cat > "$BUILD_DIR/env.sh" <<ENV
+export FINETUNE_ROOT="$ROOT"
+export FINETUNE_BUILD_DIR="$BUILD_DIR"
+export FINETUNE_PYTHON="$PYTHON"
+export FINETUNE_BIN="$BUILD_DIR/finetune"
+export PATH="$(dirname "$PYTHON"):\$PATH"
+ENV
+log "build ready: $BUILD_DIR/finetune"

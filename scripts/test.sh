@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every test: sets the machine up if needed (scripts/setup.sh), generates the reference fixtures
+# with the Python reference, then runs the C++ unit tests and the end-to-end tests.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+"$ROOT/scripts/setup.sh" || exit 1
+BUILD_DIR=${FINETUNE_BUILD_DIR:-$ROOT/build}
+# shellcheck disable=SC1091
+source "$BUILD_DIR/env.sh"
+cd "$ROOT"
+
+export FINETUNE_FIXTURES=$BUILD_DIR/fixtures
+REPORTS=$BUILD_DIR/test-reports
+rm -rf "$REPORTS" && mkdir -p "$REPORTS" "$FINETUNE_FIXTURES"
+for generator in tests/reference/make_*_fixtures.py; do
+  module=$(basename "$generator" .py); module=${module#make_}; module=${module%_fixtures}
+  echo "[test] fixtures: $module"
+  "$FINETUNE_PYTHON" "$generator" "$FINETUNE_FIXTURES/$module" >"$REPORTS/fixtures-$module.log" 2>&1 \
+    || { cat "$REPORTS/fixtures-$module.log"; echo "fixture generator $generator failed"; exit 1; }
+done
+
+status=0
+for suite in finetune_base_tests finetune_core_tests; do
+  [ -x "$BUILD_DIR/$suite" ] || continue
+  echo "[test] $suite"
+  "$BUILD_DIR/$suite" --gtest_brief=1 --gtest_output="json:$REPORTS/$suite.json" || status=1
+done
+echo "[test] end-to-end (pytest)"
+"$FINETUNE_PYTHON" -m pytest -q tests/e2e --junitxml="$REPORTS/e2e.xml" ${FINETUNE_PYTEST_ARGS:-} || status=1
+
+# One closing line over every suite.
+"$FINETUNE_PYTHON" - "$REPORTS" <<'PY'
+import glob, json, sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+for path in glob.glob(sys.argv[1] + "/*.json"):
+    report = json.load(open(path))
+    for suite in report.get("testsuites", []):
+        for case in suite.get("testsuite", []):
+            if case.get("result") == "SKIPPED" or case.get("status") == "NOTRUN":
+                skipped += 1
+            elif case.get("failures"):
+                failed += 1
+            else:
+                passed += 1
+for path in glob.glob(sys.argv[1] + "/*.xml"):
+    for suite in ET.parse(path).getroot().iter("testsuite"):
+        total, fails = int(suite.get("tests", 0)), int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skips = int(suite.get("skipped", 0))
+        passed += total - fails - skips; failed += fails; skipped += skips
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit $status

@@ -1,0 +1,279 @@
+// config.json -> ModelConfig, with transformers 5.17's per-architecture defaults for absent keys
+// (checked against the Python config classes by tests/reference/make_config_fixtures.py).
+#include "finetune/config/model_config.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using nlohmann::json;
+
+// What differs between the supported families, as transformers' config and modeling code set it.
+struct Family {
+  const char* architecture;
+  const char* model_type;
+  int64_t default_num_key_value_heads;  // 0: = num_attention_heads
+  int64_t default_head_dim;             // 0: = hidden_size / num_attention_heads
+  int64_t default_max_position_embeddings;
+  std::optional<int64_t> default_bos_token_id;
+  std::optional<int64_t> default_eos_token_id;
+};
+
+const Family kFamilies[] = {
+    {"LlamaForCausalLM", "llama", 0, 0, 2048, 1, 2},
+    {"Qwen2ForCausalLM", "qwen2", 32, 0, 32768, std::nullopt, std::nullopt},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, std::nullopt, std::nullopt},
+    {"MistralForCausalLM", "mistral", 8, 0, 131072, 1, 2},
+};
+constexpr int64_t kMistralDefaultSlidingWindow = 4096;
+
+std::string supported_architectures() {
+  std::string out;
+  for (const auto& f : kFamilies) out += std::string(out.empty() ? "" : ", ") + f.architecture;
+  return out;
+}
+
+// Typed access to config.json fields; every error names the file and the field.
+class Fields {
+ public:
+  Fields(const json& object, std::string source, std::string prefix = "")
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  bool has(const std::string& key) const { return object_.contains(key) && !object_.at(key).is_null(); }
+  bool present(const std::string& key) const { return object_.contains(key); }  // null counts
+  const json& at(const std::string& key) const { return object_.at(key); }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& problem) const {
+    throw Error(source_ + ": field \"" + prefix_ + key + "\": " + problem);
+  }
+
+  int64_t integer(const std::string& key) const {
+    if (!has(key)) fail(key, "missing (required)");
+    return as_integer(key, at(key));
+  }
+  int64_t integer(const std::string& key, int64_t fallback) const {
+    return has(key) ? as_integer(key, at(key)) : fallback;
+  }
+  int64_t positive_integer(const std::string& key) const { return check_positive(key, integer(key)); }
+  int64_t positive_integer(const std::string& key, int64_t fallback) const {
+    return check_positive(key, integer(key, fallback));
+  }
+  double number(const std::string& key) const {
+    if (!has(key)) fail(key, "missing (required)");
+    if (!at(key).is_number()) fail(key, "expected a number, got " + at(key).dump());
+    return at(key).get<double>();
+  }
+  double number(const std::string& key, double fallback) const { return has(key) ? number(key) : fallback; }
+  bool boolean(const std::string& key, bool fallback) const {
+    if (!has(key)) return fallback;
+    if (!at(key).is_boolean()) fail(key, "expected true or false, got " + at(key).dump());
+    return at(key).get<bool>();
+  }
+  std::string string(const std::string& key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    if (!at(key).is_string()) fail(key, "expected a string, got " + at(key).dump());
+    return at(key).get<std::string>();
+  }
+  // Absent -> fallback; explicit null -> none (transformers passes the None through).
+  std::optional<int64_t> optional_integer(const std::string& key, std::optional<int64_t> fallback) const {
+    if (!present(key)) return fallback;
+    if (at(key).is_null()) return std::nullopt;
+    return as_integer(key, at(key));
+  }
+  int64_t as_integer(const std::string& key, const json& value) const {
+    if (value.is_number_integer() || value.is_number_unsigned()) return value.get<int64_t>();
+    if (value.is_number_float()) {
+      const double d = value.get<double>();
+      if (std::floor(d) == d && std::isfinite(d)) return static_cast<int64_t>(d);
+    }
+    fail(key, "expected an integer, got " + value.dump());
+  }
+
+ private:
+  int64_t check_positive(const std::string& key, int64_t value) const {
+    if (value < 1) fail(key, "expected an integer >= 1, got " + std::to_string(value));
+    return value;
+  }
+
+  const json& object_;
+  std::string source_;
+  std::string prefix_;
+};
+
+const Family& family_of(const Fields& fields) {
+  std::string architecture;
+  if (fields.has("architectures")) {
+    const json& list = fields.at("architectures");
+    if (!list.is_array() || list.empty() || !list[0].is_string())
+      fields.fail("architectures", "expected a non-empty list of names, got " + list.dump());
+    architecture = list[0].get<std::string>();
+  }
+  const std::string model_type = fields.string("model_type", "");
+  for (const auto& family : kFamilies) {
+    const bool architecture_matches = architecture == family.architecture;
+    const bool type_matches = model_type == family.model_type;
+    if (architecture.empty() ? type_matches : architecture_matches) {
+      if (!model_type.empty() && !type_matches)
+        fields.fail("model_type", "\"" + model_type + "\" does not match architecture " + architecture +
+                                      " (expected \"" + family.model_type + "\")");
+      return family;
+    }
+  }
+  if (architecture.empty() && model_type.empty())
+    fields.fail("architectures", "missing, and no model_type either; supported: " + supported_architectures());
+  if (architecture.empty())
+    fields.fail("model_type", "unsupported model type \"" + model_type + "\"; supported architectures: " +
+                                  supported_architectures());
+  fields.fail("architectures", "unsupported architecture \"" + architecture + "\"; supported: " +
+                                   supported_architectures());
+}
+
+// v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
+void read_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+  std::string key;
+  if (fields.has("rope_parameters")) key = "rope_parameters";
+  else if (fields.has("rope_scaling")) key = "rope_scaling";
+
+  config.rope_theta = fields.number("rope_theta", 10000.0);
+  if (key.empty()) return;
+  if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + fields.at(key).dump());
+  const Fields rope(fields.at(key), source, key + ".");
+  config.rope_theta = rope.number("rope_theta", config.rope_theta);
+
+  RopeScaling& scaling = config.rope_scaling;
+  const std::string type_key = rope.has("rope_type") ? "rope_type" : "type";
+  scaling.rope_type = rope.string(type_key, "default");
+  if (scaling.rope_type != "default" && scaling.rope_type != "linear" && scaling.rope_type != "llama3")
+    rope.fail(type_key, "rope type \"" + scaling.rope_type + "\" is not supported (supported: default, linear, llama3)");
+  if (rope.number("partial_rotary_factor", 1.0) != 1.0)
+    rope.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
+  if (scaling.rope_type == "default") return;
+  scaling.factor = rope.number("factor");
+  if (scaling.factor <= 0) rope.fail("factor", "expected a number > 0");
+  if (scaling.rope_type == "llama3") {
+    scaling.low_freq_factor = rope.number("low_freq_factor");
+    scaling.high_freq_factor = rope.number("high_freq_factor");
+    scaling.original_max_position_embeddings = rope.positive_integer("original_max_position_embeddings");
+    if (scaling.high_freq_factor <= scaling.low_freq_factor)
+      rope.fail("high_freq_factor", "must be greater than low_freq_factor");
+  }
+}
+
+std::vector<int64_t> read_eos(const Fields& fields, const Family& family) {
+  if (!fields.present("eos_token_id")) {
+    if (family.default_eos_token_id) return {*family.default_eos_token_id};
+    return {};
+  }
+  const json& value = fields.at("eos_token_id");
+  if (value.is_null()) return {};
+  if (!value.is_array()) return {fields.as_integer("eos_token_id", value)};
+  std::vector<int64_t> ids;
+  for (const auto& id : value) ids.push_back(fields.as_integer("eos_token_id", id));
+  return ids;
+}
+
+// Sliding-window attention is computed differently from full attention once a sequence is longer
+// than the window, so Qwen's per-layer sliding windows are refused; Mistral's window is recorded.
+void read_sliding_window(const Fields& fields, const Family& family, ModelConfig& config) {
+  if (config.model_type == "mistral") {
+    config.sliding_window = fields.optional_integer("sliding_window", kMistralDefaultSlidingWindow);
+    if (config.sliding_window && *config.sliding_window < 1)
+      fields.fail("sliding_window", "expected an integer >= 1 or null");
+    return;
+  }
+  if (std::string(family.model_type) == "qwen2" || std::string(family.model_type) == "qwen3") {
+    if (fields.boolean("use_sliding_window", false))
+      fields.fail("use_sliding_window", "sliding-window attention is not supported");
+  }
+  if (fields.has("layer_types")) {
+    const json& types = fields.at("layer_types");
+    if (!types.is_array()) fields.fail("layer_types", "expected a list, got " + types.dump());
+    for (const auto& type : types)
+      if (type != "full_attention")
+        fields.fail("layer_types", "layer type " + type.dump() + " is not supported (only full_attention)");
+  }
+}
+
+}  // namespace
+
+ModelConfig model_config_from_json(const json& config_json, const std::string& source) {
+  if (!config_json.is_object()) throw Error(source + ": expected a JSON object");
+  const Fields fields(config_json, source);
+  const Family& family = family_of(fields);
+
+  ModelConfig config;
+  config.architecture = family.architecture;
+  config.model_type = family.model_type;
+  config.vocab_size = fields.positive_integer("vocab_size");
+  config.hidden_size = fields.positive_integer("hidden_size");
+  config.intermediate_size = fields.positive_integer("intermediate_size");
+  config.num_hidden_layers = fields.positive_integer("num_hidden_layers");
+  config.num_attention_heads = fields.positive_integer("num_attention_heads");
+  config.num_key_value_heads = fields.positive_integer(
+      "num_key_value_heads",
+      family.default_num_key_value_heads ? family.default_num_key_value_heads : config.num_attention_heads);
+  if (config.num_attention_heads % config.num_key_value_heads != 0)
+    fields.fail("num_key_value_heads", std::to_string(config.num_key_value_heads) + " does not divide num_attention_heads " +
+                                           std::to_string(config.num_attention_heads));
+  if (fields.has("head_dim")) {
+    config.head_dim = fields.positive_integer("head_dim");
+  } else if (family.default_head_dim) {
+    config.head_dim = family.default_head_dim;
+  } else {
+    if (config.hidden_size % config.num_attention_heads != 0)
+      fields.fail("num_attention_heads", std::to_string(config.num_attention_heads) +
+                                             " does not divide hidden_size " + std::to_string(config.hidden_size) +
+                                             " (and no head_dim is given)");
+    config.head_dim = config.hidden_size / config.num_attention_heads;
+  }
+
+  const std::string activation = fields.string("hidden_act", "silu");
+  if (activation != "silu") fields.fail("hidden_act", "activation \"" + activation + "\" is not supported (only silu)");
+  config.rms_norm_eps = fields.number("rms_norm_eps", 1e-6);
+  if (config.rms_norm_eps <= 0) fields.fail("rms_norm_eps", "expected a number > 0");
+  config.max_position_embeddings =
+      fields.positive_integer("max_position_embeddings", family.default_max_position_embeddings);
+  read_rope(fields, source, config);
+  config.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
+
+  // Which projections carry a bias, as each modeling_*.py builds its layers.
+  if (config.model_type == "llama" || config.model_type == "qwen3") {
+    config.attention_bias = config.attention_output_bias = fields.boolean("attention_bias", false);
+  } else if (config.model_type == "qwen2") {
+    config.attention_bias = true;  // q/k/v always biased, o_proj never
+    config.attention_output_bias = false;
+  }
+  config.mlp_bias = config.model_type == "llama" && fields.boolean("mlp_bias", false);
+  config.qk_norm = config.model_type == "qwen3";
+
+  const std::string dtype_key = fields.has("dtype") ? "dtype" : "torch_dtype";
+  config.torch_dtype = fields.string(dtype_key, "float32");
+  if (config.torch_dtype != "float32" && config.torch_dtype != "float16" && config.torch_dtype != "bfloat16")
+    fields.fail(dtype_key, "dtype \"" + config.torch_dtype + "\" is not supported (float32, float16, bfloat16)");
+
+  config.bos_token_id = fields.optional_integer("bos_token_id", family.default_bos_token_id);
+  config.eos_token_ids = read_eos(fields, family);
+  config.pad_token_id = fields.optional_integer("pad_token_id", std::nullopt);
+  read_sliding_window(fields, family, config);
+  config.raw = config_json;
+  return config;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open (is " + model_dir + " a Hugging Face model directory?)");
+  json config_json;
+  try {
+    config_json = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(path + ": malformed JSON: " + e.what());
+  }
+  return model_config_from_json(config_json, path);
+}
+
+}  // namespace finetune

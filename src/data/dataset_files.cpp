@@ -1,0 +1,103 @@
+// Row-by-row reading of .json / .jsonl dataset files (see dataset_files.h).
+#include "finetune/data/dataset_files.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+std::ifstream open_dataset_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open dataset file");
+  return in;
+}
+
+void read_jsonl(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  std::ifstream in = open_dataset_file(path);
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (is_blank(line)) continue;
+    DatasetRow row;
+    row.location.file = path;
+    row.location.line = line_number;
+    try {
+      row.value = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      row.parse_error = e.what();
+    }
+    visit(row);
+  }
+  if (in.bad()) throw Error(path + ": read error after line " + std::to_string(line_number));
+}
+
+// 1-based line and column of a byte offset, for a .json parse error.
+std::string line_and_column(const std::string& text, size_t byte) {
+  byte = std::min(byte, text.size());
+  size_t line = 1;
+  size_t line_start = 0;
+  for (size_t i = 0; i < byte; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      line_start = i + 1;
+    }
+  }
+  return std::to_string(line) + ":" + std::to_string(byte - line_start + 1);
+}
+
+void read_json_array(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  std::ifstream in = open_dataset_file(path);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.byte is 1-based: the position just after the offending character.
+    throw Error(path + ":" + line_and_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": invalid JSON: " + e.what());
+  }
+  if (!document.is_array()) {
+    throw Error(path + ": a .json dataset must be a top-level array of objects, got " +
+                std::string(document.type_name()));
+  }
+  for (size_t i = 0; i < document.size(); ++i) {
+    DatasetRow row;
+    row.location.file = path;
+    row.location.element = static_cast<int64_t>(i);
+    row.value = std::move(document[i]);
+    visit(row);
+  }
+}
+
+}  // namespace
+
+std::string RowLocation::describe() const {
+  if (element >= 0) return file + " element " + std::to_string(element);
+  return file + ":" + std::to_string(line);
+}
+
+void for_each_dataset_row(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  if (ends_with(path, ".jsonl")) {
+    read_jsonl(path, visit);
+  } else if (ends_with(path, ".json")) {
+    read_json_array(path, visit);
+  } else {
+    throw Error(path + ": unsupported dataset file type; expected .json (an array of objects) or .jsonl");
+  }
+}
+
+}  // namespace finetune

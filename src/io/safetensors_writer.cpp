@@ -1,0 +1,166 @@
+// write_safetensors: validates the tensors, lays them out like the Python library, and writes the
+// file atomically (temporary file, fsync, rename, fsync of the directory).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "finetune/io/safetensors.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+namespace {
+
+struct PlacedTensor {
+  const TensorView* view;
+  uint64_t begin;
+  uint64_t end;
+};
+
+std::string file_context(const std::string& path) {
+  return "writing safetensors file '" + path + "'";
+}
+
+uint64_t checked_byte_size(const TensorView& tensor, const std::string& path) {
+  const std::string context = file_context(path) + ": tensor '" + tensor.name + "'";
+  int64_t count = 0;
+  try {
+    count = element_count(tensor.shape);
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what());
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(count), dtype_size(tensor.dtype), &bytes)) {
+    throw Error(context + ": byte size overflows 64 bits");
+  }
+  if (bytes > 0 && tensor.data == nullptr) {
+    throw Error(context + ": data is null but " + dtype_name(tensor.dtype) + " " +
+                shape_to_string(tensor.shape) + " needs " + std::to_string(bytes) + " bytes");
+  }
+  return bytes;
+}
+
+// Larger element sizes first, then by name: with an 8-byte aligned data section this keeps every
+// tensor aligned to its element size without padding (the Python library's order).
+std::vector<PlacedTensor> place_tensors(const std::vector<TensorView>& tensors,
+                                        const std::string& path) {
+  std::set<std::string> names;
+  for (const TensorView& tensor : tensors) {
+    if (tensor.name == "__metadata__") {
+      throw Error(file_context(path) + ": '__metadata__' is reserved and cannot name a tensor");
+    }
+    if (!names.insert(tensor.name).second) {
+      throw Error(file_context(path) + ": tensor '" + tensor.name + "' is given twice");
+    }
+  }
+  std::vector<const TensorView*> order;
+  for (const TensorView& tensor : tensors) order.push_back(&tensor);
+  std::sort(order.begin(), order.end(), [](const TensorView* a, const TensorView* b) {
+    const size_t size_a = dtype_size(a->dtype), size_b = dtype_size(b->dtype);
+    return size_a != size_b ? size_a > size_b : a->name < b->name;
+  });
+  std::vector<PlacedTensor> placed;
+  uint64_t offset = 0;
+  for (const TensorView* tensor : order) {
+    const uint64_t bytes = checked_byte_size(*tensor, path);
+    placed.push_back({tensor, offset, offset + bytes});
+    offset += bytes;
+  }
+  return placed;
+}
+
+// The header text, padded with spaces to a multiple of 8 bytes so the data section is aligned.
+std::string make_header(std::vector<PlacedTensor> placed,
+                        const std::map<std::string, std::string>& metadata,
+                        const std::string& path) {
+  std::sort(placed.begin(), placed.end(), [](const PlacedTensor& a, const PlacedTensor& b) {
+    return a.view->name < b.view->name;
+  });
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  for (const PlacedTensor& tensor : placed) {
+    nlohmann::ordered_json entry;
+    entry["dtype"] = dtype_name(tensor.view->dtype);
+    entry["shape"] = tensor.view->shape;
+    entry["data_offsets"] = {tensor.begin, tensor.end};
+    header[tensor.view->name] = std::move(entry);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // names or metadata that are not UTF-8
+    throw Error(file_context(path) + ": cannot encode the header: " + e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+void write_all(int fd, const void* data, uint64_t size, const std::string& tmp_path) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t written = ::write(fd, bytes, std::min<uint64_t>(size, 1u << 30));
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      throw Error("cannot write '" + tmp_path + "': " + std::strerror(errno));
+    }
+    bytes += written;
+    size -= static_cast<uint64_t>(written);
+  }
+}
+
+// Makes the rename itself durable; best effort, as some filesystems refuse fsync on directories.
+void sync_parent_dir(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::vector<PlacedTensor> placed = place_tensors(tensors, path);
+  const std::string header = make_header(placed, metadata, path);
+
+  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    throw Error(file_context(path) + ": cannot create '" + tmp_path + "': " + std::strerror(errno));
+  }
+  bool closed = false;
+  try {
+    uint8_t length_le[8];
+    for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+    write_all(fd, length_le, sizeof(length_le), tmp_path);
+    write_all(fd, header.data(), header.size(), tmp_path);
+    for (const PlacedTensor& tensor : placed) {
+      write_all(fd, tensor.view->data, tensor.end - tensor.begin, tmp_path);
+    }
+    if (::fsync(fd) != 0) throw Error("cannot fsync '" + tmp_path + "': " + std::strerror(errno));
+    closed = true;  // even a failed close releases the descriptor
+    if (::close(fd) != 0) throw Error("cannot close '" + tmp_path + "': " + std::strerror(errno));
+  } catch (const Error& e) {
+    if (!closed) ::close(fd);
+    ::unlink(tmp_path.c_str());
+    throw Error(file_context(path) + ": " + e.what());
+  }
+  if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(tmp_path.c_str());
+    throw Error(file_context(path) + ": cannot rename '" + tmp_path + "' into place: " + reason);
+  }
+  sync_parent_dir(path);
+}
+
+}  // namespace finetune

@@ -1,0 +1,54 @@
+#include "finetune/model/attention_mask.h"
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+AttentionMask build_attention_mask(const std::vector<std::vector<int64_t>>& sample_lengths, int64_t seq_len,
+                                   const at::Device& device) {
+  bool one_full_sample_per_row = true;
+  for (const auto& lengths : sample_lengths) {
+    if (lengths.size() != 1 || lengths[0] != seq_len) one_full_sample_per_row = false;
+  }
+  if (one_full_sample_per_row) return {};
+
+  // segment id per position: samples 1..k, padding -1; attend iff same segment and key <= query.
+  const int64_t rows = static_cast<int64_t>(sample_lengths.size());
+  auto segment = at::full({rows, seq_len}, -1, at::TensorOptions().dtype(at::kLong));
+  auto accessor = segment.accessor<int64_t, 2>();
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t position = 0;
+    int64_t id = 0;
+    for (int64_t length : sample_lengths[row]) {
+      if (position + length > seq_len) throw Error("batch row " + std::to_string(row) + " is longer than seq_len");
+      for (int64_t t = 0; t < length; ++t) accessor[row][position + t] = id;
+      position += length;
+      ++id;
+    }
+  }
+  segment = segment.to(device);
+  auto same_segment = segment.unsqueeze(2).eq(segment.unsqueeze(1)) & segment.unsqueeze(1).ge(0);  // (B, T, T)
+  auto causal = at::ones({seq_len, seq_len}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  auto mask = same_segment & causal;
+  // A padding query attends to nothing; give it itself so softmax stays finite (output ignored).
+  auto eye = at::eye(seq_len, at::TensorOptions().dtype(at::kBool).device(device));
+  mask = mask | (segment.lt(0).unsqueeze(2) & eye);
+  return {false, mask.unsqueeze(1)};
+}
+
+AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask) {
+  auto valid = attention_mask.to(at::kBool);  // (B, T)
+  if (valid.all().item<bool>()) return {};
+  const int64_t seq_len = valid.size(1);
+  auto causal = at::ones({seq_len, seq_len}, valid.options()).tril();
+  auto mask = causal.unsqueeze(0) & valid.unsqueeze(1);  // (B, T, T): key must be valid
+  auto eye = at::eye(seq_len, valid.options());
+  mask = mask | (valid.logical_not().unsqueeze(2) & eye);
+  return {false, mask.unsqueeze(1)};
+}
+
+at::Tensor position_ids_from_padding(const at::Tensor& attention_mask) {
+  return (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
+}
+
+}  // namespace finetune

@@ -1,0 +1,170 @@
+#include "finetune/model/causal_lm.h"
+
+#include <cmath>
+
+#include "finetune/model/checkpoint_function.h"
+#include "finetune/model/rms_norm.h"
+#include "finetune/model/rope.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+Linear make_linear(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options) {
+  Linear layer;
+  layer.weight = at::empty({out_features, in_features}, options);
+  if (bias) layer.bias = at::empty({out_features}, options);
+  return layer;
+}
+
+void add_linear(std::vector<std::pair<std::string, at::Tensor>>& out, const std::string& prefix,
+                const Linear& layer) {
+  out.emplace_back(prefix + ".weight", layer.weight);
+  if (layer.bias.defined()) out.emplace_back(prefix + ".bias", layer.bias);
+}
+
+}  // namespace
+
+CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device)
+    : config_(std::move(config)), dtype_(dtype), device_(device) {
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
+  const int64_t hidden = config_.hidden_size;
+  const int64_t head_dim = config_.head_dim;
+  const int64_t q_size = config_.num_attention_heads * head_dim;
+  const int64_t kv_size = config_.num_key_value_heads * head_dim;
+
+  embed_tokens_ = at::empty({config_.vocab_size, hidden}, options);
+  layers_.resize(config_.num_hidden_layers);
+  for (auto& layer : layers_) {
+    layer.input_layernorm = at::empty({hidden}, options);
+    layer.post_attention_layernorm = at::empty({hidden}, options);
+    layer.q_proj = make_linear(hidden, q_size, config_.attention_bias, options);
+    layer.k_proj = make_linear(hidden, kv_size, config_.attention_bias, options);
+    layer.v_proj = make_linear(hidden, kv_size, config_.attention_bias, options);
+    layer.o_proj = make_linear(q_size, hidden, config_.attention_output_bias, options);
+    if (config_.qk_norm) {
+      layer.q_norm = at::empty({head_dim}, options);
+      layer.k_norm = at::empty({head_dim}, options);
+    }
+    layer.gate_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options);
+    layer.up_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options);
+    layer.down_proj = make_linear(config_.intermediate_size, hidden, config_.mlp_bias, options);
+  }
+  norm_ = at::empty({hidden}, options);
+  if (!config_.tie_word_embeddings) lm_head_ = at::empty({config_.vocab_size, hidden}, options);
+  inv_freq_ = rope_inverse_frequencies(config_, device);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.emplace_back("model.embed_tokens.weight", embed_tokens_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& layer = layers_[i];
+    const std::string prefix = "model.layers." + std::to_string(i);
+    out.emplace_back(prefix + ".input_layernorm.weight", layer.input_layernorm);
+    add_linear(out, prefix + ".self_attn.q_proj", layer.q_proj);
+    add_linear(out, prefix + ".self_attn.k_proj", layer.k_proj);
+    add_linear(out, prefix + ".self_attn.v_proj", layer.v_proj);
+    add_linear(out, prefix + ".self_attn.o_proj", layer.o_proj);
+    if (layer.q_norm.defined()) {
+      out.emplace_back(prefix + ".self_attn.q_norm.weight", layer.q_norm);
+      out.emplace_back(prefix + ".self_attn.k_norm.weight", layer.k_norm);
+    }
+    add_linear(out, prefix + ".mlp.gate_proj", layer.gate_proj);
+    add_linear(out, prefix + ".mlp.up_proj", layer.up_proj);
+    add_linear(out, prefix + ".mlp.down_proj", layer.down_proj);
+    out.emplace_back(prefix + ".post_attention_layernorm.weight", layer.post_attention_layernorm);
+  }
+  out.emplace_back("model.norm.weight", norm_);
+  if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
+std::vector<std::pair<std::string, Linear*>> CausalLM::named_linears() {
+  std::vector<std::pair<std::string, Linear*>> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    auto& layer = layers_[i];
+    const std::string prefix = "model.layers." + std::to_string(i);
+    out.emplace_back(prefix + ".self_attn.q_proj", &layer.q_proj);
+    out.emplace_back(prefix + ".self_attn.k_proj", &layer.k_proj);
+    out.emplace_back(prefix + ".self_attn.v_proj", &layer.v_proj);
+    out.emplace_back(prefix + ".self_attn.o_proj", &layer.o_proj);
+    out.emplace_back(prefix + ".mlp.gate_proj", &layer.gate_proj);
+    out.emplace_back(prefix + ".mlp.up_proj", &layer.up_proj);
+    out.emplace_back(prefix + ".mlp.down_proj", &layer.down_proj);
+  }
+  return out;
+}
+
+at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
+                                   const at::Tensor& sin, const AttentionMask& mask, bool training) const {
+  const int64_t batch = hidden.size(0);
+  const int64_t seq_len = hidden.size(1);
+  const int64_t head_dim = config_.head_dim;
+  const double eps = config_.rms_norm_eps;
+  const RopeTables rope{cos, sin};
+
+  // --- self attention
+  auto x = rms_norm(hidden, layer.input_layernorm, eps);                          // (B, T, C)
+  auto q = linear_forward(layer.q_proj, x, training).view({batch, seq_len, -1, head_dim});
+  auto k = linear_forward(layer.k_proj, x, training).view({batch, seq_len, -1, head_dim});
+  auto v = linear_forward(layer.v_proj, x, training).view({batch, seq_len, -1, head_dim});
+  if (config_.qk_norm) {
+    q = rms_norm(q, layer.q_norm, eps);
+    k = rms_norm(k, layer.k_norm, eps);
+  }
+  q = apply_rope(q.transpose(1, 2), rope);  // (B, H, T, D)
+  k = apply_rope(k.transpose(1, 2), rope);  // (B, KV, T, D)
+  v = v.transpose(1, 2);                    // (B, KV, T, D)
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  at::Tensor attn;
+  if (mask.is_causal_only) {
+    attn = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, scale,
+                                            /*enable_gqa=*/true);
+  } else {
+    attn = at::scaled_dot_product_attention(q, k, v, mask.mask, 0.0, /*is_causal=*/false, scale,
+                                            /*enable_gqa=*/true);
+  }
+  attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});                     // (B, T, H*D)
+  auto h = hidden + linear_forward(layer.o_proj, attn, training);
+
+  // --- MLP
+  x = rms_norm(h, layer.post_attention_layernorm, eps);
+  auto gate = linear_forward(layer.gate_proj, x, training);
+  auto up = linear_forward(layer.up_proj, x, training);
+  return h + linear_forward(layer.down_proj, at::silu(gate) * up, training);
+}
+
+at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                    const AttentionMask& mask, const ForwardOptions& options) const {
+  auto hidden = at::embedding(embed_tokens_, input_ids);  // (B, T, C)
+  const auto tables = rope_tables(inv_freq_, position_ids, dtype_);
+  const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
+  if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
+  for (const auto& layer : layers_) {
+    if (checkpoint) {
+      const DecoderLayer* layer_ptr = &layer;
+      const bool training = options.training;
+      hidden = checkpointed_call(
+          [this, layer_ptr, tables, mask, training](const at::Tensor& h) {
+            return layer_forward(*layer_ptr, h, tables.cos, tables.sin, mask, training);
+          },
+          hidden);
+    } else {
+      hidden = layer_forward(layer, hidden, tables.cos, tables.sin, mask, options.training);
+    }
+  }
+  return rms_norm(hidden, norm_, config_.rms_norm_eps);
+}
+
+const at::Tensor& CausalLM::lm_head_weight() const { return lm_head_.defined() ? lm_head_ : embed_tokens_; }
+
+at::Tensor CausalLM::lm_head(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_weight()); }
+
+int64_t CausalLM::parameter_count() const {
+  int64_t count = 0;
+  for (const auto& [name, tensor] : named_parameters()) count += tensor.numel();
+  return count;
+}
+
+}  // namespace finetune

@@ -1,0 +1,72 @@
+#include "finetune/model/checkpoint_function.h"
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace finetune {
+namespace {
+
+// Note [Layer recompute]
+// The layer closure and the generator state of the first run travel to backward in a capsule.
+// Backward re-enables grad, replays the layer on a detached copy of its input, and calls
+// backward() on the recomputed output: LoRA gradients accumulate into .grad exactly as without
+// checkpointing (same ops, same order), and the input's gradient is returned to the outer graph.
+struct RecomputeState : torch::CustomClassHolder {
+  LayerFunction layer;
+  at::Device device = at::kCPU;
+  at::Tensor rng_state;  // generator state before the first run
+};
+
+at::Generator default_generator(const at::Device& device) {
+  return at::globalContext().defaultGenerator(device);
+}
+
+at::Tensor generator_state(const at::Device& device) {
+  auto generator = default_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_generator_state(const at::Device& device, const at::Tensor& state) {
+  auto generator = default_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
+                            const LayerFunction& layer) {
+    auto state = c10::make_intrusive<RecomputeState>();
+    state->layer = layer;
+    state->device = hidden.device();
+    state->rng_state = generator_state(state->device);
+    ctx->saved_data["state"] = at::IValue::make_capsule(state);
+    ctx->save_for_backward({hidden});
+    return layer(hidden);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto state = c10::static_intrusive_pointer_cast<RecomputeState>(ctx->saved_data["state"].toCapsule());
+    auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    const auto current_rng = generator_state(state->device);
+    set_generator_state(state->device, state->rng_state);
+    at::Tensor output;
+    {
+      at::AutoGradMode enable_grad(true);
+      output = state->layer(input);
+    }
+    set_generator_state(state->device, current_rng);
+    torch::autograd::backward({output}, {grad_outputs[0]});
+    return {input.grad(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden) {
+  return CheckpointedLayer::apply(hidden, layer);
+}
+
+}  // namespace finetune

@@ -1,0 +1,55 @@
+#include "finetune/model/weights.h"
+
+#include <set>
+
+#include "finetune/io/safetensors.h"
+#include "finetune/model/tensor_io.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+std::string shape_string(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Buffers some checkpoints carry that are not parameters of ours.
+bool is_ignorable(const std::string& name) {
+  return name.find("rotary_emb.inv_freq") != std::string::npos;
+}
+
+}  // namespace
+
+void load_weights(CausalLM& model, const std::string& model_dir) {
+  const auto files = CheckpointFiles::open_dir(model_dir);
+  std::set<std::string> expected;
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : model.named_parameters()) {
+    expected.insert(name);
+    if (!files.contains(name)) {
+      throw Error(model_dir + ": checkpoint is missing tensor '" + name + "'");
+    }
+    const auto& file = files.file_of(name);
+    const auto& info = files.info(name);
+    auto source = tensor_view(file, info);
+    if (!source.sizes().equals(parameter.sizes())) {
+      throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_string(source.sizes()) +
+                  " but the model (config.json) expects " + shape_string(parameter.sizes()));
+    }
+    if (!at::isFloatingType(source.scalar_type())) {
+      throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
+    }
+    parameter.copy_(source);
+  }
+  for (const auto& name : files.tensor_names()) {
+    if (expected.count(name) == 0 && !is_ignorable(name)) {
+      if (name == "lm_head.weight" && model.config().tie_word_embeddings) continue;  // a tied copy
+      throw Error(model_dir + ": unexpected tensor '" + name + "' for " + model.config().architecture +
+                  " (does config.json match the weights?)");
+    }
+  }
+}
+
+}  // namespace finetune

@@ -1,0 +1,86 @@
+#include "finetune/tokenizer/bpe_model.h"
+
+#include <limits>
+
+#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+}  // namespace
+
+BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
+                   const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges)
+    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges) {
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    const auto l = vocab_.find(left), r = vocab_.find(right), m = vocab_.find(left + right);
+    if (l == vocab_.end() || r == vocab_.end() || m == vocab_.end()) {
+      throw Error("model.merges[" + std::to_string(rank) + "] ('" + left + "', '" + right +
+                  "') uses a token missing from model.vocab");
+    }
+    // The first (lowest-rank) occurrence of a pair wins, as in tokenizers.
+    merges_.emplace(pair_key(l->second, r->second), Merge{static_cast<int32_t>(rank), m->second});
+  }
+}
+
+void BpeModel::encode_word(const std::string& word, std::vector<int32_t>& out) const {
+  if (ignore_merges_) {
+    auto it = vocab_.find(word);
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto it = cache_.find(word);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> ids = merge_word(word);
+  out.insert(out.end(), ids.begin(), ids.end());
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::move(ids));
+}
+
+std::vector<int32_t> BpeModel::merge_word(const std::string& word) const {
+  // One symbol per character; characters missing from the vocabulary are dropped (byte-level
+  // vocabularies contain all 256 byte characters, and this model has no unk / byte fallback).
+  std::vector<int32_t> symbols;
+  for (size_t i = 0; i < word.size();) {
+    size_t len = utf8_sequence_length(static_cast<unsigned char>(word[i]));
+    if (i + len > word.size()) len = word.size() - i;
+    auto it = vocab_.find(word.substr(i, len));
+    if (it != vocab_.end()) symbols.push_back(it->second);
+    i += len;
+  }
+  // Repeatedly apply the lowest-rank merge, leftmost first (tokenizers' priority queue order).
+  while (symbols.size() > 1) {
+    int32_t best_rank = std::numeric_limits<int32_t>::max();
+    size_t best_pos = 0;
+    int32_t best_id = -1;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (it != merges_.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        best_pos = i;
+        best_id = it->second.merged_id;
+      }
+    }
+    if (best_id < 0) break;
+    symbols[best_pos] = best_id;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  }
+  return symbols;
+}
+
+}  // namespace finetune

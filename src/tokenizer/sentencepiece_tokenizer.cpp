@@ -1,0 +1,196 @@
+#include "finetune/tokenizer/sentencepiece_tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "finetune/tokenizer/decode_text.h"
+#include "finetune/tokenizer/sentencepiece_proto.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+constexpr const char* kMetaspace = "\xE2\x96\x81";  // "▁"
+
+std::string read_binary_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open file");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// "<0x41>" -> 0x41, as tokenizers' ByteFallback decoder recognises byte tokens; -1 otherwise.
+int byte_token_value(const std::string& token) {
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
+  int value = 0;
+  for (size_t i = 3; i < 5; ++i) {
+    const char c = token[i];
+    int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+bool is_valid_utf8(const std::string& bytes) { return utf8_lossy(bytes) == bytes; }
+
+}  // namespace
+
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const TokenizerConfig& config)
+    : path_(path), clean_up_tokenization_spaces_(config.clean_up_tokenization_spaces) {
+  const std::string serialized = read_binary_file(path);
+  const SentencePieceModelInfo info = parse_sentencepiece_model(serialized, path);
+  if (info.model_type != 2) {
+    throw Error(path + ": trainer_spec.model_type is " + std::to_string(info.model_type) +
+                "; transformers' LlamaTokenizer treats tokenizer.model as BPE, so only BPE models (2) are supported");
+  }
+  processor_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = processor_->LoadFromSerializedProto(without_sentencepiece_normalization(serialized, path));
+  if (!status.ok()) throw Error(path + ": sentencepiece cannot load the model: " + status.ToString());
+
+  std::set<int32_t> ids;
+  for (size_t id = 0; id < info.pieces.size(); ++id) {
+    const auto& entry = info.pieces[id];
+    pieces_.push_back(entry.piece);
+    ids.insert(static_cast<int32_t>(id));
+    // Control pieces are special added tokens, user-defined pieces non-special ones (transformers'
+    // SentencePieceExtractor).
+    if (entry.type == SentencePieceEntry::kControl || entry.type == SentencePieceEntry::kUserDefined) {
+      AddedToken token;
+      token.content = entry.piece;
+      token.id = static_cast<int32_t>(id);
+      token.special = entry.type == SentencePieceEntry::kControl;
+      added_.add(token);
+    }
+  }
+  for (const auto& token : config.added_tokens_decoder) {
+    added_.add(token);
+    ids.insert(token.id);
+  }
+  // Named special tokens are added (as special) when not yet known.
+  for (const auto* name : {&config.bos_token, &config.eos_token, &config.unk_token, &config.pad_token}) {
+    if (!*name || added_.find_by_content(**name)) continue;
+    const int id = processor_->PieceToId(**name);
+    if (id == processor_->unk_id() && **name != pieces_[id]) continue;  // not in the model
+    AddedToken token;
+    token.content = **name;
+    token.id = id;
+    token.special = true;
+    added_.add(token);
+  }
+  vocab_size_ = static_cast<int64_t>(ids.size());
+
+  const bool add_prefix_space = config.add_prefix_space.value_or(true);
+  prepend_scheme_ = !add_prefix_space ? PrependScheme::kNever : config.legacy ? PrependScheme::kAlways : PrependScheme::kFirst;
+  strip_leading_space_ = add_prefix_space;
+
+  auto id_of = [&](const std::optional<std::string>& token, const char* name) -> std::optional<int32_t> {
+    if (!token) return std::nullopt;
+    auto id = token_to_id(*token);
+    if (!id) throw Error(path + ": " + name + " '" + *token + "' from tokenizer_config.json is not in the vocabulary");
+    return id;
+  };
+  if (config.add_bos_token.value_or(false)) {
+    if (auto id = id_of(config.bos_token, "bos_token")) prefix_ids_.push_back(*id);
+  }
+  if (config.add_eos_token.value_or(false)) {
+    if (auto id = id_of(config.eos_token, "eos_token")) suffix_ids_.push_back(*id);
+  }
+  special_ = resolve_special_tokens(config, *this, path);
+}
+
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+
+void SentencePieceTokenizer::encode_plain(const std::string& text, bool at_text_start, std::vector<int32_t>& out) const {
+  // Metaspace: spaces become "▁", then "▁" is prepended per the scheme unless already there.
+  std::string metaspaced;
+  metaspaced.reserve(text.size() + 8);
+  for (char c : text) {
+    if (c == ' ') {
+      metaspaced += kMetaspace;
+    } else {
+      metaspaced += c;
+    }
+  }
+  const bool starts_with_metaspace = metaspaced.rfind(kMetaspace, 0) == 0;
+  const bool prepend = !starts_with_metaspace && (prepend_scheme_ == PrependScheme::kAlways ||
+                                                  (prepend_scheme_ == PrependScheme::kFirst && at_text_start));
+  if (prepend) metaspaced.insert(0, kMetaspace);
+  std::vector<int> ids;
+  const auto status = processor_->Encode(metaspaced, &ids);
+  if (!status.ok()) throw Error(path_ + ": sentencepiece encode failed: " + status.ToString());
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+std::vector<int32_t> SentencePieceTokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  std::vector<int32_t> ids;
+  if (add_special_tokens) ids = prefix_ids_;
+  bool at_text_start = true;
+  for (const auto& segment : added_.split(text, /*normalized=*/false)) {
+    // No normalizer: tokens flagged `normalized` match the same text.
+    for (const auto& inner : segment.added_id >= 0 ? std::vector<TextSegment>{segment}
+                                                   : added_.split(segment.text, /*normalized=*/true)) {
+      if (inner.added_id >= 0) {
+        ids.push_back(inner.added_id);
+      } else {
+        encode_plain(inner.text, at_text_start, ids);
+      }
+      at_text_start = false;
+    }
+  }
+  if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
+  return ids;
+}
+
+std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  std::string text;
+  std::string pending_bytes;  // consecutive <0xXX> tokens, decoded together (ByteFallback)
+  auto flush_bytes = [&] {
+    if (pending_bytes.empty()) return;
+    if (is_valid_utf8(pending_bytes)) {
+      text += pending_bytes;
+    } else {
+      for (size_t i = 0; i < pending_bytes.size(); ++i) text += "\xEF\xBF\xBD";
+    }
+    pending_bytes.clear();
+  };
+  for (int32_t id : ids) {
+    std::string token;
+    if (const AddedToken* added = added_.find_by_id(id)) {
+      if (skip_special_tokens && added->special) continue;
+      token = added->content;
+    } else if (id >= 0 && static_cast<size_t>(id) < pieces_.size()) {
+      token = pieces_[id];
+    } else {
+      throw Error(path_ + ": cannot decode token id " + std::to_string(id) + ": not in the vocabulary");
+    }
+    const int byte = byte_token_value(token);
+    if (byte >= 0) {
+      pending_bytes.push_back(static_cast<char>(byte));
+      continue;
+    }
+    flush_bytes();
+    for (size_t pos = token.find(kMetaspace); pos != std::string::npos; pos = token.find(kMetaspace, pos + 1)) {
+      token.replace(pos, 3, " ");
+    }
+    text += token;
+  }
+  flush_bytes();
+  if (strip_leading_space_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+  return clean_up_tokenization_spaces_ ? clean_up_tokenization(text) : text;
+}
+
+std::optional<int32_t> SentencePieceTokenizer::token_to_id(const std::string& token) const {
+  if (const AddedToken* added = added_.find_by_content(token)) return added->id;
+  const int id = processor_->PieceToId(token);
+  if (id == processor_->unk_id() && token != pieces_[id]) return std::nullopt;
+  return id;
+}
+
+int64_t SentencePieceTokenizer::vocab_size() const { return vocab_size_; }
+
+}  // namespace finetune

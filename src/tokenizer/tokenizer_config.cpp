@@ -1,0 +1,134 @@
+#include "finetune/tokenizer/tokenizer_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "finetune/tokenizer/json_file.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+// A special token is written either as a string or as {"content": ..., "lstrip": ...}.
+std::optional<std::string> token_text(const nlohmann::json& config, const std::string& key, const std::string& path) {
+  const nlohmann::json* value = json_field(config, key, path, "<root>");
+  if (!value) return std::nullopt;
+  if (value->is_string()) return value->get<std::string>();
+  if (value->is_object()) {
+    auto content = value->find("content");
+    if (content != value->end() && content->is_string()) return content->get<std::string>();
+  }
+  throw Error(path + ": field '" + key + "' must be a string or an object with a string 'content'");
+}
+
+std::optional<bool> optional_bool(const nlohmann::json& config, const std::string& key, const std::string& path) {
+  const nlohmann::json* value = json_field(config, key, path, "<root>");
+  if (!value) return std::nullopt;
+  if (!value->is_boolean()) throw Error(path + ": field '" + key + "' must be true or false");
+  return value->get<bool>();
+}
+
+void fill_missing(std::optional<std::string>& slot, const std::optional<std::string>& value) {
+  if (!slot && value) slot = value;
+}
+
+// chat_template is a string, or (older files) a list of {"name", "template"}: take "default".
+std::string chat_template_text(const nlohmann::json& value, const std::string& path) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_array()) {
+    for (const auto& entry : value) {
+      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+          entry["template"].is_string()) {
+        return entry["template"].get<std::string>();
+      }
+    }
+  }
+  throw Error(path + ": field 'chat_template' must be a string or a list with a 'default' template");
+}
+
+}  // namespace
+
+TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  TokenizerConfig config;
+  const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
+  if (fs::exists(config_path)) {
+    const nlohmann::json json = read_json_file(config_path);
+    if (!json.is_object()) throw Error(config_path + ": top level must be a JSON object");
+    config.bos_token = token_text(json, "bos_token", config_path);
+    config.eos_token = token_text(json, "eos_token", config_path);
+    config.pad_token = token_text(json, "pad_token", config_path);
+    config.unk_token = token_text(json, "unk_token", config_path);
+    config.add_bos_token = optional_bool(json, "add_bos_token", config_path);
+    config.add_eos_token = optional_bool(json, "add_eos_token", config_path);
+    config.add_prefix_space = optional_bool(json, "add_prefix_space", config_path);
+    config.legacy = optional_bool(json, "legacy", config_path).value_or(false);
+    config.clean_up_tokenization_spaces =
+        optional_bool(json, "clean_up_tokenization_spaces", config_path).value_or(false);
+    if (const auto* tmpl = json_field(json, "chat_template", config_path, "<root>")) {
+      config.chat_template = chat_template_text(*tmpl, config_path);
+    }
+    if (const auto* decoder = json_field(json, "added_tokens_decoder", config_path, "<root>")) {
+      if (!decoder->is_object()) throw Error(config_path + ": field 'added_tokens_decoder' must be an object");
+      for (const auto& [id_text, entry] : decoder->items()) {
+        const std::string where = "added_tokens_decoder." + id_text;
+        AddedToken token;
+        try {
+          token.id = std::stoi(id_text);
+          token.content = entry.at("content").get<std::string>();
+          token.special = entry.value("special", false);
+          token.lstrip = entry.value("lstrip", false);
+          token.rstrip = entry.value("rstrip", false);
+          token.single_word = entry.value("single_word", false);
+          token.normalized = entry.value("normalized", !token.special);
+        } catch (const std::exception& e) {
+          throw Error(config_path + ": field '" + where + "' is malformed: " + e.what());
+        }
+        config.added_tokens_decoder.push_back(token);
+      }
+    }
+  }
+  const std::string map_path = (fs::path(model_dir) / "special_tokens_map.json").string();
+  if (fs::exists(map_path)) {
+    const nlohmann::json json = read_json_file(map_path);
+    if (!json.is_object()) throw Error(map_path + ": top level must be a JSON object");
+    fill_missing(config.bos_token, token_text(json, "bos_token", map_path));
+    fill_missing(config.eos_token, token_text(json, "eos_token", map_path));
+    fill_missing(config.pad_token, token_text(json, "pad_token", map_path));
+    fill_missing(config.unk_token, token_text(json, "unk_token", map_path));
+  }
+  // transformers 5 saves the template next to the config instead of inside it.
+  const fs::path jinja_path = fs::path(model_dir) / "chat_template.jinja";
+  if (config.chat_template.empty() && fs::exists(jinja_path)) {
+    std::ifstream in(jinja_path, std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    config.chat_template = buffer.str();
+  }
+  return config;
+}
+
+SpecialTokens resolve_special_tokens(const TokenizerConfig& config, const Tokenizer& tokenizer,
+                                     const std::string& tokenizer_path) {
+  SpecialTokens special;
+  special.bos_token = config.bos_token;
+  special.eos_token = config.eos_token;
+  special.pad_token = config.pad_token;
+  special.chat_template = config.chat_template;
+  auto resolve = [&](const std::optional<std::string>& token, const char* field) -> std::optional<int32_t> {
+    if (!token) return std::nullopt;
+    auto id = tokenizer.token_to_id(*token);
+    if (!id) {
+      throw Error(tokenizer_path + ": " + field + " '" + *token +
+                  "' (from tokenizer_config.json / special_tokens_map.json) is not in the vocabulary");
+    }
+    return id;
+  };
+  special.bos_token_id = resolve(config.bos_token, "bos_token");
+  special.eos_token_id = resolve(config.eos_token, "eos_token");
+  special.pad_token_id = resolve(config.pad_token, "pad_token");
+  return special;
+}
+
+}  // namespace finetune

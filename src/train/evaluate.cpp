@@ -1,0 +1,47 @@
+#include "finetune/train/evaluate.h"
+
+#include <cmath>
+#include <limits>
+
+#include "finetune/data/batch.h"
+#include "finetune/model/tensor_io.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/loss.h"
+
+namespace finetune {
+
+double EvalResult::mean_loss() const {
+  return tokens > 0 ? loss_sum / static_cast<double>(tokens) : std::numeric_limits<double>::quiet_NaN();
+}
+
+double EvalResult::perplexity() const { return std::exp(mean_loss()); }
+
+EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
+                    int64_t batch_size, int64_t pad_token_id, const std::string& dump_logits_path) {
+  at::NoGradGuard no_grad;
+  EvalResult result;
+  std::vector<std::pair<std::string, at::Tensor>> dumped;
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model.device()));
+  for (size_t start = 0; start < indices.size(); start += batch_size) {
+    const size_t end = std::min(indices.size(), start + static_cast<size_t>(batch_size));
+    std::vector<int64_t> batch_indices(indices.begin() + start, indices.begin() + end);
+    const auto host = collate(samples, batch_indices, pad_token_id);
+    const auto batch = to_device(host, model.device());
+    ForwardOptions options;
+    auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
+    loss_sum += causal_lm_loss_sum(model, hidden, batch.labels).to(at::kDouble);
+    result.tokens += host.trainable_tokens;
+    if (!dump_logits_path.empty()) {
+      for (size_t row = 0; row < batch_indices.size(); ++row) {
+        const int64_t length = static_cast<int64_t>(samples[batch_indices[row]].input_ids.size());
+        auto logits = model.lm_head(hidden[row].narrow(0, 0, length)).to(at::kFloat).cpu();
+        dumped.emplace_back("logits." + std::to_string(batch_indices[row]), logits);
+      }
+    }
+  }
+  result.loss_sum = loss_sum.item<double>();
+  if (!dump_logits_path.empty()) save_tensors(dump_logits_path, dumped);
+  return result;
+}
+
+}  // namespace finetune

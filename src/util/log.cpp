@@ -1,0 +1,23 @@
+#include "finetune/util/log.h"
+
+#include <spdlog/spdlog.h>
+
+namespace finetune::log {
+
+void configure(int rank, int world_size, Level level) {
+  const std::string prefix = world_size > 1 ? "[rank " + std::to_string(rank) + "] " : "";
+  spdlog::set_pattern("[%H:%M:%S] [%^%l%$] " + prefix + "%v");
+  switch (level) {
+    case Level::Debug: spdlog::set_level(spdlog::level::debug); break;
+    case Level::Info: spdlog::set_level(spdlog::level::info); break;
+    case Level::Warn: spdlog::set_level(spdlog::level::warn); break;
+    case Level::Error: spdlog::set_level(spdlog::level::err); break;
+  }
+}
+
+void debug(const std::string& message) { spdlog::debug("{}", message); }
+void info(const std::string& message) { spdlog::info("{}", message); }
+void warn(const std::string& message) { spdlog::warn("{}", message); }
+void error(const std::string& message) { spdlog::error("{}", message); }
+
+}  // namespace finetune::log

@@ -1,0 +1,294 @@
+// ModelConfig against transformers: every case written by tests/reference/make_config_fixtures.py
+// is parsed and each field compared with what the Python config/model reports; then each
+// rejected input must fail with an error naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "finetune/config/model_config.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using nlohmann::json;
+
+std::string config_fixture_dir() {
+  const char* root = std::getenv("FINETUNE_FIXTURES");
+  if (root == nullptr) return "";
+  return std::string(root) + "/config";
+}
+
+json read_expected() {
+  const std::string dir = config_fixture_dir();
+  std::ifstream in(dir + "/expected.json");
+  if (dir.empty() || !in) return json();
+  return json::parse(in);
+}
+
+template <typename T>
+std::optional<T> optional_of(const json& value) {
+  if (value.is_null()) return std::nullopt;
+  return value.get<T>();
+}
+
+TEST(ModelConfigTest, MatchesTransformersForEveryFixture) {
+  const json expected_all = read_expected();
+  ASSERT_TRUE(expected_all.is_object() && !expected_all.empty())
+      << "missing fixtures: set FINETUNE_FIXTURES and run tests/reference/make_config_fixtures.py "
+         "$FINETUNE_FIXTURES/config (looked in \""
+      << config_fixture_dir() << "\")";
+  EXPECT_GE(expected_all.size(), 15u);
+  for (const auto& [name, expected] : expected_all.items()) {
+    SCOPED_TRACE("fixture " + name);
+    const ModelConfig c = load_model_config(config_fixture_dir() + "/" + name);
+    EXPECT_EQ(c.architecture, expected.at("architecture").get<std::string>());
+    EXPECT_EQ(c.model_type, expected.at("model_type").get<std::string>());
+    EXPECT_EQ(c.vocab_size, expected.at("vocab_size").get<int64_t>());
+    EXPECT_EQ(c.hidden_size, expected.at("hidden_size").get<int64_t>());
+    EXPECT_EQ(c.intermediate_size, expected.at("intermediate_size").get<int64_t>());
+    EXPECT_EQ(c.num_hidden_layers, expected.at("num_hidden_layers").get<int64_t>());
+    EXPECT_EQ(c.num_attention_heads, expected.at("num_attention_heads").get<int64_t>());
+    EXPECT_EQ(c.num_key_value_heads, expected.at("num_key_value_heads").get<int64_t>());
+    EXPECT_EQ(c.head_dim, expected.at("head_dim").get<int64_t>());
+    EXPECT_DOUBLE_EQ(c.rms_norm_eps, expected.at("rms_norm_eps").get<double>());
+    EXPECT_DOUBLE_EQ(c.rope_theta, expected.at("rope_theta").get<double>());
+    EXPECT_EQ(c.rope_scaling.rope_type, expected.at("rope_type").get<std::string>());
+    if (expected.contains("rope_factor")) {
+      EXPECT_DOUBLE_EQ(c.rope_scaling.factor, expected["rope_factor"].get<double>());
+    }
+    if (expected.contains("low_freq_factor")) {
+      EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, expected["low_freq_factor"].get<double>());
+      EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, expected["high_freq_factor"].get<double>());
+      EXPECT_EQ(c.rope_scaling.original_max_position_embeddings,
+                expected["original_max_position_embeddings"].get<int64_t>());
+    }
+    EXPECT_EQ(c.tie_word_embeddings, expected.at("tie_word_embeddings").get<bool>());
+    EXPECT_EQ(c.attention_bias, expected.at("attention_bias").get<bool>());
+    EXPECT_EQ(c.attention_output_bias, expected.at("attention_output_bias").get<bool>());
+    EXPECT_EQ(c.mlp_bias, expected.at("mlp_bias").get<bool>());
+    EXPECT_EQ(c.qk_norm, expected.at("qk_norm").get<bool>());
+    EXPECT_EQ(c.max_position_embeddings, expected.at("max_position_embeddings").get<int64_t>());
+    EXPECT_EQ(c.torch_dtype, expected.at("torch_dtype").get<std::string>());
+    EXPECT_EQ(c.bos_token_id, optional_of<int64_t>(expected.at("bos_token_id")));
+    EXPECT_EQ(c.eos_token_ids, expected.at("eos_token_ids").get<std::vector<int64_t>>());
+    EXPECT_EQ(c.pad_token_id, optional_of<int64_t>(expected.at("pad_token_id")));
+    EXPECT_EQ(c.sliding_window, optional_of<int64_t>(expected.at("sliding_window")));
+    EXPECT_TRUE(c.raw.is_object() && c.raw.contains("vocab_size"));
+  }
+}
+
+// A minimal valid Llama config to corrupt one field at a time.
+json base_config() {
+  return json{{"architectures", {"LlamaForCausalLM"}},
+              {"model_type", "llama"},
+              {"vocab_size", 128},
+              {"hidden_size", 64},
+              {"intermediate_size", 128},
+              {"num_hidden_layers", 2},
+              {"num_attention_heads", 4},
+              {"num_key_value_heads", 2},
+              {"hidden_act", "silu"},
+              {"rope_theta", 10000.0}};
+}
+
+// The message of the finetune::Error thrown for `config`; it must name the source.
+std::string error_of(const json& config) {
+  try {
+    model_config_from_json(config, "model/config.json");
+  } catch (const UsageError& e) {
+    ADD_FAILURE() << "model config problems are Errors, not UsageErrors: " << e.what();
+    return "";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("model/config.json"), std::string::npos) << msg;
+    return msg;
+  }
+  ADD_FAILURE() << "expected an Error for " << config.dump();
+  return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(ModelConfigTest, BaseConfigIsValid) {
+  const ModelConfig c = model_config_from_json(base_config(), "x");
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope_scaling.rope_type, "default");
+  EXPECT_FALSE(c.sliding_window.has_value());
+}
+
+TEST(ModelConfigTest, UnsupportedArchitectureListsSupportedOnes) {
+  json c = base_config();
+  c["architectures"] = {"GPT2LMHeadModel"};
+  const std::string msg = error_of(c);
+  EXPECT_TRUE(contains(msg, "GPT2LMHeadModel")) << msg;
+  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"})
+    EXPECT_TRUE(contains(msg, arch)) << msg;
+
+  c = base_config();
+  c["architectures"] = {"LlamaForSequenceClassification"};
+  EXPECT_TRUE(contains(error_of(c), "LlamaForSequenceClassification"));
+
+  c = base_config();
+  c.erase("architectures");
+  c["model_type"] = "gemma";
+  EXPECT_TRUE(contains(error_of(c), "gemma"));
+}
+
+TEST(ModelConfigTest, MismatchedModelType) {
+  json c = base_config();
+  c["model_type"] = "qwen2";
+  EXPECT_TRUE(contains(error_of(c), "model_type"));
+}
+
+TEST(ModelConfigTest, ActivationMustBeSilu) {
+  json c = base_config();
+  c["hidden_act"] = "gelu";
+  const std::string msg = error_of(c);
+  EXPECT_TRUE(contains(msg, "hidden_act") && contains(msg, "gelu")) << msg;
+}
+
+TEST(ModelConfigTest, UnsupportedRopeTypes) {
+  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+    json v4 = base_config();
+    v4["rope_scaling"] = {{"type", type}, {"factor", 2.0}};
+    std::string msg = error_of(v4);
+    EXPECT_TRUE(contains(msg, "rope_scaling.type") && contains(msg, type)) << msg;
+
+    json v5 = base_config();
+    v5["rope_parameters"] = {{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 2.0}};
+    msg = error_of(v5);
+    EXPECT_TRUE(contains(msg, "rope_parameters.rope_type") && contains(msg, type)) << msg;
+  }
+}
+
+TEST(ModelConfigTest, Llama3RopeNeedsItsParameters) {
+  json c = base_config();
+  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}};
+  EXPECT_TRUE(contains(error_of(c), "rope_scaling.high_freq_factor"));
+  c["rope_scaling"] = {{"rope_type", "linear"}};
+  EXPECT_TRUE(contains(error_of(c), "rope_scaling.factor"));
+  c["rope_scaling"] = "linear";
+  EXPECT_TRUE(contains(error_of(c), "rope_scaling"));
+}
+
+TEST(ModelConfigTest, QwenSlidingWindowIsRejected) {
+  for (const char* arch : {"Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    json c = base_config();
+    c["architectures"] = {arch};
+    c.erase("model_type");
+    c["use_sliding_window"] = true;
+    c["sliding_window"] = 4096;
+    const std::string msg = error_of(c);
+    EXPECT_TRUE(contains(msg, "use_sliding_window")) << msg;
+  }
+  json c = base_config();
+  c["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_TRUE(contains(error_of(c), "layer_types"));
+}
+
+TEST(ModelConfigTest, QwenSlidingWindowOffIsIgnored) {
+  json c = base_config();
+  c["architectures"] = {"Qwen2ForCausalLM"};
+  c["model_type"] = "qwen2";
+  c["use_sliding_window"] = false;
+  c["sliding_window"] = 32;
+  const ModelConfig m = model_config_from_json(c, "x");
+  EXPECT_FALSE(m.sliding_window.has_value());
+  EXPECT_TRUE(m.attention_bias);
+  EXPECT_FALSE(m.attention_output_bias);
+}
+
+TEST(ModelConfigTest, MistralSlidingWindowIsRecorded) {
+  json c = base_config();
+  c["architectures"] = {"MistralForCausalLM"};
+  c["model_type"] = "mistral";
+  c["max_position_embeddings"] = 32768;
+  c["sliding_window"] = 4096;
+  EXPECT_EQ(model_config_from_json(c, "x").sliding_window, 4096);
+  c["sliding_window"] = nullptr;
+  EXPECT_FALSE(model_config_from_json(c, "x").sliding_window.has_value());
+  c["sliding_window"] = 0;
+  EXPECT_TRUE(contains(error_of(c), "sliding_window"));
+}
+
+TEST(ModelConfigTest, HeadsMustDivide) {
+  json c = base_config();
+  c["num_key_value_heads"] = 3;
+  EXPECT_TRUE(contains(error_of(c), "num_key_value_heads"));
+  c = base_config();
+  c["num_attention_heads"] = 5;
+  c["num_key_value_heads"] = 5;
+  EXPECT_TRUE(contains(error_of(c), "num_attention_heads"));  // 64 % 5, no head_dim
+  c["head_dim"] = 16;  // explicit head_dim makes it well defined
+  EXPECT_EQ(model_config_from_json(c, "x").head_dim, 16);
+}
+
+TEST(ModelConfigTest, MissingRequiredKeys) {
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"}) {
+    json c = base_config();
+    c.erase(key);
+    const std::string msg = error_of(c);
+    EXPECT_TRUE(contains(msg, key) && contains(msg, "missing")) << msg;
+  }
+  json c = base_config();
+  c.erase("architectures");
+  c.erase("model_type");
+  EXPECT_TRUE(contains(error_of(c), "architectures"));
+}
+
+TEST(ModelConfigTest, WrongJsonTypes) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"hidden_size", "64"},       {"vocab_size", 12.5},        {"num_hidden_layers", true},
+      {"tie_word_embeddings", 1},  {"rms_norm_eps", "1e-6"},    {"eos_token_id", "2"},
+      {"bos_token_id", {1}},       {"hidden_act", 3},           {"torch_dtype", 16},
+      {"architectures", "LlamaForCausalLM"}, {"attention_bias", "false"}, {"num_key_value_heads", 0},
+  };
+  for (const auto& [key, value] : cases) {
+    json c = base_config();
+    c[key] = value;
+    const std::string msg = error_of(c);
+    EXPECT_TRUE(contains(msg, "\"" + key + "\"")) << key << ": " << msg;
+  }
+  EXPECT_TRUE(contains(error_of(json::array()), "object"));
+}
+
+TEST(ModelConfigTest, UnsupportedDtype) {
+  json c = base_config();
+  c["torch_dtype"] = "float8_e4m3fn";
+  EXPECT_TRUE(contains(error_of(c), "torch_dtype"));
+}
+
+TEST(ModelConfigTest, EosForms) {
+  json c = base_config();
+  c["eos_token_id"] = {7, 9};
+  EXPECT_EQ(model_config_from_json(c, "x").eos_token_ids, (std::vector<int64_t>{7, 9}));
+  c["eos_token_id"] = 5;
+  EXPECT_EQ(model_config_from_json(c, "x").eos_token_ids, (std::vector<int64_t>{5}));
+  c["eos_token_id"] = nullptr;
+  EXPECT_TRUE(model_config_from_json(c, "x").eos_token_ids.empty());
+}
+
+TEST(ModelConfigTest, LoadErrorsNameThePath) {
+  const std::string dir = ::testing::TempDir() + "/model_config_load_errors";
+  std::filesystem::create_directories(dir);
+  try {
+    load_model_config(dir + "/absent");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), dir + "/absent/config.json")) << e.what();
+  }
+  std::ofstream(dir + "/config.json") << "{\"vocab_size\": ";
+  try {
+    load_model_config(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), dir + "/config.json")) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace finetune

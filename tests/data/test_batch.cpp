@@ -1,0 +1,65 @@
+// collate() and trainable_token_count().
+#include <gtest/gtest.h>
+
+#include "finetune/data/batch.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+std::vector<Sample> three_samples() {
+  return {
+      {{10, 11, 12, 13}, {-100, -100, 12, 13}},  // 2 trainable after the shift
+      {{20, 21}, {20, 21}},                      // position 0 is never a target: 1
+      {{30, 31, 32, 33, 34}, {30, -100, 32, -100, 34}},  // 2
+  };
+}
+
+TEST(Batch, TrainableTokenCountSkipsPositionZero) {
+  EXPECT_EQ(trainable_token_count({{1, 2, 3}, {1, 2, 3}}), 2);
+  EXPECT_EQ(trainable_token_count({{1}, {1}}), 0);
+  EXPECT_EQ(trainable_token_count({{1, 2}, {-100, -100}}), 0);
+  EXPECT_EQ(trainable_token_count({{}, {}}), 0);
+}
+
+TEST(Batch, CollateRightPads) {
+  const std::vector<Sample> samples = three_samples();
+  const HostBatch batch = collate(samples, {1, 0}, /*pad_token_id=*/7);
+  EXPECT_EQ(batch.rows, 2);
+  EXPECT_EQ(batch.seq_len, 4);
+  EXPECT_FALSE(batch.packed);
+  EXPECT_EQ(batch.input_ids, (std::vector<int64_t>{20, 21, 7, 7, 10, 11, 12, 13}));
+  EXPECT_EQ(batch.labels, (std::vector<int64_t>{20, 21, -100, -100, -100, -100, 12, 13}));
+  EXPECT_EQ(batch.attention_mask, (std::vector<int64_t>{1, 1, 0, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(batch.position_ids, (std::vector<int64_t>{0, 1, 0, 0, 0, 1, 2, 3}));
+  EXPECT_EQ(batch.sample_lengths, (std::vector<std::vector<int64_t>>{{2}, {4}}));
+  EXPECT_EQ(batch.real_tokens, 6);
+  EXPECT_EQ(batch.trainable_tokens, 3);
+}
+
+TEST(Batch, PadToMultiple) {
+  const std::vector<Sample> samples = three_samples();
+  const HostBatch batch = collate(samples, {2, 1, 0}, 0, /*pad_to_multiple_of=*/8);
+  EXPECT_EQ(batch.seq_len, 8);
+  ASSERT_EQ(batch.input_ids.size(), 24u);
+  EXPECT_EQ(batch.input_ids[5], 0);
+  EXPECT_EQ(batch.input_ids[4], 34);
+  EXPECT_EQ(batch.labels[8 + 2], -100);
+  EXPECT_EQ(batch.position_ids[4], 4);
+  EXPECT_EQ(batch.real_tokens, 11);
+  EXPECT_EQ(batch.trainable_tokens, 5);
+  EXPECT_EQ(collate(samples, {1}, 0, 8).seq_len, 8);
+  EXPECT_EQ(collate(samples, {2}, 0, 4).seq_len, 8);
+  EXPECT_EQ(collate(samples, {0}, 0, 4).seq_len, 4);
+}
+
+TEST(Batch, CollateRejectsBadInput) {
+  const std::vector<Sample> samples = three_samples();
+  EXPECT_THROW(collate(samples, {}, 0), Error);
+  EXPECT_THROW(collate(samples, {3}, 0), Error);
+  EXPECT_THROW(collate(samples, {0}, 0, 0), Error);
+  EXPECT_THROW(collate({{{1, 2}, {1}}}, {0}, 0), Error);
+}
+
+}  // namespace
+}  // namespace finetune

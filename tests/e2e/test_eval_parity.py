@@ -1,0 +1,70 @@
+"""`finetune eval` reproduces transformers' logits and loss on every supported model variant."""
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import last_json_line, run_finetune
+import tiny_models
+
+BATCH = 3  # rows of different lengths: every batch is right-padded
+
+
+@pytest.fixture(scope="module")
+def eval_rows(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "rows.jsonl"
+    rows = tiny_models.make_tokenized_rows(7, seed=3, completion_only=False)
+    rows[1]["labels"] = [-100] * 5 + rows[1]["input_ids"][5:]  # a partly masked row
+    tiny_models.write_jsonl(path, rows)
+    return path, rows
+
+
+def reference(model, rows):
+    """Per-row logits and the token-summed loss, batched exactly as finetune batches them."""
+    logits_per_row, loss_sum, tokens = [], 0.0, 0
+    for start in range(0, len(rows), BATCH):
+        chunk = rows[start:start + BATCH]
+        width = max(len(r["input_ids"]) for r in chunk)
+        ids = torch.zeros(len(chunk), width, dtype=torch.long)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        for i, r in enumerate(chunk):
+            n = len(r["input_ids"])
+            ids[i, :n] = torch.tensor(r["input_ids"])
+            mask[i, :n] = 1
+            labels[i, :n] = torch.tensor(r.get("labels", r["input_ids"]))
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask)
+        logits = out.logits.float()
+        for i, r in enumerate(chunk):
+            logits_per_row.append(logits[i, :len(r["input_ids"])])
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+        loss_sum += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1),
+                                                      ignore_index=-100, reduction="sum").item()
+        tokens += int((shifted != -100).sum())
+    return logits_per_row, loss_sum / tokens, tokens
+
+
+@pytest.mark.parametrize("case", list(tiny_models.model_cases()))
+def test_eval_matches_transformers(case, tmp_path, eval_rows):
+    data_path, rows = eval_rows
+    model_dir = tmp_path / case
+    model = tiny_models.make_model(case, model_dir)
+    model.eval()
+    dump = tmp_path / "logits.safetensors"
+    proc = run_finetune(["eval", "--model_name", model_dir, "--dataset", data_path, "--dtype", "float32",
+                         "--device", "cpu", "--per_device_eval_batch_size", BATCH, "--dump_logits", dump])
+    result = last_json_line(proc.stdout)
+
+    expected_logits, expected_loss, expected_tokens = reference(model, rows)
+    ours = load_file(str(dump))
+    assert len(ours) == len(rows)
+    for i, ref in enumerate(expected_logits):
+        got = ours[f"logits.{i}"]
+        assert got.shape == ref.shape
+        rel = (got - ref).norm() / ref.norm()
+        assert rel <= 1e-5, f"{case} row {i}: relative logits error {rel:.3e}"
+    assert result["tokens"] == expected_tokens
+    assert abs(result["loss"] - expected_loss) <= 1e-5 * abs(expected_loss)
+    assert abs(result["perplexity"] - torch.exp(torch.tensor(expected_loss)).item()) <= 1e-4 * result["perplexity"]

@@ -1,0 +1,91 @@
+"""Tiny random Hugging Face models, written with transformers' own save_pretrained (safetensors).
+
+Every case the model loader must get right has one model here: the four architectures, Llama-3
+rope scaling, linear rope scaling, tied and untied embeddings, Qwen2's q/k/v bias, Qwen3's q/k
+norm, GQA and MHA, and a sharded checkpoint. Used by the end-to-end tests and the benchmarks.
+"""
+import json
+import os
+import sys
+
+import torch
+import transformers
+
+VOCAB = 256
+
+
+def _common(**overrides):
+    base = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    base.update(overrides)
+    return base
+
+
+def model_cases():
+    """name -> (config class, config kwargs, save kwargs)."""
+    return {
+        "llama": (transformers.LlamaConfig, _common(tie_word_embeddings=False), {}),
+        "llama_mha_tied": (transformers.LlamaConfig, _common(num_key_value_heads=4, tie_word_embeddings=True), {}),
+        "llama3_rope": (transformers.LlamaConfig, _common(
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), {}),
+        "llama_linear_rope": (transformers.LlamaConfig, _common(
+            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}), {}),
+        "qwen2": (transformers.Qwen2Config, _common(tie_word_embeddings=False), {}),
+        "qwen3": (transformers.Qwen3Config, _common(head_dim=32, tie_word_embeddings=True), {}),
+        "mistral": (transformers.MistralConfig, _common(sliding_window=None), {}),
+        "llama_sharded": (transformers.LlamaConfig, _common(), {"max_shard_size": "100KB"}),
+    }
+
+
+MODEL_CLASSES = {
+    transformers.LlamaConfig: transformers.LlamaForCausalLM,
+    transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
+    transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
+    transformers.MistralConfig: transformers.MistralForCausalLM,
+}
+
+
+def make_model(name, out_dir, seed=0, dtype=torch.float32):
+    config_class, kwargs, save_kwargs = model_cases()[name]
+    torch.manual_seed(seed)
+    config = config_class(**kwargs)
+    model = MODEL_CLASSES[config_class](config).to(dtype)
+    # Random init std is small; make the norms and biases non-trivial so every weight matters.
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif pname.endswith(".bias"):
+                p.copy_(0.05 * torch.randn_like(p))
+    model.save_pretrained(out_dir, safe_serialization=True, **save_kwargs)
+    return model
+
+
+def make_tokenized_rows(count, seed=0, min_len=3, max_len=40, vocab=VOCAB, completion_only=False):
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(count):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+        ids = torch.randint(3, vocab, (length,), generator=g).tolist()
+        row = {"input_ids": ids}
+        if completion_only:
+            cut = length // 2
+            row["labels"] = [-100] * cut + ids[cut:]
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(path, rows):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    out = sys.argv[1]
+    for case in model_cases():
+        make_model(case, os.path.join(out, case))
+    print("wrote", ", ".join(model_cases()))

@@ -1,0 +1,239 @@
+// Unit tests of the tokenizer module's parts: NFC against Python's unicodedata, the GPT-2 byte map,
+// the Oniguruma -> PCRE2 pattern translation, tokenizer_config.json parsing, and the errors that
+// name the file and the field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/tokenizer/byte_level.h"
+#include "finetune/tokenizer/decode_text.h"
+#include "finetune/tokenizer/regex_splitter.h"
+#include "finetune/tokenizer/tokenizer.h"
+#include "finetune/tokenizer/tokenizer_config.h"
+#include "finetune/tokenizer/unicode_nfc.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh directory per test under the system temp dir.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name) : path_(fs::temp_directory_path() / ("finetune_tok_" + name)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string str() const { return path_.string(); }
+  void write(const std::string& file, const std::string& content) const {
+    std::ofstream(path_ / file, std::ios::binary) << content;
+  }
+
+ private:
+  fs::path path_;
+};
+
+// A tiny valid byte-level BPE tokenizer.json; tests break one field at a time.
+nlohmann::json tiny_tokenizer_json() {
+  nlohmann::json vocab = nlohmann::json::object();
+  int id = 0;
+  for (const char* token : {"a", "b", "ab", "\xC4\xA0", "\xC4\xA0" "ab"}) vocab[token] = id++;
+  return {
+      {"version", "1.0"},
+      {"added_tokens", nlohmann::json::array({{{"id", 5}, {"content", "<|eot|>"}, {"special", true},
+                                               {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+                                               {"single_word", false}}})},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers", nlohmann::json::array({{{"type", "Split"}, {"pattern", {{"Regex", " ?\\p{L}+|\\s+"}}},
+                                                  {"behavior", "Isolated"}, {"invert", false}},
+                                                 {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                                  {"trim_offsets", true}, {"use_regex", false}}})}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array({"a b", {"\xC4\xA0", "ab"}})},
+                 {"ignore_merges", false}, {"byte_fallback", false}}},
+  };
+}
+
+void expect_error_mentions(const std::string& dir, const std::vector<std::string>& fragments) {
+  try {
+    load_tokenizer(dir);
+    ADD_FAILURE() << "expected finetune::Error";
+  } catch (const Error& e) {
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what() << " lacks " << fragment;
+    }
+  }
+}
+
+TEST(TokenizerNfc, MatchesPythonUnicodedata) {
+  const char* root = std::getenv("FINETUNE_FIXTURES");
+  ASSERT_NE(root, nullptr) << "FINETUNE_FIXTURES is not set; run tests/reference/make_tokenizer_fixtures.py";
+  std::ifstream in(std::string(root) + "/tokenizer/nfc.json");
+  ASSERT_TRUE(in) << "missing $FINETUNE_FIXTURES/tokenizer/nfc.json; run make_tokenizer_fixtures.py";
+  const auto cases = nlohmann::json::parse(in);
+  ASSERT_GT(cases.size(), 400u);
+  int failures = 0;
+  for (const auto& c : cases) {
+    const std::string text = c["text"].get<std::string>();
+    const std::string got = nfc_normalize(text);
+    EXPECT_EQ(got, c["nfc"].get<std::string>()) << nlohmann::json(text).dump();
+    if (got != c["nfc"].get<std::string>() && ++failures > 5) break;
+  }
+}
+
+TEST(TokenizerNfc, ComposesAndKeepsAscii) {
+  EXPECT_EQ(nfc_normalize("Cafe\xCC\x81"), "Caf\xC3\xA9");  // e + U+0301 -> é
+  EXPECT_EQ(nfc_normalize("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB"), "\xED\x95\x9C");  // Hangul jamo -> 한
+  EXPECT_EQ(nfc_normalize("plain ascii\r\n"), "plain ascii\r\n");
+}
+
+TEST(TokenizerByteLevel, MapsEveryByteAndBack) {
+  const ByteLevelMap map;
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes.push_back(static_cast<char>(b));
+  const std::string mapped = map.encode(all_bytes);
+  EXPECT_EQ(map.encode(" "), "\xC4\xA0");   // Ġ
+  EXPECT_EQ(map.encode("\n"), "\xC4\x8A");  // Ċ
+  EXPECT_EQ(map.encode("a"), "a");
+  EXPECT_EQ(map.decode_token(mapped), all_bytes);
+  EXPECT_EQ(map.decode_token("<tool call>"), "<tool call>");  // unmapped char: kept whole
+}
+
+TEST(TokenizerRegex, TranslatesWhitespaceClassesLikeOniguruma) {
+  EXPECT_EQ(translate_oniguruma_pattern("\\s+(?!\\S)"), "[\\s\\x{85}]+(?![^\\s\\x{85}])");
+  EXPECT_EQ(translate_oniguruma_pattern("[^\\s\\p{L}]"), "[^\\s\\x{85}\\p{L}]");
+  const RegexSplitter splitter("\\s+|\\S+", false);
+  const auto pieces = splitter.split_isolated("a\xC2\x85" "b");  // NEL is whitespace for Oniguruma
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[1], "\xC2\x85");
+  EXPECT_THROW(RegexSplitter("(unclosed", false), Error);
+}
+
+TEST(TokenizerDecodeText, LossyUtf8AndCleanup) {
+  EXPECT_EQ(utf8_lossy("ok\xFF" "x"), "ok\xEF\xBF\xBDx");
+  EXPECT_EQ(utf8_lossy("\xE2\x82"), "\xEF\xBF\xBD");  // truncated sequence: one replacement
+  EXPECT_EQ(clean_up_tokenization("a , b . I 'm"), "a, b. I'm");
+}
+
+TEST(TokenizerTiny, EncodesMergesAddedTokensAndPostProcessor) {
+  TempDir dir("tiny");
+  dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  dir.write("tokenizer_config.json", R"({"eos_token": "<|eot|>", "bos_token": {"content": "ab"},
+                                        "add_bos_token": true, "chat_template": [{"name": "default", "template": "T"}]})");
+  const auto tok = load_tokenizer(dir.str());
+  EXPECT_EQ(tok->encode("ab ab<|eot|>", false), (std::vector<int32_t>{2, 4, 5}));
+  // add_bos_token named in the config: transformers rebuilds the template with BOS.
+  EXPECT_EQ(tok->encode("ab", true), (std::vector<int32_t>{2, 2}));
+  EXPECT_EQ(tok->decode({2, 4, 5}, false), "ab ab<|eot|>");
+  EXPECT_EQ(tok->decode({2, 4, 5}, true), "ab ab");
+  EXPECT_EQ(tok->special_tokens().eos_token_id.value_or(-1), 5);
+  EXPECT_EQ(tok->special_tokens().bos_token_id.value_or(-1), 2);
+  EXPECT_FALSE(tok->special_tokens().pad_token.has_value());
+  EXPECT_FALSE(tok->special_tokens().pad_token_id.has_value());
+  EXPECT_EQ(tok->special_tokens().chat_template, "T");
+  EXPECT_EQ(tok->vocab_size(), 6);
+  EXPECT_THROW(tok->decode({99}, false), Error);
+}
+
+TEST(TokenizerTiny, SpecialTokensMapFillsMissingEntries) {
+  TempDir dir("stmap");
+  dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  dir.write("special_tokens_map.json", R"({"pad_token": {"content": "<|eot|>", "lstrip": false}})");
+  const auto tok = load_tokenizer(dir.str());
+  EXPECT_EQ(tok->special_tokens().pad_token_id.value_or(-1), 5);
+  EXPECT_FALSE(tok->special_tokens().bos_token.has_value());
+}
+
+TEST(TokenizerErrors, MissingDirectoryAndFiles) {
+  expect_error_mentions("/nonexistent/finetune/model", {"/nonexistent/finetune/model"});
+  TempDir dir("empty");
+  expect_error_mentions(dir.str(), {"tokenizer.json", "tokenizer.model"});
+}
+
+TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
+  TempDir dir("malformed");
+  dir.write("tokenizer.json", "{\"model\": [1, 2");
+  expect_error_mentions(dir.str(), {"tokenizer.json", "malformed JSON"});
+  TempDir config_dir("malformed_config");
+  config_dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  config_dir.write("tokenizer_config.json", "{not json");
+  expect_error_mentions(config_dir.str(), {"tokenizer_config.json", "malformed JSON"});
+}
+
+TEST(TokenizerErrors, UnsupportedModelTypes) {
+  for (const char* type : {"WordPiece", "Unigram"}) {
+    TempDir dir(std::string("model_") + type);
+    auto json = tiny_tokenizer_json();
+    json["model"]["type"] = type;
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "model.type", type});
+  }
+}
+
+TEST(TokenizerErrors, UnsupportedPipelineStagesNameTheField) {
+  {
+    TempDir dir("metaspace");
+    auto json = tiny_tokenizer_json();
+    json["pre_tokenizer"]["pretokenizers"][1] = {{"type", "Metaspace"}, {"replacement", "_"}};
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "pre_tokenizer.pretokenizers[1].type", "Metaspace"});
+  }
+  {
+    TempDir dir("nfkc");
+    auto json = tiny_tokenizer_json();
+    json["normalizer"] = {{"type", "NFKC"}};
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "normalizer.type", "NFKC"});
+  }
+  {
+    TempDir dir("behavior");
+    auto json = tiny_tokenizer_json();
+    json["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "MergedWithNext";
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"pre_tokenizer.pretokenizers[0].behavior"});
+  }
+  {
+    TempDir dir("bad_merge");
+    auto json = tiny_tokenizer_json();
+    json["model"]["merges"].push_back("b zz");
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "model.merges[2]"});
+  }
+  {
+    TempDir dir("roberta");
+    auto json = tiny_tokenizer_json();
+    json["post_processor"] = {{"type", "RobertaProcessing"}};
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"post_processor.type", "RobertaProcessing"});
+  }
+}
+
+TEST(TokenizerErrors, ConfigFieldsAreValidated) {
+  TempDir dir("bad_config");
+  dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  dir.write("tokenizer_config.json", R"({"add_bos_token": "yes"})");
+  expect_error_mentions(dir.str(), {"tokenizer_config.json", "add_bos_token"});
+  dir.write("tokenizer_config.json", R"({"eos_token": 7})");
+  expect_error_mentions(dir.str(), {"tokenizer_config.json", "eos_token"});
+  dir.write("tokenizer_config.json", R"({"pad_token": "<not-in-vocab>"})");
+  expect_error_mentions(dir.str(), {"pad_token", "<not-in-vocab>"});
+}
+
+TEST(TokenizerErrors, CorruptSentencePieceModel) {
+  TempDir dir("bad_spm");
+  dir.write("tokenizer.model", std::string("\x0a\xff\xff\xff\x0f garbage", 14));
+  expect_error_mentions(dir.str(), {"tokenizer.model"});
+}
+
+}  // namespace
+}  // namespace finetune
