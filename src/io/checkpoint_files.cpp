@@ -26,6 +26,11 @@ std::string read_text_file(const fs::path& path) {
   return text.str();
 }
 
+// A value for an error message; containers are not printed, as dump() recurses without bound.
+std::string describe_value(const json& value) {
+  return value.is_structured() ? std::string("a JSON ") + value.type_name() : value.dump();
+}
+
 // weight_map: tensor name -> shard file name (relative to the model directory).
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   const std::string context = "checkpoint index '" + index_path.string() + "'";
@@ -44,7 +49,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string() || shard.get<std::string>().empty()) {
       throw Error(context + ": weight_map entry for tensor '" + tensor +
-                  "' must be a shard file name, got " + shard.dump());
+                  "' must be a shard file name, got " + describe_value(shard));
     }
     result.emplace(tensor, shard.get<std::string>());
   }

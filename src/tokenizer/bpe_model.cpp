@@ -1,6 +1,7 @@
 #include "finetune/tokenizer/bpe_model.h"
 
-#include <limits>
+#include <functional>
+#include <queue>
 
 #include "finetune/tokenizer/utf8.h"
 #include "finetune/util/errors.h"
@@ -63,24 +64,45 @@ std::vector<int32_t> BpeModel::merge_word(const std::string& word) const {
     if (it != vocab_.end()) symbols.push_back(it->second);
     i += len;
   }
-  // Repeatedly apply the lowest-rank merge, leftmost first (tokenizers' priority queue order).
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best_pos = 0;
-    int32_t best_id = -1;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best_pos = i;
-        best_id = it->second.merged_id;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best_pos] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best_pos) + 1);
+  // Apply merges lowest rank first, leftmost first on ties, as tokenizers' Word::merge_all does:
+  // a min-heap of candidate pairs over a linked list of symbols; stale entries are skipped.
+  const int n = static_cast<int>(symbols.size());
+  std::vector<int> next(n), prev(n);
+  std::vector<bool> alive(n, true);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
   }
-  return symbols;
+  struct Candidate {
+    int32_t rank;
+    int pos;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  auto push_pair = [&](int left) {
+    if (left < 0 || next[left] < 0) return;
+    auto it = merges_.find(pair_key(symbols[left], symbols[next[left]]));
+    if (it != merges_.end()) queue.push({it->second.rank, left});
+  };
+  for (int i = 0; i + 1 < n; ++i) push_pair(i);
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    const int left = top.pos;
+    if (!alive[left] || next[left] < 0) continue;
+    const int right = next[left];
+    auto it = merges_.find(pair_key(symbols[left], symbols[right]));
+    if (it == merges_.end() || it->second.rank != top.rank) continue;  // the pair changed since
+    symbols[left] = it->second.merged_id;
+    alive[right] = false;
+    next[left] = next[right];
+    if (next[right] >= 0) prev[next[right]] = left;
+    push_pair(prev[left]);
+    push_pair(left);
+  }
+  std::vector<int32_t> merged;
+  for (int i = 0; i >= 0 && i < n; i = next[i]) merged.push_back(symbols[i]);
+  return merged;
 }
 
 }  // namespace finetune

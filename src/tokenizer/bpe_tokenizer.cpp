@@ -122,25 +122,9 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
   if (const auto* p = json_field(json, "pre_tokenizer", path, "<root>")) parse_pre_tokenizer(*p, "pre_tokenizer");
   if (const auto* d = json_field(json, "decoder", path, "<root>")) parse_decoder(*d, "decoder");
 
-  // transformers 5 rebuilds the post-processor from add_bos_token / add_eos_token when the config
-  // names either (or tokenizer.json has none); otherwise tokenizer.json's post-processor stands.
-  const nlohmann::json* post = json_field(json, "post_processor", path, "<root>");
-  if (config.add_bos_token || config.add_eos_token || !post) {
-    auto id_of = [&](const std::optional<std::string>& token, const char* name) -> std::optional<int32_t> {
-      if (!token) return std::nullopt;
-      auto id = token_to_id(*token);
-      if (!id) throw Error(path + ": " + name + " '" + *token + "' from tokenizer_config.json is not in the vocabulary");
-      return id;
-    };
-    if (config.add_bos_token.value_or(false)) {
-      if (auto id = id_of(config.bos_token, "bos_token")) prefix_ids_.push_back(*id);
-    }
-    if (config.add_eos_token.value_or(false)) {
-      if (auto id = id_of(config.eos_token, "eos_token")) suffix_ids_.push_back(*id);
-    }
-  } else {
-    parse_post_processor(*post, "post_processor");
-  }
+  // transformers 5 drops add_bos_token / add_eos_token from tokenizer_config.json when a
+  // tokenizer.json exists: its post-processor alone decides (none = nothing added).
+  if (const auto* post = json_field(json, "post_processor", path, "<root>")) parse_post_processor(*post, "post_processor");
   special_ = resolve_special_tokens(config, *this, path);
 }
 

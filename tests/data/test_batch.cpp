@@ -15,14 +15,14 @@ std::vector<Sample> three_samples() {
   };
 }
 
-TEST(Batch, TrainableTokenCountSkipsPositionZero) {
+TEST(HostBatchCollate, TrainableTokenCountSkipsPositionZero) {
   EXPECT_EQ(trainable_token_count({{1, 2, 3}, {1, 2, 3}}), 2);
   EXPECT_EQ(trainable_token_count({{1}, {1}}), 0);
   EXPECT_EQ(trainable_token_count({{1, 2}, {-100, -100}}), 0);
   EXPECT_EQ(trainable_token_count({{}, {}}), 0);
 }
 
-TEST(Batch, CollateRightPads) {
+TEST(HostBatchCollate, CollateRightPads) {
   const std::vector<Sample> samples = three_samples();
   const HostBatch batch = collate(samples, {1, 0}, /*pad_token_id=*/7);
   EXPECT_EQ(batch.rows, 2);
@@ -37,7 +37,7 @@ TEST(Batch, CollateRightPads) {
   EXPECT_EQ(batch.trainable_tokens, 3);
 }
 
-TEST(Batch, PadToMultiple) {
+TEST(HostBatchCollate, PadToMultiple) {
   const std::vector<Sample> samples = three_samples();
   const HostBatch batch = collate(samples, {2, 1, 0}, 0, /*pad_to_multiple_of=*/8);
   EXPECT_EQ(batch.seq_len, 8);
@@ -53,7 +53,7 @@ TEST(Batch, PadToMultiple) {
   EXPECT_EQ(collate(samples, {0}, 0, 4).seq_len, 4);
 }
 
-TEST(Batch, CollateRejectsBadInput) {
+TEST(HostBatchCollate, CollateRejectsBadInput) {
   const std::vector<Sample> samples = three_samples();
   EXPECT_THROW(collate(samples, {}, 0), Error);
   EXPECT_THROW(collate(samples, {3}, 0), Error);

@@ -37,7 +37,7 @@ std::string expected_trainable_piece(ChatFormat format, const std::string& conte
   return "<not a chat format>";
 }
 
-TEST(ChatTemplate, RendersExactlyLikeTransformers) {
+TEST(ChatFormatRendering, RendersExactlyLikeTransformers) {
   const nlohmann::json fixture = load_data_fixture("chat_templates.json");
   ASSERT_EQ(fixture.at("families").size(), 4u);
   int checked = 0;
@@ -73,7 +73,7 @@ TEST(ChatTemplate, RendersExactlyLikeTransformers) {
   EXPECT_EQ(checked, 3 * 13 + 10);  // every conversation renders, except Mistral's three invalid ones
 }
 
-TEST(ChatTemplate, AssistantTurnSegmentsForChatMl) {
+TEST(ChatFormatRendering, AssistantTurnSegmentsForChatMl) {
   const std::vector<TextSegment> segments =
       render_conversation(ChatFormat::ChatMl, {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Bye"}}, "", "");
   ASSERT_EQ(segments.size(), 3u);
@@ -85,7 +85,7 @@ TEST(ChatTemplate, AssistantTurnSegmentsForChatMl) {
   EXPECT_FALSE(segments[2].trainable);
 }
 
-TEST(ChatTemplate, Llama3WritesBosAndHeadersAreNotTrainable) {
+TEST(ChatFormatRendering, Llama3WritesBosAndHeadersAreNotTrainable) {
   const std::vector<TextSegment> segments =
       render_conversation(ChatFormat::Llama3, {{"user", " Hi "}, {"assistant", "Yo\n"}}, "<|begin_of_text|>", "<|eot_id|>");
   ASSERT_EQ(segments.size(), 2u);
@@ -96,7 +96,7 @@ TEST(ChatTemplate, Llama3WritesBosAndHeadersAreNotTrainable) {
   EXPECT_TRUE(segments[1].trainable);
 }
 
-TEST(ChatTemplate, AutoDetection) {
+TEST(ChatFormatRendering, AutoDetection) {
   EXPECT_EQ(chat_format_from_name("auto", "{{'<|im_start|>' + message['role']}}"), ChatFormat::ChatMl);
   EXPECT_EQ(chat_format_from_name("auto", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
                                           "helpful assistant.<|im_end|>"),
@@ -116,7 +116,7 @@ TEST(ChatTemplate, AutoDetection) {
   }
 }
 
-TEST(ChatTemplate, RejectsBadConversations) {
+TEST(ChatFormatRendering, RejectsBadConversations) {
   EXPECT_THROW(render_conversation(ChatFormat::ChatMl, {}, "", ""), Error);
   try {
     render_conversation(ChatFormat::ChatMl, {{"user", "a"}, {"tool", "b"}}, "", "");
@@ -128,7 +128,7 @@ TEST(ChatTemplate, RejectsBadConversations) {
   EXPECT_THROW(render_conversation(ChatFormat::Mistral, {{"system", "s"}, {"system", "t"}}, "<s>", "</s>"), Error);
 }
 
-TEST(ChatTemplate, PythonStrip) {
+TEST(ChatFormatRendering, PythonStrip) {
   EXPECT_EQ(python_strip(""), "");
   EXPECT_EQ(python_strip(" \t\n"), "");
   EXPECT_EQ(python_strip("  a b  "), "a b");
@@ -140,7 +140,7 @@ TEST(ChatTemplate, PythonStrip) {
   EXPECT_EQ(python_strip("x\xE2\x80"), "x\xE2\x80");                         // truncated sequence
 }
 
-TEST(ChatTemplate, AlpacaMatchesUnslothPrompt) {
+TEST(ChatFormatRendering, AlpacaMatchesUnslothPrompt) {
   const nlohmann::json fixture = load_data_fixture("alpaca.json");
   const std::string eos = fixture.at("eos");
   ASSERT_EQ(fixture.at("cases").size(), 3u);

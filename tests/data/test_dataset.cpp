@@ -19,14 +19,25 @@ namespace {
 using data_test::ByteTokenizer;
 using nlohmann::json;
 
-// Writes `content` to a fresh file in the test temp dir and returns its path.
-std::string write_file(const std::string& name, const std::string& content) {
-  static int counter = 0;
-  const std::string path = testing::TempDir() + "finetune_data_" + std::to_string(getpid()) + "_" +
-                           std::to_string(counter++) + "_" + name;
-  std::ofstream(path, std::ios::binary) << content;
-  return path;
-}
+// Gives each test fresh files in the temp dir and removes them afterwards.
+class DatasetLoading : public testing::Test {
+ protected:
+  // Writes `content` to a new file whose name ends with `name`; returns its path.
+  std::string write_file(const std::string& name, const std::string& content) {
+    const std::string path = testing::TempDir() + "finetune_data_" + std::to_string(getpid()) + "_" +
+                             std::to_string(written_.size()) + "_" + name;
+    std::ofstream(path, std::ios::binary) << content;
+    written_.push_back(path);
+    return path;
+  }
+
+  void TearDown() override {
+    for (const std::string& path : written_) std::remove(path.c_str());
+  }
+
+ private:
+  std::vector<std::string> written_;
+};
 
 std::string jsonl(const std::vector<json>& rows) {
   std::string text;
@@ -59,7 +70,7 @@ const std::string kAlpacaPrefix =
     "Below is an instruction that describes a task, paired with an input that provides further context. "
     "Write a response that appropriately completes the request.\n\n### Instruction:\n";
 
-TEST(Dataset, AlpacaJsonlWithLabelMask) {
+TEST_F(DatasetLoading, AlpacaJsonlWithLabelMask) {
   const ByteTokenizer tokenizer = data_test::qwen_like_tokenizer();
   const std::string path = write_file("alpaca.jsonl", jsonl({{{"instruction", "Add."}, {"input", "2 3"}, {"output", "5"}},
                                                             {{"instruction", "Hi"}, {"input", ""}, {"output", "Yo"}}}) +
@@ -83,7 +94,7 @@ TEST(Dataset, AlpacaJsonlWithLabelMask) {
   EXPECT_EQ(data.stats.trainable_tokens, 2 + 3);
 }
 
-TEST(Dataset, BosFromPostProcessorOnlyWhenTemplateDoesNotWriteIt) {
+TEST_F(DatasetLoading, BosFromPostProcessorOnlyWhenTemplateDoesNotWriteIt) {
   const ByteTokenizer llama = data_test::llama3_like_tokenizer();
   const int32_t bos = *llama.special_tokens().bos_token_id;
   const std::string alpaca = write_file("a.json", json::array({{{"instruction", "i"}, {"output", "o"}}}).dump());
@@ -108,7 +119,7 @@ TEST(Dataset, BosFromPostProcessorOnlyWhenTemplateDoesNotWriteIt) {
 
 // Every reference conversation, loaded as a messages row and as a sharegpt row, tokenizes to the
 // reference text with exactly the assistant pieces trainable.
-TEST(Dataset, ConversationsMatchReferenceTemplates) {
+TEST_F(DatasetLoading, ConversationsMatchReferenceTemplates) {
   const json fixture = data_test::load_data_fixture("chat_templates.json");
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   const ByteTokenizer llama = data_test::llama3_like_tokenizer();
@@ -161,7 +172,7 @@ TEST(Dataset, ConversationsMatchReferenceTemplates) {
   EXPECT_EQ(checked, 2 * (3 * 13 + 10 - 4));
 }
 
-TEST(Dataset, RowsWithoutAssistantTurnAreSkipped) {
+TEST_F(DatasetLoading, RowsWithoutAssistantTurnAreSkipped) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   DatasetOptions options;
   options.chat_format = ChatFormat::ChatMl;
@@ -175,7 +186,7 @@ TEST(Dataset, RowsWithoutAssistantTurnAreSkipped) {
   EXPECT_EQ(data.stats.rows_kept, 1);
 }
 
-TEST(Dataset, PreTokenizedRows) {
+TEST_F(DatasetLoading, PreTokenizedRows) {
   const std::string path = write_file("p.jsonl", jsonl({{{"input_ids", {1, 2, 3}}},
                                                        {{"input_ids", {4, 5, 6, 7}}, {"labels", {-100, -100, 6, 7}}},
                                                        {{"input_ids", {8, 9}}, {"labels", {8, -100}}}}));
@@ -187,7 +198,7 @@ TEST(Dataset, PreTokenizedRows) {
   EXPECT_EQ(data.stats.trainable_tokens, 2 + 2);
   EXPECT_EQ(data.stats.tokens, 7);
 
-  const auto error_for = [](const json& row) {
+  const auto error_for = [&](const json& row) {
     return load_error({write_file("bad.jsonl", jsonl({{{"input_ids", {1, 2}}}, row}))}, nullptr);
   };
   EXPECT_NE(error_for({{"input_ids", {1, 2}}, {"labels", {1}}}).find("bad.jsonl:2"), std::string::npos);
@@ -200,7 +211,7 @@ TEST(Dataset, PreTokenizedRows) {
   EXPECT_NE(error_for({{"input_ids", json::array()}}).find("empty"), std::string::npos);
 }
 
-TEST(Dataset, MalformedJsonlNamesFileAndLine) {
+TEST_F(DatasetLoading, MalformedJsonlNamesFileAndLine) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   const std::string good = R"({"instruction": "a", "input": "", "output": "b"})";
   const std::string path = write_file("broken.jsonl", good + "\n\n{\"instruction\": oops}\n" + good + "\n");
@@ -221,7 +232,7 @@ TEST(Dataset, MalformedJsonlNamesFileAndLine) {
   EXPECT_NE(load_error({scalar}, &qwen).find("scalar.jsonl:2: row must be a JSON object, got array"), std::string::npos);
 }
 
-TEST(Dataset, ChatRowErrorsNameFileLineAndField) {
+TEST_F(DatasetLoading, ChatRowErrorsNameFileLineAndField) {
   const ByteTokenizer mistral = data_test::mistral_like_tokenizer();
   DatasetOptions options;
   options.chat_format = ChatFormat::Mistral;
@@ -252,7 +263,7 @@ TEST(Dataset, ChatRowErrorsNameFileLineAndField) {
   EXPECT_NE(e.find("chat.jsonl:1: conversation rows need a chat format"), std::string::npos) << e;
 }
 
-TEST(Dataset, JsonArrayErrorsNameFileAndElement) {
+TEST_F(DatasetLoading, JsonArrayErrorsNameFileAndElement) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   const std::string bad_row = write_file("rows.json", R"([{"text": "a"}, {"text": "b"}, {"text": null}])");
   std::string e = load_error({bad_row}, &qwen);
@@ -267,7 +278,7 @@ TEST(Dataset, JsonArrayErrorsNameFileAndElement) {
   EXPECT_NE(e.find("object.json: a .json dataset must be a top-level array"), std::string::npos) << e;
 }
 
-TEST(Dataset, FileLevelErrors) {
+TEST_F(DatasetLoading, FileLevelErrors) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   std::string e = load_error({testing::TempDir() + "does_not_exist.jsonl"}, &qwen);
   EXPECT_NE(e.find("does_not_exist.jsonl: cannot open"), std::string::npos) << e;
@@ -289,7 +300,7 @@ TEST(Dataset, FileLevelErrors) {
   EXPECT_THROW(load_dataset({write_file("t.jsonl", "{\"text\": \"a\"}\n")}, &qwen, tiny), UsageError);
 }
 
-TEST(Dataset, SkipBadRowsCountsAndKeepsGoodRows) {
+TEST_F(DatasetLoading, SkipBadRowsCountsAndKeepsGoodRows) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   std::string content = "{not json}\n";  // the first row is bad too: the format comes from the next one
   for (int i = 0; i < 15; ++i) content += R"({"text": "row"})" "\n" R"({"text": 1})" "\n";
@@ -305,7 +316,7 @@ TEST(Dataset, SkipBadRowsCountsAndKeepsGoodRows) {
             std::string::npos);
 }
 
-TEST(Dataset, TruncationAndStats) {
+TEST_F(DatasetLoading, TruncationAndStats) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
   DatasetOptions options;
   options.max_seq_length = 20;
@@ -330,7 +341,7 @@ TEST(Dataset, TruncationAndStats) {
   EXPECT_EQ(data.stats.trainable_tokens, 19 + 5);
 }
 
-TEST(Dataset, RowLocationDescribe) {
+TEST(DatasetFiles, RowLocationDescribe) {
   EXPECT_EQ((RowLocation{"a.jsonl", 7, -1}).describe(), "a.jsonl:7");
   EXPECT_EQ((RowLocation{"a.json", 0, 3}).describe(), "a.json element 3");
 }

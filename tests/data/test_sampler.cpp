@@ -24,7 +24,7 @@ std::vector<int64_t> iota_vector(int64_t n) {
   return v;
 }
 
-TEST(Sampler, PermutationIsAPermutationAndDeterministic) {
+TEST(EpochSampler, PermutationIsAPermutationAndDeterministic) {
   for (int64_t n : {0, 1, 2, 7, 100, 1001}) {
     const std::vector<int64_t> p = epoch_permutation(n, 42, 3);
     EXPECT_EQ(sorted(p), iota_vector(n)) << n;
@@ -32,7 +32,7 @@ TEST(Sampler, PermutationIsAPermutationAndDeterministic) {
   }
 }
 
-TEST(Sampler, PermutationDependsOnSeedAndEpoch) {
+TEST(EpochSampler, PermutationDependsOnSeedAndEpoch) {
   const std::vector<int64_t> base = epoch_permutation(1000, 42, 0);
   EXPECT_NE(base, epoch_permutation(1000, 42, 1));
   EXPECT_NE(base, epoch_permutation(1000, 43, 0));
@@ -42,7 +42,7 @@ TEST(Sampler, PermutationDependsOnSeedAndEpoch) {
 
 // The permutation must be identical on every platform and standard library: compare with the
 // independent Python implementation in make_data_fixtures.py.
-TEST(Sampler, PermutationMatchesReference) {
+TEST(EpochSampler, PermutationMatchesReference) {
   const nlohmann::json fixture = data_test::load_data_fixture("sampler.json");
   ASSERT_GE(fixture.at("permutations").size(), 8u);
   for (const auto& c : fixture.at("permutations")) {
@@ -53,7 +53,7 @@ TEST(Sampler, PermutationMatchesReference) {
   EXPECT_EQ(epoch_permutation(10, 1234, 5), (std::vector<int64_t>{4, 7, 9, 3, 1, 2, 0, 5, 8, 6}));
 }
 
-TEST(Sampler, PermutationIsRoughlyUniform) {
+TEST(EpochSampler, PermutationIsRoughlyUniform) {
   // Position of element 0 over many seeds: each of 5 slots should get about 1/5.
   std::vector<int> counts(5, 0);
   for (uint64_t seed = 0; seed < 5000; ++seed) {
@@ -66,7 +66,7 @@ TEST(Sampler, PermutationIsRoughlyUniform) {
   }
 }
 
-TEST(Sampler, NoShuffleIsIdentity) {
+TEST(EpochSampler, NoShuffleIsIdentity) {
   SamplerConfig config;
   config.num_samples = 10;
   config.shuffle = false;
@@ -79,7 +79,7 @@ TEST(Sampler, NoShuffleIsIdentity) {
   EXPECT_EQ(rank_indices(config, 0), (std::vector<int64_t>{1, 4, 7}));
 }
 
-TEST(Sampler, RanksCoverEverySampleDisjointly) {
+TEST(EpochSampler, RanksCoverEverySampleDisjointly) {
   for (int64_t n : {1, 2, 5, 12, 13, 101}) {
     for (int world : {1, 2, 3, 4}) {
       for (bool drop_last : {false, true}) {
@@ -125,7 +125,7 @@ TEST(Sampler, RanksCoverEverySampleDisjointly) {
   }
 }
 
-TEST(Sampler, DifferentEpochsGiveDifferentOrders) {
+TEST(EpochSampler, DifferentEpochsGiveDifferentOrders) {
   SamplerConfig config;
   config.num_samples = 64;
   config.world_size = 2;
@@ -134,7 +134,7 @@ TEST(Sampler, DifferentEpochsGiveDifferentOrders) {
   EXPECT_EQ(sorted(rank_indices(config, 0)).size(), 32u);
 }
 
-TEST(Sampler, RankMicroBatchesUnionEqualsSingleProcessBatch) {
+TEST(EpochSampler, RankMicroBatchesUnionEqualsSingleProcessBatch) {
   const int64_t batch = 3;
   for (int64_t n : {24, 25, 50, 7}) {
     for (int world : {1, 2, 3, 4}) {
@@ -162,7 +162,7 @@ TEST(Sampler, RankMicroBatchesUnionEqualsSingleProcessBatch) {
   }
 }
 
-TEST(Sampler, MicroBatchesSplitAndDropLast) {
+TEST(EpochSampler, MicroBatchesSplitAndDropLast) {
   const std::vector<int64_t> indices = {5, 3, 8, 1, 0, 9, 2};
   EXPECT_EQ(micro_batches(indices, 3, false, {}, false),
             (std::vector<std::vector<int64_t>>{{5, 3, 8}, {1, 0, 9}, {2}}));
@@ -171,7 +171,7 @@ TEST(Sampler, MicroBatchesSplitAndDropLast) {
   EXPECT_THROW(micro_batches(indices, 0, false, {}, false), Error);
 }
 
-TEST(Sampler, GroupByLengthSortsWithinWindows) {
+TEST(EpochSampler, GroupByLengthSortsWithinWindows) {
   // batch 1 -> windows of 50 indices; lengths = index % 7 so sorting is visible.
   const std::vector<int64_t> indices = epoch_permutation(120, 3, 0);
   std::vector<int64_t> lengths(120);
@@ -196,7 +196,7 @@ TEST(Sampler, GroupByLengthSortsWithinWindows) {
   EXPECT_THROW(micro_batches({0, 5}, 2, true, {1, 2}, false), Error);  // no length for index 5
 }
 
-TEST(Sampler, RejectsBadConfig) {
+TEST(EpochSampler, RejectsBadConfig) {
   SamplerConfig config;
   config.num_samples = 4;
   config.world_size = 2;

@@ -33,9 +33,7 @@ void expect_contains(const std::string& message, const std::vector<std::string>&
   }
 }
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 // Shard files each holding the named U8 tensors (tensor i has i + 1 bytes of a known pattern).
 void write_shard(const std::string& path, const std::vector<std::string>& names) {
@@ -43,8 +41,8 @@ void write_shard(const std::string& path, const std::vector<std::string>& names)
   std::vector<TensorView> views;
   for (const std::string& name : names) contents.push_back(pattern_bytes(name.size(), name[0]));
   for (size_t i = 0; i < names.size(); ++i) {
-    views.push_back({names[i], DType::U8, {static_cast<int64_t>(names[i].size())},
-                     contents[i].data()});
+    views.push_back(
+        {names[i], DType::U8, {static_cast<int64_t>(names[i].size())}, contents[i].data()});
   }
   write_safetensors(path, views, {{"format", "pt"}});
 }
@@ -54,7 +52,8 @@ const char* const kShard2 = "model-00002-of-00002.safetensors";
 
 // A valid two-shard checkpoint; tests then damage it.
 void write_sharded(const TempDir& dir) {
-  write_shard(dir.file(kShard1), {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"});
+  write_shard(dir.file(kShard1),
+              {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"});
   write_shard(dir.file(kShard2), {"lm_head.weight", "model.norm.weight"});
   write_text(dir.file("model.safetensors.index.json"), std::string(R"({
     "metadata": {"total_size": 80},
@@ -111,7 +110,8 @@ TEST(CheckpointFiles, NoWeightsSaysWhatWasLookedFor) {
   TempDir dir;
   write_text(dir.file("config.json"), "{}");
   std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
-  expect_contains(message, {dir.path().string(), "'model.safetensors'", "'model.safetensors.index.json'"});
+  expect_contains(message,
+                  {dir.path().string(), "'model.safetensors'", "'model.safetensors.index.json'"});
   const std::string missing = dir.file("nowhere");
   message = error_message([&] { CheckpointFiles::open_dir(missing); });
   expect_contains(message, {missing, "does not exist"});
@@ -121,15 +121,18 @@ TEST(CheckpointFiles, MissingShardFileIsNamed) {
   TempDir dir;
   write_sharded(dir);
   std::filesystem::remove(dir.file(kShard2));
-  const std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
-  expect_contains(message, {dir.file("model.safetensors.index.json"), dir.file(kShard2), "does not exist"});
+  const std::string message =
+      error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
+  expect_contains(message,
+                  {dir.file("model.safetensors.index.json"), dir.file(kShard2), "does not exist"});
 }
 
 TEST(CheckpointFiles, TensorMissingFromItsShardNamesIndexShardAndTensor) {
   TempDir dir;
   write_sharded(dir);
   write_shard(dir.file(kShard2), {"lm_head.weight"});  // drops model.norm.weight
-  const std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
+  const std::string message =
+      error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
   expect_contains(message, {dir.file("model.safetensors.index.json"), dir.file(kShard2),
                             "'model.norm.weight'"});
 }
@@ -137,9 +140,12 @@ TEST(CheckpointFiles, TensorMissingFromItsShardNamesIndexShardAndTensor) {
 TEST(CheckpointFiles, TensorInTwoShardsIsAnError) {
   TempDir dir;
   write_sharded(dir);
-  write_shard(dir.file(kShard2), {"lm_head.weight", "model.norm.weight", "model.embed_tokens.weight"});
-  const std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
-  expect_contains(message, {"'model.embed_tokens.weight'", "two shards", dir.file(kShard1), dir.file(kShard2)});
+  write_shard(dir.file(kShard2),
+              {"lm_head.weight", "model.norm.weight", "model.embed_tokens.weight"});
+  const std::string message =
+      error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
+  expect_contains(
+      message, {"'model.embed_tokens.weight'", "two shards", dir.file(kShard1), dir.file(kShard2)});
 }
 
 TEST(CheckpointFiles, MalformedIndexIsNamed) {
@@ -154,10 +160,14 @@ TEST(CheckpointFiles, MalformedIndexIsNamed) {
       {R"({"weight_map": {}})", "lists no tensors"},
       {R"({"weight_map": {"lm_head.weight": 2}})", "'lm_head.weight'"},
       {R"({"weight_map": {"lm_head.weight": ""}})", "'lm_head.weight'"},
+      {R"({"weight_map": {"lm_head.weight": )" + std::string(100000, '[') +
+           std::string(100000, ']') + "}}",
+       "'lm_head.weight'"},
   };
   for (const auto& [text, phrase] : cases) {
     write_text(index, text);
-    const std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
+    const std::string message =
+        error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
     expect_contains(message, {index, phrase});
   }
 }
@@ -166,7 +176,8 @@ TEST(CheckpointFiles, MalformedShardIsNamed) {
   TempDir dir;
   write_sharded(dir);
   write_bytes(dir.file(kShard1), Bytes{1, 2, 3});
-  const std::string message = error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
+  const std::string message =
+      error_message([&] { CheckpointFiles::open_dir(dir.path().string()); });
   expect_contains(message, {dir.file(kShard1), "shorter than the 8-byte header length"});
 }
 

@@ -159,9 +159,10 @@ TEST(SafetensorsRoundTrip, OneFilePerDTypeIncludingScalarAndEmpty) {
 
 TEST(SafetensorsRoundTrip, MetadataWithUnicodeAndSpecialCharacters) {
   TempDir dir;
-  const std::map<std::string, std::string> metadata = {
-      {"format", "pt"}, {"quote\"and\\slash", "line\nbreak\ttab"}, {"unicode", "\xC3\xA9\xE4\xB8\xAD"},
-      {"empty", ""}};
+  const std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                       {"quote\"and\\slash", "line\nbreak\ttab"},
+                                                       {"unicode", "\xC3\xA9\xE4\xB8\xAD"},
+                                                       {"empty", ""}};
   const OwnedTensor tensor = make_tensor("w", DType::F32, {2}, 3);
   const std::string path = dir.file("meta.safetensors");
   write_safetensors(path, views_of({tensor}), metadata);
@@ -227,8 +228,7 @@ TEST(SafetensorsWriter, HeaderInNameOrderDataByDTypeSizeWithoutGaps) {
     expected_begin = info.end;
   }
   EXPECT_EQ(expected_begin, bytes.size() - 8 - header_length);
-  EXPECT_EQ(file_order,
-            (std::vector<std::string>{"b_f64", "d_i32", "c_f16", "a_u8", "e_bool"}));
+  EXPECT_EQ(file_order, (std::vector<std::string>{"b_f64", "d_i32", "c_f16", "a_u8", "e_bool"}));
 }
 
 TEST(SafetensorsWriter, ReplacesExistingFileAndLeavesNoTemporary) {
@@ -289,7 +289,8 @@ TEST(SafetensorsFile, MoveKeepsTheMappingAlive) {
 
   SafetensorsFile first = SafetensorsFile::open(path);
   SafetensorsFile moved(std::move(first));
-  EXPECT_TRUE(first.tensors().empty());  // NOLINT(bugprone-use-after-move): checks the moved-from state
+  EXPECT_TRUE(
+      first.tensors().empty());  // NOLINT(bugprone-use-after-move): checks the moved-from state
   EXPECT_EQ(first.find("w"), nullptr);
   EXPECT_EQ(tensor_bytes(moved, moved.at("w")), tensor.bytes);
 
@@ -304,8 +305,8 @@ TEST(SafetensorsFile, LookupErrorsNameFileAndTensor) {
   TempDir dir;
   const OwnedTensor tensor = make_tensor("w", DType::F32, {2}, 5);
   write_safetensors(dir.file("a.safetensors"), views_of({tensor}));
-  write_safetensors(dir.file("b.safetensors"),
-                    views_of({make_tensor("x", DType::U8, {1}, 1), make_tensor("w", DType::U8, {200}, 1)}));
+  write_safetensors(dir.file("b.safetensors"), views_of({make_tensor("x", DType::U8, {1}, 1),
+                                                         make_tensor("w", DType::U8, {200}, 1)}));
   SafetensorsFile a = SafetensorsFile::open(dir.file("a.safetensors"));
   SafetensorsFile b = SafetensorsFile::open(dir.file("b.safetensors"));
   EXPECT_EQ(a.find("nope"), nullptr);
@@ -319,7 +320,8 @@ TEST(SafetensorsFile, LookupErrorsNameFileAndTensor) {
 
 TEST(SafetensorsFile, MissingFileAndDirectoryAreErrors) {
   TempDir dir;
-  std::string message = error_message([&] { SafetensorsFile::open(dir.file("missing.safetensors")); });
+  std::string message =
+      error_message([&] { SafetensorsFile::open(dir.file("missing.safetensors")); });
   EXPECT_NE(message.find(dir.file("missing.safetensors")), std::string::npos) << message;
   message = error_message([&] { SafetensorsFile::open(dir.path().string()); });
   EXPECT_NE(message.find(dir.path().string()), std::string::npos) << message;
@@ -376,16 +378,15 @@ const MalformedCase kMalformedCases[] = {
      "non-negative integers"},
     {"negative_dim", W(R"("dtype":"F32","shape":[-1,4],"data_offsets":[0,4])"), 4, "w",
      "negative dimension -1"},
-    {"dim_too_large", W(R"("dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4])"),
-     4, "w", "too large"},
-    {"dim_beyond_u64", W(R"("dtype":"U8","shape":[99999999999999999999],"data_offsets":[0,4])"),
-     4, "w", "non-negative integers"},
+    {"dim_too_large", W(R"("dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4])"), 4,
+     "w", "too large"},
+    {"dim_beyond_u64", W(R"("dtype":"U8","shape":[99999999999999999999],"data_offsets":[0,4])"), 4,
+     "w", "non-negative integers"},
     {"element_count_overflow",
      W(R"("dtype":"U8","shape":[4294967296,4294967296,4],"data_offsets":[0,4])"), 4, "w",
      "overflows"},
-    {"byte_size_overflow",
-     W(R"("dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,4])"), 4, "w",
-     "overflows"},
+    {"byte_size_overflow", W(R"("dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,4])"),
+     4, "w", "overflows"},
     {"missing_offsets", W(R"("dtype":"F32","shape":[1])"), 4, "w", "missing 'data_offsets'"},
     {"offsets_not_array", W(R"("dtype":"F32","shape":[1],"data_offsets":4)"), 4, "w",
      "'data_offsets' must be [begin, end]"},
@@ -401,27 +402,42 @@ const MalformedCase kMalformedCases[] = {
      "begin after end"},
     {"end_past_data", W(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])"), 4, "w",
      "past the data section of 4 bytes"},
-    {"offsets_huge", W(R"("dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615])"),
-     4, "w", "past the data section"},
+    {"offsets_huge",
+     W(R"("dtype":"U8","shape":[1],"data_offsets":[18446744073709551614,18446744073709551615])"), 4,
+     "w", "past the data section"},
     {"byte_size_mismatch", W(R"("dtype":"F32","shape":[2],"data_offsets":[0,4])"), 8, "w",
      "holds 4 bytes but F32 [2] needs 8"},
     {"scalar_size_mismatch", W(R"("dtype":"F64","shape":[],"data_offsets":[0,4])"), 8, "w",
      "needs 8"},
     {"overlap",
-     R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
+     R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+     R"("b":{"dtype":"U8","shape":[8],"data_offsets":[4,12]}})",
      12, "b", "overlap"},
     {"overlap_nested",
-     R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"c":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
+     R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},)"
+     R"("b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},)"
+     R"("c":{"dtype":"U8","shape":[2],"data_offsets":[6,8]}})",
      8, "a", "overlap"},
     {"same_range",
-     R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+     R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+     R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
      4, "a", "overlap"},
     {"duplicate_name",
-     R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"w":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+     R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},)"
+     R"("w":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
      4, "w", "appears twice"},
     {"metadata_not_object", R"({"__metadata__":[1]})", 0, "", "'__metadata__' must be an object"},
-    {"metadata_value_not_string", R"({"__metadata__":{"step":1}})", 0, "step",
-     "must be a string"},
+    {"metadata_value_not_string", R"({"__metadata__":{"step":1}})", 0, "step", "must be a string"},
+    {"deep_header", std::string(100000, '[') + std::string(100000, ']'), 0, "", "deeper than"},
+    {"deep_entry", R"({"w":)" + std::string(100000, '[') + std::string(100000, ']') + "}", 0, "",
+     "deeper than"},
+    {"deep_shape",
+     W(R"("dtype":"F32","data_offsets":[0,0],"shape":)" + std::string(100000, '[') +
+       std::string(100000, ']')),
+     0, "", "deeper than"},
+    {"deep_metadata_value",
+     R"({"__metadata__":{"k":)" + std::string(100000, '[') + std::string(100000, ']') + "}}", 0, "",
+     "deeper than"},
 };
 #undef W
 
@@ -458,10 +474,11 @@ TEST(SafetensorsMalformedLength, HeaderLengthPastEndOfFile) {
 TEST(SafetensorsMalformedLength, EveryTruncationOfAValidFileIsRejected) {
   TempDir dir;
   const std::string valid = dir.file("valid.safetensors");
-  write_safetensors(valid,
-                    views_of({make_tensor("a", DType::F32, {3}, 1), make_tensor("b", DType::BF16, {5}, 2),
-                              make_tensor("c", DType::U8, {}, 3)}),
-                    {{"format", "pt"}});
+  write_safetensors(
+      valid,
+      views_of({make_tensor("a", DType::F32, {3}, 1), make_tensor("b", DType::BF16, {5}, 2),
+                make_tensor("c", DType::U8, {}, 3)}),
+      {{"format", "pt"}});
   const Bytes bytes = read_bytes(valid);
   const std::string path = dir.file("cut.safetensors");
   for (size_t size = 0; size < bytes.size(); ++size) {
@@ -516,10 +533,19 @@ TEST(SafetensorsFuzz, RandomDamageNeverCrashes) {
     for (int e = 0; e < edits; ++e) {
       const size_t at = rng() % bytes.size();
       switch (rng() % 4) {
-        case 0: bytes[at] = static_cast<uint8_t>(rng()); break;
-        case 1: bytes[at] = "0123456789[]{}\",:-"[rng() % 18]; break;
-        case 2: bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at)); break;
-        default: bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at), static_cast<uint8_t>(rng())); break;
+        case 0:
+          bytes[at] = static_cast<uint8_t>(rng());
+          break;
+        case 1:
+          bytes[at] = "0123456789[]{}\",:-"[rng() % 18];
+          break;
+        case 2:
+          bytes.erase(bytes.begin() + static_cast<std::ptrdiff_t>(at));
+          break;
+        default:
+          bytes.insert(bytes.begin() + static_cast<std::ptrdiff_t>(at),
+                       static_cast<uint8_t>(rng()));
+          break;
       }
       if (bytes.empty()) break;
     }

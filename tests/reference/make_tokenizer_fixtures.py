@@ -8,6 +8,7 @@ multilingual corpus and writes, for each, a model directory plus the ids transfo
 
   OUTDIR/llama3/      tokenizer.json like Llama-3 (Split with the Llama-3 regex + ByteLevel(use_regex=False),
                       ignore_merges, TemplateProcessing prepending <|begin_of_text|>), tokenizer_config.json
+  OUTDIR/llama3_add_eos/  the same tokenizer.json with add_bos_token false / add_eos_token true
   OUTDIR/qwen2/       tokenizer.json like Qwen2 (NFC, Qwen2 regex, no BOS, ByteLevel post-processor),
                       merges written in the [a, b] list form, tokenizer_config.json
   OUTDIR/spm_llama2/  tokenizer.model (sentencepiece BPE, byte_fallback, like Llama-2) + tokenizer_config.json
@@ -349,6 +350,19 @@ def main():
     llama3_dir = os.path.join(out, "llama3")
     tok, extra = make_llama3(llama3_dir, corpus)
     write_expected(llama3_dir, test_corpus(extra), check_with=tok)
+
+    # transformers 5 drops add_bos_token / add_eos_token from the config when tokenizer.json exists.
+    eos_dir = os.path.join(out, "llama3_add_eos")
+    os.makedirs(eos_dir, exist_ok=True)
+    with open(os.path.join(llama3_dir, "tokenizer.json"), encoding="utf-8") as f:
+        data = f.read()
+    with open(os.path.join(eos_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        f.write(data)
+    with open(os.path.join(llama3_dir, "tokenizer_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config.update({"add_bos_token": False, "add_eos_token": True})
+    write_json(os.path.join(eos_dir, "tokenizer_config.json"), config)
+    write_expected(eos_dir, test_corpus(extra)[:40])
 
     qwen2_dir = os.path.join(out, "qwen2")
     tok, extra = make_qwen2(qwen2_dir, corpus)

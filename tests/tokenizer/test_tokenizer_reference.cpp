@@ -85,7 +85,7 @@ void check_against_reference(const std::string& name) {
     }
     if (!ok || decoded != c["decoded"].get<std::string>()) ++failures;
   }
-  EXPECT_GT(expected["cases"].size(), 150u);
+  EXPECT_GE(expected["cases"].size(), 40u);
   EXPECT_GT(round_trips, expected["cases"].size() * 3 / 4) << "too few lines round-trip";
   if (name == "llama3") {  // byte-level BPE without a normalizer is lossless except around <mask>
     EXPECT_GE(round_trips + 8, expected["cases"].size());
@@ -93,6 +93,10 @@ void check_against_reference(const std::string& name) {
 }
 
 TEST(TokenizerReference, Llama3ByteLevelBpeMatchesTransformers) { check_against_reference("llama3"); }
+
+TEST(TokenizerReference, AddEosTokenInConfigIsIgnoredWithTokenizerJsonLikeTransformers) {
+  check_against_reference("llama3_add_eos");
+}
 
 TEST(TokenizerReference, Qwen2ByteLevelBpeWithNfcMatchesTransformers) { check_against_reference("qwen2"); }
 

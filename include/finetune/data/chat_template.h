@@ -17,6 +17,8 @@
 //   Alpaca      the alpaca prompt of Unsloth's CLI (for instruction/input/output rows).
 // With train_on_completions only assistant content and its end-of-turn token (<|im_end|>,
 // <|eot_id|>, Mistral's </s>) are trainable; role headers and the newline after <|im_end|> are not.
+// Mistral's space before a reply is trainable too: SentencePiece glues it to the reply's first
+// token ("▁Hi").
 #pragma once
 
 #include <string>
@@ -37,6 +39,10 @@ struct TextSegment {
   bool trainable;
 };
 
+// "auto" maps every template of a family to the one rendering above, so for a few relatives the
+// text is close but not identical: Llama-3.1/3.2 templates (-> Llama3, without their default
+// "Cutting Knowledge Date" system header), Mistral-7B-Instruct-v0.3 / Nemo (-> Mistral, whose
+// spacing around [INST] and system placement differ), Qwen3 (-> ChatMl, no <think> block).
 // Names: "chatml", "qwen2.5" (also "qwen2", "qwen"), "llama3" (also "llama-3"), "mistral",
 // "alpaca", and "auto", which reads the tokenizer's chat template:
 //   contains "<|im_start|>"        -> ChatMlQwen if it holds Qwen's default system prompt, else ChatMl

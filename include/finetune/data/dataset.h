@@ -5,10 +5,19 @@
 //   sharegpt       {"conversations": [{"from", "value"}]}
 //   text           {"text"}
 //   pre-tokenized  {"input_ids": [...], "labels": [...]?}  (labels default to input_ids)
-// Files are a JSON array (.json) or one object per line (.jsonl). A malformed row is an error
-// naming file and line, or with skip_bad_rows a warning and a count. With train_on_completions
-// the prompt / non-assistant tokens get label -100. Rows are truncated to max_seq_length; rows
-// left with no trainable token are skipped and counted.
+// (checked in the order input_ids, messages, conversations, instruction+output, text; see
+// dataset_formats.h). Files are a JSON array (.json) or one object per line (.jsonl, blank lines
+// ignored; see dataset_files.h). A malformed row (invalid JSON, not an object, a missing or
+// mistyped field, a conversation the template rejects) is an Error naming file and line (.jsonl)
+// or element index (.json); with skip_bad_rows it is counted in rows_bad and logged (the first
+// 10, then a total). A first row whose keys name no format stops the load even then.
+// Tokenization: each rendered segment is encoded separately and concatenated; the tokenizer's
+// post-processor (BOS) runs on the first segment only, and not at all when the rendered text
+// already starts with the BOS string (Llama-3 / Mistral templates write it). With
+// train_on_completions the prompt / non-assistant tokens get label -100, otherwise labels equal
+// input_ids. Pre-tokenized rows keep their labels (default: input_ids) and need no tokenizer.
+// Rows are truncated to max_seq_length; rows left with no trainable token (labels[t] != -100 for
+// some t >= 1) are skipped and counted.
 #pragma once
 
 #include <cstdint>

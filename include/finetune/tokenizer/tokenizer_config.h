@@ -18,7 +18,8 @@ struct TokenizerConfig {
   std::optional<std::string> eos_token;
   std::optional<std::string> pad_token;
   std::optional<std::string> unk_token;
-  std::optional<bool> add_bos_token;  // unset: transformers keeps tokenizer.json's post-processor
+  // Used for tokenizer.model only: transformers 5 ignores both when a tokenizer.json exists.
+  std::optional<bool> add_bos_token;
   std::optional<bool> add_eos_token;
   std::optional<bool> add_prefix_space;
   bool legacy = false;  // transformers 5 LlamaTokenizer default

@@ -1,0 +1,48 @@
+// The rank's stream of optimizer steps, each a list of micro-batches (gradient accumulation),
+// epoch after epoch. An optimizer step never spans two epochs: the last step of an epoch takes
+// the micro-batches that are left (as HF's Trainer does). Every rank has the same number of
+// micro-batches per epoch (the sampler pads), so ranks always agree on the step structure.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "finetune/data/batch.h"
+#include "finetune/data/sample.h"
+#include "finetune/data/sampler.h"
+
+namespace finetune {
+
+struct MicroBatchStreamConfig {
+  SamplerConfig sampler;
+  int64_t batch_size = 1;
+  int64_t gradient_accumulation_steps = 1;
+  bool group_by_length = false;
+  int64_t pad_token_id = 0;
+  int64_t pad_to_multiple_of = 1;
+};
+
+class MicroBatchStream {
+ public:
+  MicroBatchStream(const std::vector<Sample>& samples, MicroBatchStreamConfig config);
+
+  int64_t micro_batches_per_epoch() const { return micro_batches_per_epoch_; }
+  int64_t steps_per_epoch() const;
+  int64_t epoch() const { return epoch_; }
+
+  // The next optimizer step's micro-batches (1..gradient_accumulation_steps of them).
+  std::vector<HostBatch> next_step();
+
+ private:
+  void start_epoch(int64_t epoch);
+
+  const std::vector<Sample>& samples_;
+  MicroBatchStreamConfig config_;
+  std::vector<int64_t> lengths_;
+  std::vector<std::vector<int64_t>> epoch_batches_;
+  int64_t micro_batches_per_epoch_ = 0;
+  int64_t epoch_ = 0;
+  size_t cursor_ = 0;
+};
+
+}  // namespace finetune

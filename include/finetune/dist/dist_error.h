@@ -1,0 +1,24 @@
+// The one way distributed failures are phrased: "rank R: <operation> <what went wrong>", so a
+// message from any rank says who failed and in which collective.
+#pragma once
+
+#include <chrono>
+#include <sstream>
+#include <string>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+inline DistributedError distributed_error(int rank, const std::string& operation, const std::string& detail) {
+  return DistributedError("rank " + std::to_string(rank) + ": " + operation + " " + detail);
+}
+
+// "2 s", "0.5 s": timeouts as the user wrote them (seconds).
+inline std::string seconds_text(std::chrono::milliseconds duration) {
+  std::ostringstream text;
+  text << static_cast<double>(duration.count()) / 1000.0 << " s";
+  return text.str();
+}
+
+}  // namespace finetune

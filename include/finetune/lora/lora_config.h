@@ -1,0 +1,30 @@
+// LoRA hyper-parameters, named as in PEFT's LoraConfig / adapter_config.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace finetune {
+
+struct LoraConfig {
+  int64_t r = 16;
+  double lora_alpha = 16;
+  double lora_dropout = 0.0;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules;  // leaf module names: q_proj, k_proj, ...
+  std::string bias = "none";
+};
+
+// alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT's LoraLayer.update_layer).
+double lora_scaling(const LoraConfig& config);
+
+// PEFT's adapter_config.json for this config (peft_type LORA, task_type CAUSAL_LM).
+nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& base_model_name_or_path);
+// Reads an adapter_config.json; unsupported settings (DoRA, bias != none, rank/alpha patterns,
+// fan_in_fan_out...) are errors naming the file and field.
+LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::string& source);
+
+}  // namespace finetune

@@ -1,0 +1,38 @@
+// AdamW with torch.optim.AdamW's arithmetic (decoupled weight decay, bias correction in double
+// precision on the host). CPU uses the single-tensor formula step by step, which is what the
+// reference loop runs there; CUDA uses ATen's multi-tensor fused kernel (_fused_adamw_), one
+// launch for all parameters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace finetune {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> parameters, AdamWOptions options);
+
+  // One update with learning rate `lr` from the parameters' current .grad.
+  void step(double lr);
+  int64_t steps_taken() const { return step_count_; }
+
+ private:
+  std::vector<at::Tensor> parameters_;
+  std::vector<at::Tensor> exp_avg_;
+  std::vector<at::Tensor> exp_avg_sq_;
+  std::vector<at::Tensor> state_steps_;  // fp32 scalars on the device (fused kernel's step tensors)
+  AdamWOptions options_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace finetune

@@ -1,0 +1,62 @@
+// The training loop: micro-batches -> forward -> loss -> backward (gradients bucketed and
+// all-reduced by the GradReducer as they land) -> clip -> AdamW -> schedule, with logging,
+// periodic evaluation and checkpoints. Runs identically on 1 or N ranks.
+//
+// Note [Global token normalisation]
+// Every rank back-propagates sum(token losses) / N, where N is the number of trainable tokens in
+// the whole global accumulated batch (all ranks, all micro-steps; all-reduced once per step before
+// the first backward), and gradients are SUMMED across ranks. The update is therefore exactly the
+// single-process update on the union of the data, however unevenly tokens fall across ranks or
+// micro-batches (not a mean of per-micro-batch means).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "finetune/data/micro_batch_stream.h"
+#include "finetune/dist/communicator.h"
+#include "finetune/lora/lora_model.h"
+#include "finetune/model/causal_lm.h"
+#include "finetune/train/adamw.h"
+#include "finetune/train/lr_schedule.h"
+#include "finetune/util/metrics.h"
+
+namespace finetune {
+
+struct TrainerConfig {
+  int64_t total_steps = 1;
+  int64_t logging_steps = 1;
+  int64_t save_steps = 0;
+  int64_t eval_steps = 0;
+  double learning_rate = 2e-4;
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double max_grad_norm = 1.0;
+  bool gradient_checkpointing = true;
+  std::string output_dir;
+  int64_t ddp_check_consistency_steps = 0;
+  int64_t ddp_bucket_cap_mb = 25;
+  bool ddp_find_unused_parameters = false;
+};
+
+struct TrainerHooks {
+  // Global (loss_sum, tokens) over the eval set; empty when there is no eval data.
+  std::function<std::optional<double>()> evaluate;
+  // Writes an adapter checkpoint into a directory (called on rank 0 only).
+  std::function<void(const std::string& dir)> save_checkpoint;
+};
+
+struct TrainResult {
+  std::vector<double> step_losses;  // global mean train loss of every step
+  std::optional<double> final_eval_loss;
+  double elapsed_s = 0;
+  int64_t tokens = 0;
+};
+
+TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks);
+
+}  // namespace finetune

@@ -1,0 +1,61 @@
+// Training metrics: OUTPUT_DIR/metrics.jsonl (one JSON object per logged step) and the progress
+// display (a redrawn bar on a terminal, plain lines otherwise).
+//
+// metrics.jsonl schema, one object per line:
+//   step         int     optimizer steps completed
+//   epoch        float   fractional epoch (steps / steps_per_epoch)
+//   loss         float   global token-weighted mean train loss over the steps since the last log
+//   lr           float   learning rate used by the last step
+//   grad_norm    float   global gradient 2-norm before clipping, last step
+//   tokens       int     non-padding tokens processed so far (all ranks)
+//   tokens_per_s float   tokens/s (all ranks) since the last log
+//   elapsed_s    float   seconds since training started
+//   eval_loss    float   only on lines where an evaluation ran
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+namespace finetune {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double epoch = 0;
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  int64_t tokens = 0;
+  double tokens_per_s = 0;
+  double elapsed_s = 0;
+  std::optional<double> eval_loss;
+};
+
+std::string metrics_json_line(const StepMetrics& metrics);
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // truncates; throws naming the path
+  void write(const StepMetrics& metrics);            // appends one line and flushes
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+class ProgressReporter {
+ public:
+  ProgressReporter(int64_t total_steps, bool interactive);
+  void report(const StepMetrics& metrics);  // draws the bar / prints a line
+  void finish();
+
+ private:
+  int64_t total_steps_;
+  bool interactive_;
+  bool drawn_ = false;
+};
+
+bool stderr_is_terminal();
+
+}  // namespace finetune

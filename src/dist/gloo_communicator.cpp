@@ -1,0 +1,177 @@
+// CPU collectives through c10d::ProcessGroupGloo. Every wait is bounded by the timeout (Gloo's
+// own context timeout covers the transfer, Work::wait(timeout) covers the host wait); a peer that
+// died surfaces as an exception or a timeout and is rethrown as DistributedError naming the rank
+// and the operation.
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "finetune/dist/backends.h"
+#include "finetune/dist/dist_error.h"
+#include "finetune/dist/store_bootstrap.h"
+
+namespace finetune {
+
+namespace {
+
+using Milliseconds = std::chrono::milliseconds;
+
+// Waits for `work`; any failure becomes a DistributedError naming rank and operation.
+void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds timeout, int rank,
+                   const std::string& operation) {
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    const bool timed_out = std::chrono::steady_clock::now() - started >= timeout;
+    const std::string message = e.what();
+    const std::string first_line = message.substr(0, message.find('\n'));
+    if (timed_out) {
+      throw distributed_error(rank, operation,
+                              "timed out after " + seconds_text(timeout) + " (a peer is missing or stuck): " +
+                                  first_line);
+    }
+    throw distributed_error(rank, operation, "failed (a peer died or disconnected?): " + first_line);
+  }
+}
+
+void check_cpu_tensor(const at::Tensor& tensor, int rank, const std::string& operation) {
+  if (!tensor.defined() || !tensor.device().is_cpu()) {
+    throw distributed_error(rank, operation, "needs a CPU tensor for the gloo backend");
+  }
+}
+
+class GlooWork : public CollectiveWork {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor tensor, at::Tensor result, ReduceOp op,
+           int world_size, Milliseconds timeout, int rank, std::string operation)
+      : work_(std::move(work)), tensor_(std::move(tensor)), result_(std::move(result)), op_(op),
+        world_size_(world_size), timeout_(timeout), rank_(rank), operation_(std::move(operation)) {}
+
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    wait_for_work(work_, timeout_, rank_, operation_);
+    // Gloo has no AVG: it summed, we divide.
+    if (op_ == ReduceOp::Avg) result_.div_(world_size_);
+    if (!result_.is_same(tensor_)) tensor_.copy_(result_);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor tensor_;  // the caller's tensor
+  at::Tensor result_;  // what Gloo reduced: tensor_ itself, or a contiguous copy of it
+  ReduceOp op_;
+  int world_size_;
+  Milliseconds timeout_;
+  int rank_;
+  std::string operation_;
+  bool done_ = false;
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                   const std::string& gloo_hostname, Milliseconds timeout)
+      : rank_(rank), world_size_(world_size), timeout_(timeout) {
+    try {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_hostname.empty()
+                                     ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                     : c10d::ProcessGroupGloo::createDeviceForHostname(gloo_hostname));
+      options->threads = 2;
+      // Gloo's rendezvous reads the store with the store's timeout.
+      store->setTimeout(timeout);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+    } catch (const std::exception& e) {
+      const std::string message = e.what();
+      throw distributed_error(rank, "gloo rendezvous of " + std::to_string(world_size) + " ranks",
+                              "failed (timeout " + seconds_text(timeout) + "): " +
+                                  message.substr(0, message.find('\n')));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend_name() const override { return "gloo"; }
+
+  std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, ReduceOp op, const std::string& what) override {
+    check_cpu_tensor(tensor, rank_, what);
+    if (op == ReduceOp::Avg && !at::isFloatingType(tensor.scalar_type())) {
+      throw distributed_error(rank_, what, "cannot average an integer tensor");
+    }
+    at::Tensor result = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    std::vector<at::Tensor> tensors{result};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    auto work = launch(what, [&] { return group_->allreduce(tensors, options); });
+    return std::make_unique<GlooWork>(std::move(work), tensor, result, op, world_size_, timeout_, rank_, what);
+  }
+
+  void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
+    check_cpu_tensor(tensor, rank_, what);
+    if (root < 0 || root >= world_size_) throw distributed_error(rank_, what, "has no rank " + std::to_string(root));
+    at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    std::vector<at::Tensor> tensors{buffer};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    wait_for_work(launch(what, [&] { return group_->broadcast(tensors, options); }), timeout_, rank_, what);
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  void barrier(const std::string& what) override {
+    c10d::BarrierOptions options;
+    options.timeout = timeout_;
+    wait_for_work(launch(what, [&] { return group_->barrier(options); }), timeout_, rank_, what);
+  }
+
+  std::vector<double> all_gather(double value, const std::string& what) override {
+    std::vector<at::Tensor> input{at::full({1}, value, at::TensorOptions().dtype(at::kDouble))};
+    std::vector<std::vector<at::Tensor>> output(1);
+    for (int r = 0; r < world_size_; ++r) output[0].push_back(at::empty({1}, at::TensorOptions().dtype(at::kDouble)));
+    c10d::AllgatherOptions options;
+    options.timeout = timeout_;
+    wait_for_work(launch(what, [&] { return group_->allgather(output, input, options); }), timeout_, rank_, what);
+    std::vector<double> values;
+    for (const auto& t : output[0]) values.push_back(t.item<double>());
+    return values;
+  }
+
+  void abort() override {
+    aborted_ = true;
+    group_->abort();
+  }
+
+ private:
+  template <typename Launch>
+  c10::intrusive_ptr<c10d::Work> launch(const std::string& what, Launch&& launch_collective) {
+    if (aborted_) throw distributed_error(rank_, what, "was requested after the communicator was aborted");
+    try {
+      return launch_collective();
+    } catch (const std::exception& e) {
+      const std::string message = e.what();
+      throw distributed_error(rank_, what, "could not be launched: " + message.substr(0, message.find('\n')));
+    }
+  }
+
+  int rank_;
+  int world_size_;
+  Milliseconds timeout_;
+  bool aborted_ = false;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, const std::string& gloo_hostname,
+                                                     double timeout_seconds) {
+  return std::make_unique<GlooCommunicator>(store, rank, world_size, gloo_hostname,
+                                            timeout_from_seconds(timeout_seconds));
+}
+
+}  // namespace finetune

@@ -1,0 +1,36 @@
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/launch/launch_env.h"
+#include "finetune/model/device_selection.h"
+#include "finetune/train/commands.h"
+#include "finetune/train/evaluate.h"
+#include "finetune/train/run_setup.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+int run_eval(const Options& options, const EnvMap& env) {
+  const std::string data_spec = options.eval_dataset.empty() ? options.dataset : options.eval_dataset;
+  if (data_spec.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  const auto launch = launch_env_from(env);
+  const auto device = select_device(options.device, launch.local_rank);
+  auto loaded = load_model(options, env, device);
+  if (!options.init_adapter.empty()) setup_lora(*loaded.model, options);
+  const auto data = load_one_dataset(data_spec, options, env, loaded.tokenizer.get());
+
+  std::vector<int64_t> indices(data.samples.size());
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+  const auto result = evaluate(*loaded.model, data.samples, indices, options.per_device_eval_batch_size,
+                               pad_token_id_for(*loaded.model, loaded.tokenizer.get()), options.dump_logits);
+  nlohmann::json line = {{"loss", result.mean_loss()},
+                         {"perplexity", result.perplexity()},
+                         {"tokens", result.tokens},
+                         {"rows", data.samples.size()},
+                         {"rows_skipped", data.stats.rows_no_trainable + data.stats.rows_bad}};
+  std::cout << line.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace finetune

@@ -1,0 +1,137 @@
+#include "finetune/train/trainer.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "finetune/dist/grad_reducer.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/grad_clip.h"
+#include "finetune/train/loss.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/log.h"
+
+namespace finetune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool every(int64_t interval, int64_t step) { return interval > 0 && step % interval == 0; }
+
+}  // namespace
+
+TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks) {
+  const bool is_main = communicator.rank() == 0;
+  const auto device = model.device();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+
+  GradReducerOptions reducer_options;
+  reducer_options.bucket_cap_bytes = config.ddp_bucket_cap_mb << 20;
+  reducer_options.find_unused_parameters = config.ddp_find_unused_parameters;
+  GradReducer reducer(trainable, communicator, reducer_options);
+  reducer.broadcast_parameters();
+
+  std::vector<at::Tensor> parameters;
+  for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
+  AdamW optimizer(parameters, config.adamw);
+
+  std::optional<MetricsWriter> metrics;
+  std::optional<ProgressReporter> progress;
+  if (is_main) {
+    std::filesystem::create_directories(config.output_dir);
+    metrics.emplace(config.output_dir + "/metrics.jsonl");
+    progress.emplace(config.total_steps, stderr_is_terminal());
+  }
+
+  ForwardOptions forward_options;
+  forward_options.training = true;
+  forward_options.gradient_checkpointing = config.gradient_checkpointing;
+
+  TrainResult result;
+  const auto start = Clock::now();
+  auto window_start = start;
+  auto window_tokens = at::zeros({}, f64);  // non-padding tokens since the last log, all ranks
+  std::vector<at::Tensor> window_losses;  // per-step global mean loss (device scalars)
+  at::Tensor grad_norm;
+  double lr = 0;
+
+  for (int64_t step = 0; step < config.total_steps; ++step) {
+    auto micro_batches = stream.next_step();
+    double local_trainable = 0, local_real = 0;
+    for (const auto& batch : micro_batches) {
+      local_trainable += static_cast<double>(batch.trainable_tokens);
+      local_real += static_cast<double>(batch.real_tokens);
+    }
+    // Note [Global token normalisation]: one small all-reduce before the first backward.
+    auto counts = at::tensor({local_trainable, local_real}, at::TensorOptions().dtype(at::kDouble)).to(device);
+    communicator.all_reduce(counts, ReduceOp::Sum, "token count of step " + std::to_string(step + 1));
+    const auto global_tokens = counts[0].to(at::kFloat);
+
+    auto step_loss_sum = at::zeros({}, f64);
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      reducer.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
+      const auto batch = to_device(micro_batches[i], device);
+      auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
+      auto loss_sum = causal_lm_loss_sum(model, hidden, batch.labels);
+      (loss_sum / global_tokens).backward();
+      step_loss_sum += loss_sum.detach().to(at::kDouble);
+    }
+    reducer.finalize();
+    grad_norm = clip_grad_norm(parameters, config.max_grad_norm);
+    lr = config.learning_rate * lr_multiplier(config.schedule, step);
+    optimizer.step(lr);
+    reducer.zero_grad();
+
+    communicator.all_reduce(step_loss_sum, ReduceOp::Sum, "loss of step " + std::to_string(step + 1));
+    window_losses.push_back(step_loss_sum / counts[0]);
+    window_tokens += counts[1];
+
+    const int64_t done = step + 1;
+    if (every(config.ddp_check_consistency_steps, done)) {
+      reducer.check_parameters_consistent("step " + std::to_string(done));
+    }
+    std::optional<double> eval_loss;
+    if (hooks.evaluate && every(config.eval_steps, done)) {
+      eval_loss = hooks.evaluate();
+      result.final_eval_loss = eval_loss;
+    }
+    const bool log_now = every(config.logging_steps, done) || done == config.total_steps || eval_loss;
+    if (log_now) {
+      auto losses = at::stack(window_losses).cpu();
+      StepMetrics m;
+      m.step = done;
+      m.epoch = static_cast<double>(done) / static_cast<double>(stream.steps_per_epoch());
+      m.loss = losses.mean().item<double>();
+      m.lr = lr;
+      m.grad_norm = grad_norm.item<double>();
+      const auto tokens = static_cast<int64_t>(window_tokens.item<double>());
+      result.tokens += tokens;
+      m.tokens = result.tokens;
+      m.tokens_per_s = static_cast<double>(tokens) / std::max(1e-9, seconds_since(window_start));
+      m.elapsed_s = seconds_since(start);
+      m.eval_loss = eval_loss;
+      for (int64_t i = 0; i < losses.size(0); ++i) result.step_losses.push_back(losses[i].item<double>());
+      if (is_main) {
+        metrics->write(m);
+        progress->report(m);
+      }
+      window_losses.clear();
+      window_tokens.zero_();
+      window_start = Clock::now();
+    }
+    if (every(config.save_steps, done) && done != config.total_steps && hooks.save_checkpoint) {
+      if (is_main) hooks.save_checkpoint(config.output_dir + "/checkpoint-" + std::to_string(done));
+      communicator.barrier("checkpoint save at step " + std::to_string(done));
+    }
+  }
+  if (progress) progress->finish();
+  result.elapsed_s = seconds_since(start);
+  if (hooks.evaluate && !every(config.eval_steps, config.total_steps)) result.final_eval_loss = hooks.evaluate();
+  return result;
+}
+
+}  // namespace finetune
