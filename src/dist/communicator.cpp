@@ -76,6 +76,14 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const a
   return make_gloo_communicator(store, launch.rank, launch.world_size, gloo_hostname, options.timeout_seconds);
 }
 
+#ifndef FINETUNE_WITH_GLOO
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>&, int, int,
+                                                     const std::string&, double) {
+  throw UsageError("distributed backend 'gloo' (CPU) requested but this build has no Gloo headers: install "
+                   "libgloo-dev (scripts/setup.sh does) and rebuild, or train on GPUs with NCCL");
+}
+#endif
+
 #ifndef FINETUNE_WITH_CUDA
 bool nccl_compiled_in() { return false; }
 

@@ -120,7 +120,10 @@ GradReducer::GradReducer(std::vector<std::pair<std::string, at::Tensor>> paramet
                   " (one dtype and device per reducer)");
     }
     bytes.push_back(tensor.numel() * static_cast<int64_t>(tensor.element_size()));
-    state_->parameters.push_back({name, tensor});
+    State::Parameter parameter;
+    parameter.name = name;
+    parameter.tensor = tensor;
+    state_->parameters.push_back(std::move(parameter));
   }
   state_->bucket_indices = assign_buckets(bytes, options.first_bucket_bytes, options.bucket_cap_bytes);
 

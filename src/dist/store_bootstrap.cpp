@@ -38,7 +38,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& launch, std::chro
   } catch (const std::exception& e) {
     const std::string role = options.isServer ? "hosting" : "connecting to";
     throw distributed_error(launch.rank, role + " the TCP store at " + address,
-                            "failed (timeout " + seconds_text(timeout) + "): " + e.what());
+                            "failed (timeout " + seconds_text(timeout) + "): " + first_line(e.what()));
   }
   store->setTimeout(timeout);
   // Our keys under one prefix: the agent store also holds torchrun's own rendezvous keys.
@@ -55,7 +55,7 @@ std::vector<uint8_t> store_get(c10d::Store& store, const std::string& key, std::
   } catch (const std::exception& e) {
     throw distributed_error(rank, operation,
                             "timed out after " + seconds_text(timeout) + " waiting for store key '" + key +
-                                "' (did every rank start?): " + e.what());
+                                "' (did every rank start?): " + first_line(e.what()));
   }
 }
 

@@ -41,7 +41,9 @@ AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask) {
   if (valid.all().item<bool>()) return {};
   const int64_t seq_len = valid.size(1);
   auto causal = at::ones({seq_len, seq_len}, valid.options()).tril();
-  auto mask = causal.unsqueeze(0) & valid.unsqueeze(1);  // (B, T, T): key must be valid
+  // (B, T, T): a real query attends to real keys at or before it; a padding query only to itself
+  // (its output is never used; the same rule as build_attention_mask).
+  auto mask = causal.unsqueeze(0) & valid.unsqueeze(1) & valid.unsqueeze(2);
   auto eye = at::eye(seq_len, valid.options());
   mask = mask | (valid.logical_not().unsqueeze(2) & eye);
   return {false, mask.unsqueeze(1)};

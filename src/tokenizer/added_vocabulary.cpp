@@ -64,8 +64,8 @@ bool AddedVocabulary::has_normalized_tokens() const {
   return false;
 }
 
-std::vector<TextSegment> AddedVocabulary::split(const std::string& text, bool normalized) const {
-  std::vector<TextSegment> out;
+std::vector<AddedTokenSplit> AddedVocabulary::split(const std::string& text, bool normalized) const {
+  std::vector<AddedTokenSplit> out;
   size_t plain_begin = 0;  // start of the text not yet emitted
   size_t pos = 0;
   while (pos < text.size()) {

@@ -132,7 +132,7 @@ std::vector<int32_t> SentencePieceTokenizer::encode(const std::string& text, boo
   bool at_text_start = true;
   for (const auto& segment : added_.split(text, /*normalized=*/false)) {
     // No normalizer: tokens flagged `normalized` match the same text.
-    for (const auto& inner : segment.added_id >= 0 ? std::vector<TextSegment>{segment}
+    for (const auto& inner : segment.added_id >= 0 ? std::vector<AddedTokenSplit>{segment}
                                                    : added_.split(segment.text, /*normalized=*/true)) {
       if (inner.added_id >= 0) {
         ids.push_back(inner.added_id);

@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "finetune/dist/grad_reducer.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -35,9 +36,13 @@ TEST(AssignBuckets, CapRespectedAndEveryParameterOnceInReverseOrder) {
       order.push_back(index);
     }
     ASSERT_FALSE(buckets[b].empty());
-    if (buckets[b].size() > 1) EXPECT_LE(total, b == 0 ? first : cap) << "bucket " << b;
+    if (buckets[b].size() > 1) {
+      EXPECT_LE(total, b == 0 ? first : cap) << "bucket " << b;
+    }
     // A bucket is only closed when the next parameter would not fit.
-    if (b + 1 < buckets.size()) EXPECT_GT(total + bytes[buckets[b + 1].front()], b == 0 ? first : cap);
+    if (b + 1 < buckets.size()) {
+      EXPECT_GT(total + bytes[buckets[b + 1].front()], b == 0 ? first : cap);
+    }
   }
   std::vector<size_t> expected(bytes.size());
   std::iota(expected.rbegin(), expected.rend(), 0);

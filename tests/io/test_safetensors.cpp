@@ -338,6 +338,8 @@ struct MalformedCase {
   std::string phrase;  // part of the expected message
 };
 
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.label; }
+
 class SafetensorsMalformed : public ::testing::TestWithParam<MalformedCase> {};
 
 TEST_P(SafetensorsMalformed, ThrowsNamingFileAndTensor) {

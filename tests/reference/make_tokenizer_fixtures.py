@@ -10,7 +10,7 @@ multilingual corpus and writes, for each, a model directory plus the ids transfo
                       ignore_merges, TemplateProcessing prepending <|begin_of_text|>), tokenizer_config.json
   OUTDIR/llama3_add_eos/  the same tokenizer.json with add_bos_token false / add_eos_token true
   OUTDIR/qwen2/       tokenizer.json like Qwen2 (NFC, Qwen2 regex, no BOS, ByteLevel post-processor),
-                      merges written in the [a, b] list form, tokenizer_config.json
+                      merges written in the "a b" string form, tokenizer_config.json
   OUTDIR/spm_llama2/  tokenizer.model (sentencepiece BPE, byte_fallback, like Llama-2) + tokenizer_config.json
   OUTDIR/<name>/expected.json  {"cases": [{"text", "ids_with_special", "ids_without_special",
                                            "decoded", "decoded_skip_special"}], "special": {...}}
@@ -216,11 +216,11 @@ def make_qwen2(outdir, corpus):
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, "tokenizer.json")
     tok.save(path)
-    # Qwen2/Qwen3 ship merges as "a b" strings in older files and [a, b] lists in newer ones; the
-    # llama3 fixture keeps the form tokenizers writes, this one is rewritten to the other form.
+    # Qwen2 ships merges as "a b" strings (older files), Qwen3 as [a, b] lists (what tokenizers
+    # writes now, kept by the llama3 fixture); this one is rewritten to the string form.
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    data["model"]["merges"] = [m.split(" ") if isinstance(m, str) else m for m in data["model"]["merges"]]
+    data["model"]["merges"] = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
     write_json(path, data)
     write_json(os.path.join(outdir, "tokenizer_config.json"), {
         "tokenizer_class": "PreTrainedTokenizerFast",

@@ -4,6 +4,7 @@
 // micro-batches per epoch (the sampler pads), so ranks always agree on the step structure.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

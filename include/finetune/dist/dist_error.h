@@ -14,6 +14,9 @@ inline DistributedError distributed_error(int rank, const std::string& operation
   return DistributedError("rank " + std::to_string(rank) + ": " + operation + " " + detail);
 }
 
+// The first line of a LibTorch error: c10 messages append a C++ backtrace after it.
+inline std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
 // "2 s", "0.5 s": timeouts as the user wrote them (seconds).
 inline std::string seconds_text(std::chrono::milliseconds duration) {
   std::ostringstream text;

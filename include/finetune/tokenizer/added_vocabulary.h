@@ -23,7 +23,7 @@ struct AddedToken {
 };
 
 // A piece of input: either plain text (added_id < 0) or one added token.
-struct TextSegment {
+struct AddedTokenSplit {
   std::string text;
   int32_t added_id = -1;
 };
@@ -33,7 +33,7 @@ class AddedVocabulary {
   void add(const AddedToken& token);
 
   // Splits `text` on the tokens whose `normalized` flag equals `normalized`.
-  std::vector<TextSegment> split(const std::string& text, bool normalized) const;
+  std::vector<AddedTokenSplit> split(const std::string& text, bool normalized) const;
 
   const AddedToken* find_by_id(int32_t id) const;
   const AddedToken* find_by_content(const std::string& content) const;

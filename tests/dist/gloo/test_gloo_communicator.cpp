@@ -3,7 +3,7 @@
 #include <chrono>
 #include <future>
 
-#include "dist_test_helpers.h"
+#include "../dist_test_helpers.h"
 #include "finetune/dist/communicator.h"
 #include "finetune/util/errors.h"
 
@@ -128,6 +128,7 @@ TEST(GlooCommunicator, RankThatNeverJoinsTimesOut) {
   } catch (const DistributedError& e) {
     const std::string message = e.what();
     EXPECT_EQ(message.rfind("rank 0: gradient bucket 0 timed out after 1 s", 0), 0u) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "one line, no backtrace: " << message;
   } catch (const std::exception& e) {
     FAIL() << "not a DistributedError: " << e.what();
   }
@@ -149,6 +150,7 @@ TEST(GlooCommunicator, PeerThatLeftIsADistributedError) {
     std::rethrow_exception(errors[0]);
   } catch (const DistributedError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("rank 0: gradient bucket 2 ", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   } catch (const std::exception& e) {
     FAIL() << "not a DistributedError: " << e.what();
   }
@@ -167,6 +169,7 @@ TEST(MakeCommunicator, MissingStoreServerTimesOut) {
     EXPECT_NE(std::string(e.what()).find("rank 1: connecting to the TCP store at 127.0.0.1:" + std::to_string(port)),
               std::string::npos)
         << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 4.0);
 }

@@ -3,6 +3,7 @@
 // died surfaces as an exception or a timeout and is rethrown as DistributedError naming the rank
 // and the operation.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 
@@ -26,14 +27,12 @@ void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds time
     work->wait(timeout);
   } catch (const std::exception& e) {
     const bool timed_out = std::chrono::steady_clock::now() - started >= timeout;
-    const std::string message = e.what();
-    const std::string first_line = message.substr(0, message.find('\n'));
     if (timed_out) {
       throw distributed_error(rank, operation,
                               "timed out after " + seconds_text(timeout) + " (a peer is missing or stuck): " +
-                                  first_line);
+                                  first_line(e.what()));
     }
-    throw distributed_error(rank, operation, "failed (a peer died or disconnected?): " + first_line);
+    throw distributed_error(rank, operation, "failed (a peer died or disconnected?): " + first_line(e.what()));
   }
 }
 
@@ -52,8 +51,8 @@ class GlooWork : public CollectiveWork {
 
   void wait() override {
     if (done_) return;
+    wait_for_work(work_, timeout_, rank_, operation_);  // a failed work throws again on every wait
     done_ = true;
-    wait_for_work(work_, timeout_, rank_, operation_);
     // Gloo has no AVG: it summed, we divide.
     if (op_ == ReduceOp::Avg) result_.div_(world_size_);
     if (!result_.is_same(tensor_)) tensor_.copy_(result_);
@@ -86,10 +85,8 @@ class GlooCommunicator : public Communicator {
       store->setTimeout(timeout);
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
     } catch (const std::exception& e) {
-      const std::string message = e.what();
       throw distributed_error(rank, "gloo rendezvous of " + std::to_string(world_size) + " ranks",
-                              "failed (timeout " + seconds_text(timeout) + "): " +
-                                  message.substr(0, message.find('\n')));
+                              "failed (timeout " + seconds_text(timeout) + "): " + first_line(e.what()));
     }
   }
 
@@ -153,15 +150,14 @@ class GlooCommunicator : public Communicator {
     try {
       return launch_collective();
     } catch (const std::exception& e) {
-      const std::string message = e.what();
-      throw distributed_error(rank_, what, "could not be launched: " + message.substr(0, message.find('\n')));
+      throw distributed_error(rank_, what, "could not be launched: " + first_line(e.what()));
     }
   }
 
   int rank_;
   int world_size_;
   Milliseconds timeout_;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // abort() may come from another thread
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
 };
 

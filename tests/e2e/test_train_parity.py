@@ -1,0 +1,121 @@
+"""Single-device LoRA SFT matches a transformers + PEFT loop step for step (fp32, CPU)."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import last_json_line, run_finetune
+import reference_loop
+import tiny_models
+
+STEPS = 20
+SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="cosine", max_grad_norm=0.5)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    base = root / "base"
+    tiny_models.make_model("llama", base)
+    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
+    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)  # 14 micro-batches: epochs wrap
+    data = root / "train.jsonl"
+    tiny_models.write_jsonl(data, rows)
+    return root, base, adapter, rows, data
+
+
+def finetune_args(base, adapter, data, out, **overrides):
+    s = dict(SETTINGS, **overrides)
+    return ["--model_name", base, "--dataset", data, "--init_adapter", adapter, "--output_dir", out,
+            "--max_steps", s.get("steps", STEPS), "--per_device_train_batch_size", s["batch_size"],
+            "--gradient_accumulation_steps", s["accumulation"], "--learning_rate", s["lr"],
+            "--warmup_steps", s["warmup"], "--lr_scheduler_type", s["scheduler"], "--max_grad_norm", s["max_grad_norm"],
+            "--weight_decay", 0.01, "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu",
+            "--shuffle", "false", "--logging_steps", 1,
+            "--use_gradient_checkpointing", s.get("gradient_checkpointing", "true")]
+
+
+def step_losses(out):
+    return [json.loads(line)["loss"] for line in open(out / "metrics.jsonl")]
+
+
+def relative(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.fixture(scope="module")
+def trained(setup):
+    root, base, adapter, rows, data = setup
+    out = root / "ours"
+    run_finetune(finetune_args(base, adapter, data, out) +
+                 ["--save_model", "--save_method", "merged_16bit", "--save_path", root / "merged"])
+    return out
+
+
+def test_losses_and_adapter_match_reference(setup, trained):
+    root, base, adapter, rows, data = setup
+    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=STEPS, **SETTINGS)
+    ours = step_losses(trained)
+    assert len(ours) == STEPS
+    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
+        assert abs(got - want) <= 1e-4 * abs(want), f"step {step}: loss {got} vs reference {want}"
+    ours_adapter = load_file(str(trained / "adapter_model.safetensors"))
+    ref_adapter = reference_loop.lora_state(ref_model)
+    assert set(ours_adapter) == set(ref_adapter)
+    for name, ref in ref_adapter.items():
+        assert relative(ours_adapter[name], ref) <= 1e-4, name
+    assert ours[-1] < ours[0]  # it learns
+
+
+def test_peft_loads_our_adapter_and_logits_match(setup, trained, tmp_path):
+    import peft
+    import transformers
+    root, base, adapter, rows, data = setup
+    dump = tmp_path / "logits.safetensors"
+    run_finetune(["eval", "--model_name", base, "--dataset", data, "--init_adapter", trained, "--dtype", "float32",
+                  "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", dump])
+    model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(model, trained).eval()
+    ours = load_file(str(dump))
+    for i, row in enumerate(rows[:6]):
+        with torch.no_grad():
+            ref = model(input_ids=torch.tensor([row["input_ids"]])).logits[0].float()
+        assert relative(ours[f"logits.{i}"], ref) <= 1e-5
+
+
+def test_transformers_loads_merged_export(setup, trained, tmp_path):
+    import peft
+    import transformers
+    root, base, adapter, rows, data = setup
+    merged = transformers.AutoModelForCausalLM.from_pretrained(root / "merged", dtype=torch.float32).eval()
+    peft_model = peft.PeftModel.from_pretrained(
+        transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), trained).eval()
+    for row in rows[:4]:
+        ids = torch.tensor([row["input_ids"]])
+        with torch.no_grad():
+            got, want = merged(input_ids=ids).logits, peft_model(input_ids=ids).logits
+        assert relative(got, want) <= 1e-5
+
+
+def test_gradient_checkpointing_gives_identical_training(setup, trained, tmp_path):
+    root, base, adapter, rows, data = setup
+    out = tmp_path / "no_gc"
+    run_finetune(finetune_args(base, adapter, data, out, gradient_checkpointing="false"))
+    with_gc = load_file(str(trained / "adapter_model.safetensors"))
+    without = load_file(str(out / "adapter_model.safetensors"))
+    for name in with_gc:
+        assert torch.equal(with_gc[name], without[name]), name
+    assert step_losses(out) == step_losses(trained)
+
+
+def test_batch_of_four_equals_four_micro_batches_of_one(setup, tmp_path):
+    root, base, adapter, rows, data = setup
+    a, b = tmp_path / "b4", tmp_path / "b1x4"
+    run_finetune(finetune_args(base, adapter, data, a, batch_size=4, accumulation=1, steps=3))
+    run_finetune(finetune_args(base, adapter, data, b, batch_size=1, accumulation=4, steps=3))
+    for got, want in zip(step_losses(a), step_losses(b)):
+        assert abs(got - want) <= 1e-5 * abs(want)
+    ta, tb = load_file(str(a / "adapter_model.safetensors")), load_file(str(b / "adapter_model.safetensors"))
+    for name in ta:
+        assert relative(ta[name], tb[name]) <= 1e-5, name

@@ -1,0 +1,110 @@
+"""The hand-written transformers + PEFT training loop that finetune must reproduce step for step.
+
+Same data order (no shuffling), same micro-batching (right padding), loss normalised by the
+trainable-token count of the whole accumulated batch, torch.optim.AdamW, transformers' schedules,
+torch's clip_grad_norm_. An optimizer step never spans two epochs (as HF's Trainer).
+"""
+import math
+
+import peft
+import torch
+import transformers
+
+
+def micro_batches(rows, batch_size):
+    return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+
+
+def collate(rows, pad_id=0):
+    width = max(len(r["input_ids"]) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        ids[i, :n] = torch.tensor(r["input_ids"])
+        mask[i, :n] = 1
+        labels[i, :n] = torch.tensor(r.get("labels", r["input_ids"]))
+    return ids, mask, labels
+
+
+def token_loss_sum(model, ids, mask, labels):
+    logits = model(input_ids=ids, attention_mask=mask).logits.float()
+    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1),
+                                             ignore_index=-100, reduction="sum")
+    return loss, int((shifted != -100).sum())
+
+
+def schedule(name, optimizer, warmup, total):
+    if name == "cosine":
+        return transformers.get_cosine_schedule_with_warmup(optimizer, warmup, total)
+    if name == "linear":
+        return transformers.get_linear_schedule_with_warmup(optimizer, warmup, total)
+    if name == "constant":
+        return transformers.get_constant_schedule(optimizer)
+    return transformers.get_constant_schedule_with_warmup(optimizer, warmup)
+
+
+def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulation, lr, warmup, scheduler,
+                    max_grad_norm, weight_decay=0.01, gradient_checkpointing=False):
+    """Returns (per-step losses, PeftModel after training)."""
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.enable_input_require_grads()
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
+                                  foreach=False)
+    sched = schedule(scheduler, optimizer, warmup, steps)
+
+    epoch_batches = micro_batches(rows, batch_size)
+    steps_in_epoch = [epoch_batches[i:i + accumulation] for i in range(0, len(epoch_batches), accumulation)]
+    losses = []
+    step_iter = iter(())
+    for _ in range(steps):
+        step = next(step_iter, None)
+        if step is None:
+            step_iter = iter(steps_in_epoch)
+            step = next(step_iter)
+        collated = [collate(b) for b in step]
+        shifted_counts = [int((torch.nn.functional.pad(l, (0, 1), value=-100)[:, 1:] != -100).sum())
+                          for _, _, l in collated]
+        num_items = sum(shifted_counts)
+        step_loss = 0.0
+        for ids, mask, labels in collated:
+            loss_sum, _ = token_loss_sum(model, ids, mask, labels)
+            loss = loss_sum / num_items
+            loss.backward()
+            step_loss += loss.item()
+        if max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+        optimizer.step()
+        sched.step()
+        optimizer.zero_grad()
+        losses.append(step_loss)
+    return losses, model
+
+
+def lora_state(model):
+    """Adapter tensors under the names PEFT saves them with."""
+    return {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
+
+
+def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0):
+    """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"])
+    model = peft.get_peft_model(model, config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.05 * torch.randn_like(p))
+    model.save_pretrained(out_dir)
+    return out_dir
