@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a machine for building and testing finetune, then an incremental build.
-#   1. system packages (Debian/Ubuntu), installed only when missing
+#   1. system packages (Debian/Ubuntu), installed only when missing (FINETUNE_SKIP_APT=1: never)
 #   2. a Python with torch 2.11.0 (+ transformers/peft for tests): $FINETUNE_PYTHON, else a python3
 #      that already has torch (GPU boxes), else a virtualenv at $FINETUNE_VENV
 #      (default ~/.cache/finetune/venv) with the pinned packages
@@ -22,7 +22,7 @@ missing=()
 for package in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
-if ((${#missing[@]})); then
+if ((${#missing[@]})) && [ -z "${FINETUNE_SKIP_APT:-}" ]; then
   log "installing system packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   if ! { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null; }; then

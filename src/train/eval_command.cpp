@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/launch/launch_env.h"
+#include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/train/commands.h"
 #include "finetune/train/evaluate.h"
@@ -17,6 +18,7 @@ int run_eval(const Options& options, const EnvMap& env) {
   const auto launch = launch_env_from(env);
   const auto device = select_device(options.device, launch.local_rank);
   auto loaded = load_model(options, env, device);
+  const auto memory_after_load = peak_device_memory_gib(device);
   if (!options.init_adapter.empty()) setup_lora(*loaded.model, options);
   const auto data = load_one_dataset(data_spec, options, env, loaded.tokenizer.get());
 
@@ -28,7 +30,10 @@ int run_eval(const Options& options, const EnvMap& env) {
                          {"perplexity", result.perplexity()},
                          {"tokens", result.tokens},
                          {"rows", data.samples.size()},
-                         {"rows_skipped", data.stats.rows_no_trainable + data.stats.rows_bad}};
+                         {"rows_skipped", data.stats.rows_no_trainable + data.stats.rows_bad},
+                         {"load_seconds", loaded.load_seconds}};
+  if (memory_after_load) line["memory_after_load_gib"] = *memory_after_load;
+  if (const auto peak = peak_device_memory_gib(device)) line["peak_memory_gib"] = *peak;
   std::cout << line.dump() << std::endl;
   return 0;
 }

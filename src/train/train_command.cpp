@@ -9,6 +9,7 @@
 #include "finetune/dist/communicator.h"
 #include "finetune/export/merged_export.h"
 #include "finetune/launch/launch_env.h"
+#include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/train/commands.h"
 #include "finetune/train/evaluate.h"
@@ -69,6 +70,7 @@ void save_final(CausalLM& model, const LoraConfig& lora, const Options& options,
 }  // namespace
 
 int run_train(const Options& options, const EnvMap& env) {
+  if (options.packing) throw UsageError("--packing: not available yet in this build");
   const auto launch = launch_env_from(env);
   log::configure(launch.rank, launch.world_size);
   const auto device = select_device(options.device, launch.local_rank);
@@ -134,6 +136,9 @@ int run_train(const Options& options, const EnvMap& env) {
     }
     hooks.save_checkpoint = [&](const std::string& dir) { save_adapter(model, lora, options.model_name, dir); };
 
+    if (launch.rank == 0) {
+      if (const auto memory = peak_device_memory_gib(device)) log::info("GPU memory after load: " + c10::str(*memory) + " GiB");
+    }
     const auto result = train(model, trainable, stream, *communicator, config, hooks);
     if (launch.rank == 0) save_final(model, lora, options, loaded.model_dir);
     communicator->barrier("final save");
@@ -144,6 +149,7 @@ int run_train(const Options& options, const EnvMap& env) {
                                 {"elapsed_s", result.elapsed_s},
                                 {"tokens_per_s", static_cast<double>(result.tokens) / std::max(1e-9, result.elapsed_s)}};
       if (result.final_eval_loss) summary["eval_loss"] = *result.final_eval_loss;
+      if (const auto peak = peak_device_memory_gib(device)) summary["peak_memory_gib"] = *peak;
       std::cout << summary.dump() << std::endl;
     }
   } catch (...) {

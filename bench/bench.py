@@ -1,0 +1,118 @@
+"""Benchmark driver (GPU machine): our `finetune` against the transformers + PEFT (+ DDP) loop on
+the same workload, same call. Prints a table and writes JSON.
+
+  python3 bench/bench.py --finetune build/finetune --shapes llama-3.2-1b --settings seed,b8 --gpus 1 --out OUT
+
+settings: seed = per-device batch 1, accumulation 4 (Unsloth multi-GPU guide); b8 = batch 8,
+accumulation 1; best = packing for us (when available), batch 8 for the reference.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import shapes  # noqa: E402
+
+SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best": dict(batch=8, accum=1)}
+
+
+def launcher(n):
+    return [] if n == 1 else ["torchrun", "--no-python", "--standalone", f"--nproc_per_node={n}"]
+
+
+def run(cmd, log_path, timeout):
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        print(open(log_path).read()[-3000:])
+        raise RuntimeError(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return proc.stdout, time.time() - t0
+
+
+def ours(args, model, data, setting, n, work):
+    s = SETTINGS[setting]
+    out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{n}")
+    steps = args.warmup + args.steps
+    cmd = launcher(n) + [args.finetune, "--model_name", model, "--dataset", data, "--max_steps", str(steps),
+                         "--per_device_train_batch_size", str(s["batch"]), "--gradient_accumulation_steps",
+                         str(s["accum"]), "--learning_rate", "2e-4", "--r", "16", "--lora_alpha", "16",
+                         "--max_seq_length", "2048", "--warmup_steps", "5", "--logging_steps", str(args.warmup),
+                         "--output_dir", out, "--dtype", "bfloat16", "--use_gradient_checkpointing", "true"]
+    stdout, wall = run(cmd, out + ".log", args.timeout)
+    summary = json.loads(stdout.strip().splitlines()[-1])
+    lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    first, last = lines[0], lines[-1]  # exclude the first (warm-up) window
+    tokens = last["tokens"] - first["tokens"]
+    seconds = last["elapsed_s"] - first["elapsed_s"]
+    return {"tool": "finetune", "tokens_per_s_per_gpu": tokens / seconds / n,
+            "steps_per_s": (last["step"] - first["step"]) / seconds,
+            "peak_memory_gib": summary.get("peak_memory_gib"), "final_loss": last["loss"], "wall_s": wall}
+
+
+def reference(args, model, data, setting, n, work):
+    s = SETTINGS[setting]
+    script = os.path.join(HERE, "reference_train.py")
+    cmd = (["python3", script] if n == 1 else ["torchrun", "--standalone", f"--nproc_per_node={n}", script])
+    cmd += ["--model", model, "--data", data, "--batch", str(s["batch"]), "--accum", str(s["accum"]),
+            "--steps", str(args.ref_steps), "--warmup_steps", "3"]
+    stdout, wall = run(cmd, os.path.join(work, f"ref-{os.path.basename(model)}-{setting}-{n}.log"), args.timeout)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--finetune", required=True)
+    p.add_argument("--shapes", default="llama-3.2-1b")
+    p.add_argument("--settings", default="seed,b8")
+    p.add_argument("--gpus", default="1")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--ref_steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--work", default="/tmp/bench")
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench"))
+    p.add_argument("--skip_reference", action="store_true")
+    p.add_argument("--timeout", type=int, default=900)
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    results = []
+    for shape in args.shapes.split(","):
+        model = os.path.join(args.work, shape)
+        shapes.make_model(shape, model)
+        data = os.path.join(args.work, f"{shape}.jsonl")
+        if not os.path.exists(data):
+            with open(data, "w") as f:
+                for row in shapes.make_rows(4000, shapes.SHAPES[shape][2]["vocab_size"]):
+                    f.write(json.dumps(row) + "\n")
+        for setting in args.settings.split(","):
+            for n in map(int, args.gpus.split(",")):
+                row = {"shape": shape, "setting": setting, "gpus": n}
+                row["ours"] = ours(args, model, data, setting, n, args.work)
+                if not args.skip_reference:
+                    row["reference"] = reference(args, model, data, setting, n, args.work)
+                results.append(row)
+                print(json.dumps(row), flush=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"\n{'shape':14} {'setting':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} {'ratio':>6} "
+          f"{'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}")
+    base = {}
+    for r in results:
+        o, ref = r["ours"], r.get("reference", {})
+        ratio = o["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"] if ref else float("nan")
+        key = (r["shape"], r["setting"])
+        base.setdefault(key, o["tokens_per_s_per_gpu"])
+        eff = o["tokens_per_s_per_gpu"] / base[key]
+        print(f"{r['shape']:14} {r['setting']:7} {r['gpus']:>4} {o['tokens_per_s_per_gpu']:>15.0f} "
+              f"{ref.get('tokens_per_s_per_gpu', float('nan')):>14.0f} {ratio:>6.2f} {o['peak_memory_gib'] or 0:>9.2f} "
+              f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}  scaling {eff:.3f}")
+
+
+if __name__ == "__main__":
+    main()

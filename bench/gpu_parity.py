@@ -1,0 +1,83 @@
+"""GPU parity: `finetune eval --dump_logits` against transformers on the same GPU, in bf16.
+
+Both are compared with an fp32 transformers reference on the same weights: bf16 logits of two
+correct implementations differ by bf16 rounding that compounds over the layers, so the useful
+statement is "our error against fp32 is no larger than transformers' own bf16 error against fp32"
+(ratio), plus the direct ours-vs-transformers-bf16 difference.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--finetune", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--rows", type=int, default=6)
+    p.add_argument("--batch", type=int, default=3)
+    p.add_argument("--work", required=True)
+    args = p.parse_args()
+    rows = [json.loads(l) for l in open(args.data)][:args.rows]
+    subset = f"{args.work}/parity_rows.jsonl"
+    with open(subset, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"input_ids": r["input_ids"]}) + "\n")
+    dump = f"{args.work}/ours_logits.safetensors"
+    proc = subprocess.run([args.finetune, "eval", "--model_name", args.model, "--dataset", subset, "--dtype", "bfloat16",
+                           "--device", "cuda", "--per_device_eval_batch_size", str(args.batch), "--max_seq_length",
+                           "4096", "--dump_logits", dump], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stdout, proc.stderr)
+        sys.exit(1)
+    ours_summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    ours = load_file(dump)
+
+    t0 = time.time()
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
+    hf_load = time.time() - t0
+    results = {"ours_eval": ours_summary, "transformers_load_s": hf_load, "rows": []}
+
+    def batched_logits(m):
+        out = []
+        for s in range(0, len(rows), args.batch):
+            chunk = rows[s:s + args.batch]
+            w = max(len(r["input_ids"]) for r in chunk)
+            ids = torch.zeros(len(chunk), w, dtype=torch.long)
+            mask = torch.zeros(len(chunk), w, dtype=torch.long)
+            for i, r in enumerate(chunk):
+                ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
+                mask[i, :len(r["input_ids"])] = 1
+            with torch.no_grad():
+                logits = m(input_ids=ids.cuda(), attention_mask=mask.cuda()).logits.float().cpu()
+            out += [logits[i, :len(r["input_ids"])] for i, r in enumerate(chunk)]
+        return out
+
+    hf_bf16 = batched_logits(model)
+    model = model.float()
+    hf_fp32 = batched_logits(model)
+    for i in range(len(rows)):
+        o = ours[f"logits.{i}"]
+        results["rows"].append({"len": len(rows[i]["input_ids"]),
+                                "ours_vs_hf_bf16": rel(o, hf_bf16[i]),
+                                "ours_vs_fp32": rel(o, hf_fp32[i]),
+                                "hf_bf16_vs_fp32": rel(hf_bf16[i], hf_fp32[i]),
+                                "ours_argmax_agree_fp32": float((o.argmax(-1) == hf_fp32[i].argmax(-1)).float().mean())})
+    worst = lambda k: max(r[k] for r in results["rows"])
+    results["worst"] = {k: worst(k) for k in ("ours_vs_hf_bf16", "ours_vs_fp32", "hf_bf16_vs_fp32")}
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

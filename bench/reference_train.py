@@ -1,0 +1,109 @@
+"""The reference: a hand-written PyTorch DDP + transformers + PEFT LoRA loop, bf16 base, fp32
+adapters, gradient checkpointing, fused AdamW, token-normalised loss. Launch with torchrun (or
+plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
+tokens), optimizer steps/s and peak GPU memory, measured after `--warmup_steps` steps.
+"""
+import argparse
+import json
+import os
+import time
+
+import peft
+import torch
+import torch.distributed as dist
+import transformers
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--accum", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup_steps", type=int, default=5)
+    p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--max_seq_length", type=int, default=2048)
+    args = p.parse_args()
+
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    rank = int(os.environ.get("RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    if world > 1:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    device = torch.device("cuda", local_rank)
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.enable_input_require_grads()
+    config = peft.LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    model = peft.get_peft_model(model, config)
+    params = [q for q in model.parameters() if q.requires_grad]
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank]) if world > 1 else model
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, fused=True)
+
+    rows = [json.loads(l) for l in open(args.data)]
+    rows = [r for r in rows][rank::world]
+    cursor = 0
+
+    def next_batch():
+        nonlocal cursor
+        chunk = [rows[(cursor + i) % len(rows)] for i in range(args.batch)]
+        cursor += args.batch
+        w = min(args.max_seq_length, max(len(r["input_ids"]) for r in chunk))
+        ids = torch.zeros(len(chunk), w, dtype=torch.long)
+        mask = torch.zeros(len(chunk), w, dtype=torch.long)
+        labels = torch.full((len(chunk), w), -100, dtype=torch.long)
+        for i, r in enumerate(chunk):
+            n = min(w, len(r["input_ids"]))
+            ids[i, :n] = torch.tensor(r["input_ids"][:n])
+            mask[i, :n] = 1
+            labels[i, :n] = torch.tensor(r["labels"][:n])
+        return ids.to(device, non_blocking=True), mask.to(device), labels.to(device), int(mask.sum())
+
+    def step():
+        batches = [next_batch() for _ in range(args.accum)]
+        count = torch.tensor([float(sum(int((l[:, 1:] != -100).sum()) for _, _, l, _ in batches))], device=device)
+        if world > 1:
+            dist.all_reduce(count)
+        real = sum(b[3] for b in batches)
+        for i, (ids, mask, labels, _) in enumerate(batches):
+            sync = i == len(batches) - 1
+            ctx = ddp.no_sync() if (world > 1 and not sync) else torch.enable_grad()
+            with ctx:
+                logits = ddp(input_ids=ids, attention_mask=mask).logits.float()
+                shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+                loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shifted.reshape(-1),
+                                                         ignore_index=-100, reduction="sum") / count * world
+                loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return real
+
+    for _ in range(args.warmup_steps):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(device)
+    start = time.time()
+    tokens = 0
+    for _ in range(args.steps):
+        tokens += step()
+    torch.cuda.synchronize()
+    elapsed = time.time() - start
+    totals = torch.tensor([float(tokens)], device=device)
+    if world > 1:
+        dist.all_reduce(totals)
+    peak = torch.cuda.max_memory_allocated(device) / 2**30
+    if rank == 0:
+        print(json.dumps({"tool": "reference", "world": world, "batch": args.batch, "accum": args.accum,
+                          "tokens_per_s_per_gpu": totals.item() / elapsed / world, "steps_per_s": args.steps / elapsed,
+                          "peak_memory_gib": peak}))
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

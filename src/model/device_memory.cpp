@@ -1,0 +1,11 @@
+#include "finetune/model/device_memory.h"
+
+// CUDA builds implement these in cuda/device_memory.cpp.
+#ifndef FINETUNE_WITH_CUDA
+namespace finetune {
+
+std::optional<double> peak_device_memory_gib(const at::Device&) { return std::nullopt; }
+void reset_peak_device_memory(const at::Device&) {}
+
+}  // namespace finetune
+#endif
