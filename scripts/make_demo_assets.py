@@ -28,6 +28,7 @@ EVAL_ROWS = 128
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 VOCAB_SIZE = 640
+LM_HEAD_STD = float(__import__("os").environ.get("LMH","0.1"))
 
 # Llama-3's pre-tokenization regex (tokenizer.json of meta-llama/Meta-Llama-3-8B).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -96,8 +97,14 @@ def make_model(tokenizer):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
-    return transformers.LlamaForCausalLM(config).to(torch.float32)
+        pad_token_id=tokenizer.pad_token_id, initializer_range=float(__import__("os").environ.get("INIT","0.02")))
+    model = transformers.LlamaForCausalLM(config).to(torch.float32)
+    # With the default init (std 0.02) a frozen random lm_head cannot give any token more than a
+    # few percent probability (logit <= 0.02 * sqrt(hidden) * sqrt(hidden) ~ 2.6), so no adapter
+    # could push the loss far down. Trained models have output rows of norm ~1; give it those.
+    with torch.no_grad():
+        model.lm_head.weight.normal_(0.0, LM_HEAD_STD)
+    return model
 
 
 def write_jsonl(path, rows):

@@ -66,7 +66,7 @@ fi
 # --- 4. configure + build
 GENERATOR=()
 command -v ninja >/dev/null && GENERATOR=(-G Ninja)
-if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+if [ ! -f "$BUILD_DIR/build.ninja" ] && [ ! -f "$BUILD_DIR/Makefile" ]; then  # never (fully) configured
   log "configuring $BUILD_DIR against LibTorch at $TORCH_PREFIX"
   cmake -S "$ROOT" -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" ${FINETUNE_CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 \

@@ -9,6 +9,7 @@
 
 #include "finetune/model/tensor_io.h"
 #include "finetune/util/atomic_file.h"
+#include "finetune/util/output_directory.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -95,7 +96,7 @@ void load_adapter_weights(CausalLM& model, const std::string& adapter_dir) {
 
 void save_adapter(CausalLM& model, const LoraConfig& config, const std::string& base_model_name_or_path,
                   const std::string& dir) {
-  std::filesystem::create_directories(dir);
+  create_output_directory(dir, "adapter directory");
   save_tensors(dir + "/adapter_model.safetensors", lora_parameters(model), {{"format", "pt"}});
   write_file_atomically(dir + "/adapter_config.json",
                         adapter_config_json(config, base_model_name_or_path).dump(2) + "\n");

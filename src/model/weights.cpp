@@ -15,6 +15,12 @@ std::string shape_string(at::IntArrayRef shape) {
   return out + "]";
 }
 
+// What a missing tensor was looked for in: the single file, or the shards' index.
+std::string checkpoint_name(const CheckpointFiles& files) {
+  if (files.files().size() == 1) return files.files().front()->path();
+  return files.dir() + "/model.safetensors.index.json";
+}
+
 // Buffers some checkpoints carry that are not parameters of ours.
 bool is_ignorable(const std::string& name) {
   return name.find("rotary_emb.inv_freq") != std::string::npos;
@@ -29,7 +35,8 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
   for (auto& [name, parameter] : model.named_parameters()) {
     expected.insert(name);
     if (!files.contains(name)) {
-      throw Error(model_dir + ": checkpoint is missing tensor '" + name + "'");
+      throw Error(checkpoint_name(files) + ": checkpoint is missing tensor '" + name +
+                  "' (does config.json match the weights?)");
     }
     const auto& file = files.file_of(name);
     const auto& info = files.info(name);

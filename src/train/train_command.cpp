@@ -17,6 +17,7 @@
 #include "finetune/train/trainer.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
+#include "finetune/util/output_directory.h"
 
 namespace finetune {
 namespace {
@@ -80,6 +81,10 @@ int run_train(const Options& options, const EnvMap& env) {
   communicator_options.timeout_seconds = options.ddp_timeout;
   auto communicator = make_communicator(launch, device, communicator_options);
   try {
+    if (launch.rank == 0) {  // fail before hours of training, not at the final save
+      create_output_directory(options.output_dir, "--output_dir");
+      if (options.save_model) create_output_directory(options.save_path, "--save_path");
+    }
     auto loaded = load_model(options, env, device);
     auto& model = *loaded.model;
     auto [lora, trainable] = setup_lora(model, options);

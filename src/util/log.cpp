@@ -1,11 +1,16 @@
 #include "finetune/util/log.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 namespace finetune::log {
 
 void configure(int rank, int world_size, Level level) {
   const std::string prefix = world_size > 1 ? "[rank " + std::to_string(rank) + "] " : "";
+  // Diagnostics go to stderr: stdout carries only results (the JSON summary line), so callers
+  // can parse it. spdlog's default logger would write to stdout.
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("finetune", std::make_shared<spdlog::sinks::stderr_color_sink_mt>()));
   spdlog::set_pattern("[%H:%M:%S] [%^%l%$] " + prefix + "%v");
   switch (level) {
     case Level::Debug: spdlog::set_level(spdlog::level::debug); break;

@@ -1,0 +1,131 @@
+"""Starting the real `finetune` binary as a multi-process job: under mpirun, under torchrun, or as
+processes we start ourselves with torchrun's variables (so a test holds each rank's PID).
+
+Every launch gets its own free MASTER_PORT and a clean environment: launcher variables from the
+caller's shell would otherwise leak into the job (see Note [Launcher detection] in launch_env.cpp).
+Every wait is bounded: a distributed bug must fail a test, never hang it.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from conftest import ROOT, finetune_bin
+
+VENV_BIN = os.path.expanduser("~/.cache/finetune/venv/bin")
+
+LAUNCHER_VARIABLE_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "MPI_LOCAL")
+LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                      "MASTER_ADDR", "MASTER_PORT"}
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra):
+    """The caller's environment without any launcher's variables; one thread per rank (2 ranks share
+    2 cores, and the single-process reference uses the same thread count)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_VARIABLE_PREFIXES)}
+    env["OMP_NUM_THREADS"] = "1"
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def torchrun_path():
+    path = shutil.which("torchrun", path=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+    if path is None:
+        raise AssertionError(f"torchrun not found in {VENV_BIN} or PATH")
+    return path
+
+
+def mpirun_path():
+    path = shutil.which("mpirun")
+    if path is None:
+        raise AssertionError("mpirun (OpenMPI) not found on PATH")
+    return path
+
+
+def launcher_command(launcher, nproc, port, program):
+    """argv prefix that starts `program` (a list) as `nproc` ranks under `launcher`."""
+    if launcher == "mpirun":
+        return [mpirun_path(), "--allow-run-as-root", "--oversubscribe", "-np", str(nproc),
+                "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS"] + program
+    if launcher == "torchrun":
+        return [torchrun_path(), "--no-python", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+                f"--master_port={port}"] + program
+    if launcher == "single":
+        assert nproc == 1
+        return program
+    raise ValueError(launcher)
+
+
+def run_launched(launcher, nproc, args, timeout=180, program=None, extra_env=None, launcher_args=()):
+    """Runs the job to completion; returns the CompletedProcess (stdout/stderr of all ranks)."""
+    port = free_port()
+    program = program or [finetune_bin()]
+    env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra_env or {}))
+    command = launcher_command(launcher, nproc, port, program)
+    if launcher == "torchrun":
+        command = command[:2] + list(launcher_args) + command[2:]
+    command += [str(a) for a in args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+
+
+def check_ok(proc, what):
+    if proc.returncode != 0:
+        raise AssertionError(f"{what} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+class ManualJob:
+    """`world_size` finetune processes started directly with torchrun's variables (no agent store:
+    rank 0 hosts the TCP store). stdout/stderr of rank r go to files in `log_dir`."""
+
+    def __init__(self, world_size, args, log_dir, extra_env=None):
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.processes = []
+        for rank in range(world_size):
+            env = clean_env(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world_size,
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=self.port, **(extra_env or {}))
+            out = open(log_dir / f"rank{rank}.out", "w")
+            err = open(log_dir / f"rank{rank}.err", "w")
+            self.processes.append(subprocess.Popen([finetune_bin()] + [str(a) for a in args], stdout=out,
+                                                   stderr=err, env=env, cwd=ROOT))
+            out.close()
+            err.close()
+
+    def output(self, rank):
+        return (self.log_dir / f"rank{rank}.out").read_text(), (self.log_dir / f"rank{rank}.err").read_text()
+
+    def wait(self, rank, timeout):
+        """Exit code of `rank`, or None if it is still running after `timeout` seconds."""
+        try:
+            return self.processes[rank].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal(self, rank, sig):
+        self.processes[rank].send_signal(sig)
+
+    def kill_all(self):
+        for p in self.processes:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)  # works on stopped processes too
+        for p in self.processes:
+            p.wait(timeout=30)
+
+
+def wait_for(condition, timeout, what, poll=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

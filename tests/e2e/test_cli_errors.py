@@ -1,0 +1,407 @@
+"""Bad input gets a clear error and the right exit status from the real binary, never a crash or a hang.
+
+Exit 2: a usage problem (flag, value, config file, missing required option).
+Exit 1: a bad input file (model, checkpoint, dataset, adapter) or an unwritable output.
+Every message must name what is wrong (option, file, line, tensor) and must reach stderr; stdout
+carries only results. Each run uses a tiny model and takes about a second.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import finetune_bin, last_json_line
+import tiny_models
+
+TIMEOUT_S = 60  # every run here takes ~1 s; a hang must fail, not stall the suite
+CRASH_MARKERS = ["Segmentation fault", "terminate called", "Aborted", "core dumped", "Exception raised from",
+                 "frame #", "Traceback"]
+CPU = ["--device", "cpu", "--dtype", "float32"]
+ONE_STEP = ["--max_steps", 1, "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 1] + CPU
+
+
+def clean_env(extra=None):
+    """The caller's environment minus FINETUNE_<OPTION> variables that could change the outcome."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FINETUNE_") or k in ("FINETUNE_BIN", "FINETUNE_FIXTURES")}
+    env.update(extra or {})
+    return env
+
+
+def run(args, env=None, cwd=None):
+    proc = subprocess.run([finetune_bin()] + [str(a) for a in args], capture_output=True, text=True,
+                          env=clean_env(env), cwd=cwd, timeout=TIMEOUT_S)
+    for marker in CRASH_MARKERS:
+        assert marker not in proc.stderr and marker not in proc.stdout, \
+            f"crash marker {marker!r}:\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def expect_failure(args, status, *needles, env=None, cwd=None):
+    """Runs finetune, asserts the exit status and that stderr names every needle."""
+    proc = run(args, env=env, cwd=cwd)
+    detail = f"finetune {' '.join(map(str, args))}\nexit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == status, detail
+    for needle in needles:
+        assert str(needle) in proc.stderr, f"stderr does not name {needle!r}\n{detail}"
+    assert "[error]" not in proc.stdout, f"the error went to stdout\n{detail}"
+    return proc
+
+
+def expect_success(args, env=None, cwd=None):
+    proc = run(args, env=env, cwd=cwd)
+    assert proc.returncode == 0, f"finetune {' '.join(map(str, args))} exited {proc.returncode}\n" \
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def leftover_temp_files(root):
+    return [os.path.join(d, f) for d, _, files in os.walk(root) for f in files if ".tmp." in f]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_errors")
+    tiny_models.make_model("llama", root / "llama")
+    tiny_models.make_model("llama_sharded", root / "sharded")
+    rows = tiny_models.make_tokenized_rows(6, seed=1)
+    tiny_models.write_jsonl(root / "rows.jsonl", rows)
+    return {"root": root, "model": root / "llama", "sharded": root / "sharded", "rows": root / "rows.jsonl",
+            "row_list": rows}
+
+
+@pytest.fixture(scope="module")
+def trained(assets):
+    """One successful training run (checkpoint + final adapter + merged export) shared by several tests."""
+    out = assets["root"] / "trained"
+    proc = expect_success(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", out,
+                           "--max_steps", 2, "--save_steps", 1, "--per_device_train_batch_size", 2,
+                           "--gradient_accumulation_steps", 1, "--save_model", "true",
+                           "--save_method", "merged_16bit", "--save_path", out / "merged"] + CPU)
+    return out, proc
+
+
+def copy_model(assets, tmp_path, name="model"):
+    target = tmp_path / name
+    shutil.copytree(assets["model"], target)
+    return target
+
+
+def eval_args(model, data):
+    return ["eval", "--model_name", model, "--dataset", data] + CPU
+
+
+# ---------------------------------------------------------------------------------------------
+# Usage errors: exit 2
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--no_such_option", "1"], ["no_such_option"]),
+    (["--r", "abc"], ["--r", "abc"]),
+    (["--r", "0"], ["--r"]),
+    (["--learning_rate", "-1"], ["--learning_rate", "-1"]),
+    (["--lora_dropout", "1.5"], ["--lora_dropout", "1.5"]),
+    (["--dtype", "float64"], ["--dtype", "float64"]),
+    (["--optim", "adamw_8bit"], ["--optim", "adamw_8bit", "supported", "adamw_torch"]),
+    (["--save_method", "gguf"], ["--save_method", "gguf", "not supported"]),
+    (["--load_in_4bit", "true"], ["--load_in_4bit", "not supported"]),
+    (["--r", "4", "--r", "8"], ["--r", "more than once"]),
+    (["stray_word"], ["stray_word"]),
+])
+def test_bad_flag_or_value_is_a_usage_error(assets, args, needles):
+    proc = expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"]] + args, 2, *needles)
+    assert "--help" in proc.stderr  # points at the option list
+
+
+def test_malformed_config_file_names_the_file(assets, tmp_path):
+    config = tmp_path / "broken.json"
+    config.write_text('{"r": 8,\n  "lora_alpha": }\n')
+    expect_failure(["--config", config, "--model_name", assets["model"], "--dataset", assets["rows"]], 2,
+                   config, "JSON")
+
+
+def test_unknown_config_key_names_the_key(assets, tmp_path):
+    config = tmp_path / "typo.json"
+    config.write_text(json.dumps({"r": 8, "lora_alpah": 16}))
+    expect_failure(["--config", config, "--model_name", assets["model"], "--dataset", assets["rows"]], 2,
+                   config, "lora_alpah")
+
+
+def test_missing_config_file_names_it(assets, tmp_path):
+    expect_failure(["--config", tmp_path / "absent.json", "--model_name", assets["model"]], 2,
+                   tmp_path / "absent.json")
+
+
+def test_help_lists_every_group():
+    proc = expect_success(["--help"])
+    lines = proc.stdout.splitlines()
+    for group in ["model:", "LoRA:", "training:", "data:", "saving:", "logging:", "distributed:"]:
+        assert group in lines, f"--help has no {group!r} group:\n{proc.stdout}"
+    for option in ["--model_name", "--r", "--learning_rate", "--dataset", "--output_dir", "--report_to",
+                   "--ddp_timeout", "--config"]:
+        assert option in proc.stdout
+
+
+def test_no_arguments_asks_for_a_model():
+    expect_failure([], 2, "--model_name")
+
+
+@pytest.mark.parametrize("action", [[], ["train"], ["eval"]])
+def test_action_without_data_asks_for_a_dataset(assets, action):
+    expect_failure(action + ["--model_name", assets["model"]] + CPU, 2, "--dataset")
+
+
+def test_action_word_after_options_is_rejected(assets):
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "eval"], 2, "eval")
+
+
+def test_precedence_file_then_environment_then_command_line(assets, tmp_path):
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"model_name": str(assets["model"]), "dataset": str(assets["rows"]),
+                                  "max_steps": 3, "output_dir": str(tmp_path / "from_file"),
+                                  "per_device_train_batch_size": 1, "gradient_accumulation_steps": 1,
+                                  "device": "cpu", "dtype": "float32"}))
+    env = {"FINETUNE_MAX_STEPS": "2", "FINETUNE_OUTPUT_DIR": str(tmp_path / "from_env")}
+    cases = [([], {}, 3, "from_file"), ([], env, 2, "from_env"),
+             (["--max_steps", 1, "--output_dir", tmp_path / "from_cli"], env, 1, "from_cli")]
+    for cli, case_env, steps, out in cases:
+        proc = expect_success(["--config", config] + cli, env=case_env)
+        assert last_json_line(proc.stdout)["steps"] == steps
+        metrics = (tmp_path / out / "metrics.jsonl").read_text().splitlines()
+        assert len(metrics) == steps, f"{out}: {metrics}"
+        assert (tmp_path / out / "adapter_model.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["from_cli", "from_env", "from_file", "run.json"]
+
+
+def test_bad_value_errors_only_where_it_wins(assets, tmp_path):
+    """A bad --r in a lower layer is harmless once a higher layer overrides it."""
+    config = tmp_path / "bad_r.json"
+    config.write_text(json.dumps({"r": "abc"}))
+    base = eval_args(assets["model"], assets["rows"])
+    expect_failure(base + ["--config", config], 2, "--r", config, "abc")
+    expect_success(base + ["--config", config], env={"FINETUNE_R": "4"})
+    expect_failure(base + ["--config", config], 2, "--r", "FINETUNE_R", "xyz", env={"FINETUNE_R": "xyz"})
+    expect_success(base + ["--config", config, "--r", "4"], env={"FINETUNE_R": "xyz"})
+    expect_failure(base + ["--r", "-3"], 2, "--r", env={"FINETUNE_R": "4"})
+
+
+def test_unrelated_finetune_environment_variables_are_ignored(assets):
+    expect_success(eval_args(assets["model"], assets["rows"]), env={"FINETUNE_NOT_AN_OPTION": "1"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Model problems: exit 1, naming the file
+
+
+def test_missing_model_directory_lists_where_it_looked(assets, tmp_path):
+    missing = tmp_path / "no_such_model"
+    expect_failure(eval_args(missing, assets["rows"]), 1, missing, "not found")
+
+
+def test_missing_hub_model_lists_the_cache_path(assets, tmp_path):
+    cache = tmp_path / "hf_cache"
+    cache.mkdir()
+    expect_failure(eval_args("org/name", assets["rows"]), 1, "org/name", cache / "models--org--name",
+                   env={"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"})
+
+
+def edit_config(model_dir, change):
+    path = model_dir / "config.json"
+    config = json.loads(path.read_text())
+    change(config)
+    path.write_text(json.dumps(config))
+
+
+def test_malformed_config_json(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    (model / "config.json").write_text('{"model_type": "llama", "hidden_size": ')
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "JSON")
+
+
+def test_unsupported_architecture(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    edit_config(model, lambda c: c.update(architectures=["GPT2LMHeadModel"], model_type="gpt2"))
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "GPT2LMHeadModel",
+                   "LlamaForCausalLM")
+
+
+@pytest.mark.parametrize("field", ["rope_parameters", "rope_scaling"])
+def test_unsupported_rope_type(assets, tmp_path, field):
+    model = copy_model(assets, tmp_path)
+
+    def use_yarn(config):
+        config.pop("rope_parameters", None)
+        config[field] = ({"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0} if field == "rope_parameters"
+                         else {"type": "yarn", "factor": 4.0})
+    edit_config(model, use_yarn)
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "yarn", field)
+
+
+def test_truncated_safetensors(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    weights = model / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    expect_failure(eval_args(model, assets["rows"]), 1, weights, "truncated")
+
+
+def test_safetensors_header_longer_than_the_file(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    weights = model / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.write(struct.pack("<Q", 10**9))
+    expect_failure(eval_args(model, assets["rows"]), 1, weights, "header")
+
+
+def rewrite_weights(path, change):
+    tensors = load_file(str(path))
+    change(tensors)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+
+
+def test_missing_tensor(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    name = "model.layers.1.self_attn.k_proj.weight"
+    rewrite_weights(model / "model.safetensors", lambda t: t.pop(name))
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "model.safetensors", name, "missing")
+
+
+def test_tensor_with_wrong_shape(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    name = "model.layers.0.mlp.down_proj.weight"
+    rewrite_weights(model / "model.safetensors", lambda t: t.update({name: torch.zeros(64, 64)}))
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "model.safetensors", name, "[64, 64]", "[64, 128]")
+
+
+def test_sharded_checkpoint_with_a_missing_shard(assets, tmp_path):
+    model = tmp_path / "sharded"
+    shutil.copytree(assets["sharded"], model)
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    shard = sorted(set(index["weight_map"].values()))[1]
+    (model / shard).unlink()
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "model.safetensors.index.json", shard,
+                   "does not exist")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data problems: exit 1, naming file and line
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_broken_jsonl_line_names_the_line(assets, tmp_path):
+    good = [json.dumps(r) for r in assets["row_list"]]
+    data = write_lines(tmp_path / "broken.jsonl", good[:2] + ['{"input_ids": [5, 6,'] + good[2:])
+    expect_failure(eval_args(assets["model"], data), 1, f"{data}:3")
+
+
+def test_skip_bad_rows_skips_and_reports(assets, tmp_path):
+    good = [json.dumps(r) for r in assets["row_list"]]
+    data = write_lines(tmp_path / "broken.jsonl", good[:2] + ['{"input_ids": [5, 6,'] + good[2:])
+    proc = expect_success(eval_args(assets["model"], data) + ["--skip_bad_rows"])
+    result = last_json_line(proc.stdout)
+    assert result["rows"] == len(good) and result["rows_skipped"] == 1
+    assert f"{data}:3" in proc.stderr  # the warning still says which row was dropped
+
+    proc = expect_success(["--model_name", assets["model"], "--dataset", data, "--skip_bad_rows", "true",
+                           "--output_dir", tmp_path / "out"] + ONE_STEP)
+    assert "1 malformed skipped" in proc.stderr
+    assert f"{len(good)} rows kept of {len(good) + 1}" in proc.stderr
+
+
+def test_unknown_dataset_format(assets, tmp_path):
+    data = write_lines(tmp_path / "odd.jsonl", [json.dumps({"question": "a", "reply": "b"})] * 2)
+    expect_failure(eval_args(assets["model"], data), 1, f"{data}:1", "format", "question")
+
+
+def test_empty_dataset(assets, tmp_path):
+    data = write_lines(tmp_path / "empty.jsonl", [])
+    expect_failure(eval_args(assets["model"], data), 1, data)
+    expect_failure(["--model_name", assets["model"], "--dataset", data, "--output_dir", tmp_path / "out"]
+                   + ONE_STEP, 1, data)
+
+
+def test_missing_dataset_file(assets, tmp_path):
+    expect_failure(eval_args(assets["model"], tmp_path / "absent.jsonl"), 1, tmp_path / "absent.jsonl")
+
+
+def test_labels_and_input_ids_of_different_lengths(assets, tmp_path):
+    good = [json.dumps(r) for r in assets["row_list"]]
+    data = write_lines(tmp_path / "mismatch.jsonl", good[:3] + [json.dumps({"input_ids": [5, 6, 7, 8],
+                                                                            "labels": [5, 6, 7]})])
+    expect_failure(eval_args(assets["model"], data), 1, f"{data}:4", "labels", "input_ids")
+
+
+# ---------------------------------------------------------------------------------------------
+# Adapter problems
+
+
+def test_init_adapter_without_adapter_config(assets, tmp_path):
+    adapter = tmp_path / "not_an_adapter"
+    adapter.mkdir()
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "--init_adapter", adapter,
+                    "--output_dir", tmp_path / "out"] + ONE_STEP, 1, adapter / "adapter_config.json")
+    assert not (tmp_path / "out" / "adapter_model.safetensors").exists()
+
+
+def test_init_adapter_with_wrong_tensor_shape(assets, tmp_path, trained):
+    adapter = tmp_path / "adapter"
+    shutil.copytree(trained[0], adapter, ignore=shutil.ignore_patterns("checkpoint-*", "merged"))
+    tensors = load_file(str(adapter / "adapter_model.safetensors"))
+    name = next(k for k in sorted(tensors) if "lora_A" in k)
+    bad_shape = (tensors[name].shape[0] // 2, tensors[name].shape[1] // 2)
+    rewrite_weights(adapter / "adapter_model.safetensors", lambda t: t.update({name: torch.zeros(bad_shape)}))
+    for args in (["--output_dir", tmp_path / "out"] + ONE_STEP, None):
+        cmd = (["--model_name", assets["model"], "--dataset", assets["rows"]] + args if args
+               else eval_args(assets["model"], assets["rows"]))
+        expect_failure(cmd + ["--init_adapter", adapter], 1, adapter / "adapter_model.safetensors", name,
+                       f"[{bad_shape[0]}, {bad_shape[1]}]")
+
+
+def test_init_adapter_that_is_fine_loads(assets, tmp_path, trained):
+    """The control for the two tests above: the unmodified adapter is accepted."""
+    expect_success(eval_args(assets["model"], assets["rows"]) + ["--init_adapter", trained[0]])
+
+
+# ---------------------------------------------------------------------------------------------
+# Output problems
+
+
+@pytest.mark.parametrize("below", [None, "run"])
+def test_output_dir_blocked_by_a_regular_file(assets, tmp_path, below):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("keep me\n")
+    output_dir = blocker / below if below else blocker
+    proc = expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir",
+                           output_dir] + ONE_STEP, 1, "--output_dir", output_dir, f"'{blocker}'")
+    assert "step 1/" not in proc.stderr, "it should fail before training, not at the final save"
+    assert blocker.read_text() == "keep me\n"
+    assert not list(tmp_path.rglob("adapter_*")) and not leftover_temp_files(tmp_path)
+
+
+def test_save_path_blocked_by_a_regular_file(assets, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", tmp_path / "out",
+                    "--save_model", "true", "--save_path", blocker / "merged"] + ONE_STEP, 1, "--save_path", blocker)
+    assert not (tmp_path / "out" / "adapter_model.safetensors").exists()
+
+
+def test_successful_run_leaves_no_temporary_files(trained):
+    out, proc = trained
+    summary = last_json_line(proc.stdout)
+    assert summary["steps"] == 2
+    assert (out / "adapter_model.safetensors").exists() and (out / "adapter_config.json").exists()
+    assert (out / "checkpoint-1" / "adapter_model.safetensors").exists()
+    assert (out / "merged" / "config.json").exists()
+    assert leftover_temp_files(out) == []
+    # stdout carries only the result; the log lines go to stderr
+    assert all(line.startswith("{") for line in proc.stdout.strip().splitlines()), proc.stdout

@@ -1,0 +1,261 @@
+"""Data-parallel training with the real binary and real launchers (CPU, Gloo).
+
+2 ranks x per-device batch B must train exactly like 1 rank x batch 2B: with --shuffle false rank r
+takes rows r, r+2, ... (DistributedSampler), so each optimizer step sees the same rows, and the loss
+of every rank is normalised by the global trainable-token count with gradients summed (Note [Global
+token normalisation] in trainer.cpp), so the update is the same up to float summation order.
+Then: a dead or stuck peer ends the job with an error naming the rank and the operation, only
+rank 0 writes output, and bad launcher variables are reported by name.
+"""
+import json
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import finetune_bin, last_json_line
+from ddp_launch import ManualJob, check_ok, clean_env, run_launched, wait_for
+import reference_loop
+import tiny_models
+
+TOLERANCE = 1e-6  # relative, fp32: only the summation order differs
+SLACK_S = 20      # process start, model load and teardown on two busy cores
+
+
+def uneven_rows(count, seed):
+    """Even rows are 3-5 tokens, odd rows 70-100: rank 0 gets only short rows, rank 1 only long ones,
+    so the ranks' token counts differ by ~20x and any per-rank normalisation would show."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(count):
+        low, high = (3, 5) if i % 2 == 0 else (70, 100)
+        length = int(torch.randint(low, high + 1, (1,), generator=g))
+        ids = torch.randint(3, tiny_models.VOCAB, (length,), generator=g).tolist()
+        cut = length // 3
+        rows.append({"input_ids": ids, "labels": [-100] * cut + ids[cut:]})
+    return rows
+
+
+# name -> (rows file, per-device batch B of each of the 2 ranks, accumulation, steps)
+CASES = {
+    "even": ("train.jsonl", 2, 1, 5),           # 16 rows, 4 per step: wraps into a second epoch
+    "uneven_accumulated": ("uneven.jsonl", 2, 2, 3),  # 16 rows, 8 per step over 2 micro-steps
+}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ddp")
+    base = root / "base"
+    tiny_models.make_model("llama", base)
+    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
+    tiny_models.write_jsonl(root / "train.jsonl", tiny_models.make_tokenized_rows(16, seed=7, completion_only=True))
+    tiny_models.write_jsonl(root / "uneven.jsonl", uneven_rows(16, seed=8))
+    return root, base, adapter
+
+
+def train_args(setup, out, case, batch_size, steps=None, timeout_s=60, extra=()):
+    root, base, adapter = setup
+    data, _, accumulation, case_steps = CASES[case]
+    return ["--model_name", base, "--dataset", root / data, "--init_adapter", adapter, "--output_dir", out,
+            "--max_steps", steps or case_steps, "--per_device_train_batch_size", batch_size,
+            "--gradient_accumulation_steps", accumulation, "--learning_rate", 2e-2, "--warmup_steps", 1,
+            "--lr_scheduler_type", "linear", "--max_grad_norm", 1.0, "--weight_decay", 0.01,
+            "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu", "--ddp_backend", "gloo",
+            "--shuffle", "false", "--logging_steps", 1, "--save_steps", 2, "--ddp_timeout", timeout_s,
+            "--use_gradient_checkpointing", "false"] + list(extra)
+
+
+def metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def relative(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def json_lines(text):
+    return [line for line in text.splitlines() if line.strip().startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def single_process(setup):
+    """The 1-rank x batch 2B reference of each case (started by hand: no launcher at all)."""
+    root = setup[0]
+    runs = {}
+    for case, (_, batch_size, _, _) in CASES.items():
+        out = root / f"single_{case}"
+        proc = check_ok(run_launched("single", 1, train_args(setup, out, case, 2 * batch_size)), "single process")
+        runs[case] = (out, proc)
+    return runs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+def test_two_ranks_train_like_one_rank_with_twice_the_batch(setup, single_process, launcher, case, capsys):
+    root = setup[0]
+    batch_size, steps = CASES[case][1], CASES[case][3]
+    out = root / f"{launcher}_{case}"
+    proc = check_ok(run_launched(launcher, 2, train_args(setup, out, case, batch_size)), launcher)
+    log = proc.stderr + proc.stdout
+    assert f"launcher {'OpenMPI' if launcher == 'mpirun' else 'torchrun'}" in log
+    if launcher == "torchrun":
+        assert "(torchrun agent store)" in log  # TORCHELASTIC_USE_AGENT_STORE honoured
+
+    ref_out, ref_proc = single_process[case]
+    ours, ref = metrics(out), metrics(ref_out)
+    assert [m["step"] for m in ours] == list(range(1, steps + 1))
+    worst_loss = 0.0
+    for got, want in zip(ours, ref):
+        assert got["tokens"] == want["tokens"], f"step {got['step']}: tokens"  # same rows, every rank counted
+        assert got["lr"] == want["lr"]
+        for key in ("loss", "grad_norm"):
+            error = abs(got[key] - want[key]) / abs(want[key])
+            assert error <= TOLERANCE, f"step {got['step']}: {key} {got[key]} vs single-process {want[key]}"
+            worst_loss = max(worst_loss, error) if key == "loss" else worst_loss
+    assert ours[-1]["loss"] < ours[0]["loss"] or case == "uneven_accumulated"  # it trains (even case)
+
+    got_adapter = load_file(str(out / "adapter_model.safetensors"))
+    want_adapter = load_file(str(ref_out / "adapter_model.safetensors"))
+    initial = load_file(str(setup[2] / "adapter_model.safetensors"))
+    assert set(got_adapter) == set(want_adapter)
+    worst_adapter = 0.0
+    for name, want in want_adapter.items():
+        assert relative(want, initial[name]) > 1e-3, f"{name} did not move: the comparison would be vacuous"
+        error = relative(got_adapter[name], want)
+        assert error <= TOLERANCE, f"{name}: relative difference {error}"
+        worst_adapter = max(worst_adapter, error)
+    with capsys.disabled():
+        print(f"\n[ddp equivalence] {launcher} {case}: worst loss rel {worst_loss:.2e}, "
+              f"worst adapter tensor rel {worst_adapter:.2e}")
+
+    # Rank discipline: the output of a 2-rank job is the output of a 1-rank job, written once.
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == \
+           sorted(p.relative_to(ref_out).as_posix() for p in ref_out.rglob("*"))
+    assert len(json_lines(proc.stdout)) == 1, proc.stdout  # one summary, from rank 0
+    summary = last_json_line(proc.stdout)
+    assert summary["steps"] == steps and summary["tokens"] == last_json_line(ref_proc.stdout)["tokens"]
+    assert log.count("adapter saved to") == 1
+    assert not re.search(r"\[rank 1\].*(adapter saved|finetune \| model|batch \d+ per device)", log)
+
+
+def test_single_process_needs_no_launcher_or_port(setup, single_process):
+    out, proc = single_process["even"]
+    assert "launcher none" in proc.stderr and "rendezvous" not in proc.stderr
+    assert len(metrics(out)) == CASES["even"][3]
+
+
+def test_torchrun_restart_uses_fresh_rendezvous_keys(setup, tmp_path):
+    """torchrun --max-restarts reuses its agent store: a restarted worker group must not read the
+    dead group's keys (torch prefixes them per TORCHELASTIC_RESTART_COUNT). Rank 1 fails on the
+    first attempt after rank 0 has registered itself; the second attempt must train normally."""
+    wrapper = tmp_path / "flaky_rank1.sh"
+    wrapper.write_text("#!/bin/sh\n"
+                       'if [ "$RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 2; exit 3; fi\n'
+                       'exec "$@"\n')
+    wrapper.chmod(0o755)
+    out = tmp_path / "out"
+    proc = run_launched("torchrun", 2, train_args(setup, out, "even", 2, steps=2, timeout_s=20),
+                        program=[str(wrapper), finetune_bin()], launcher_args=["--max-restarts=1"], timeout=120)
+    check_ok(proc, "torchrun --max-restarts=1")
+    assert [m["step"] for m in metrics(out)] == [1, 2]
+
+
+def start_long_job(setup, tmp_path, timeout_s):
+    out = tmp_path / "out"
+    args = train_args(setup, out, "even", 2, steps=100000, timeout_s=timeout_s)
+    job = ManualJob(2, args, tmp_path)
+    metrics_file = out / "metrics.jsonl"
+
+    def rank0_logged_a_step():
+        for rank, p in enumerate(job.processes):
+            if p.poll() is not None:
+                raise AssertionError(f"rank {rank} exited {p.returncode} early: {job.output(rank)}")
+        return metrics_file.exists() and metrics_file.read_text().count("\n") >= 1
+
+    try:
+        wait_for(rank0_logged_a_step, 60, "rank 0 to log its first step")
+    except BaseException:
+        job.kill_all()
+        raise
+    return job
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killed_rank_ends_the_job_with_an_error_naming_rank_and_operation(setup, tmp_path, victim):
+    timeout_s = 10
+    job = start_long_job(setup, tmp_path, timeout_s)
+    survivor = 1 - victim
+    try:
+        job.signal(victim, signal.SIGKILL)
+        killed_at = time.monotonic()
+        code = job.wait(survivor, timeout_s + SLACK_S)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        job.kill_all()
+    _, err = job.output(survivor)
+    assert code is not None, f"rank {survivor} still running {timeout_s + SLACK_S} s after its peer died:\n{err}"
+    assert code > 0, f"rank {survivor} exited {code} (expected an error exit, not a crash or success):\n{err}"
+    assert elapsed <= timeout_s + SLACK_S
+    # e.g. "rank 0: gradient all-reduce of bucket 0 (...) failed (a peer died or disconnected?): ..."
+    assert re.search(rf"rank {survivor}: .*(all-reduce|broadcast|barrier|all-gather|token count|loss of step|"
+                     r"gradient|store)", err), err
+
+
+def test_stalled_rank_times_out_within_ddp_timeout(setup, tmp_path):
+    """A peer that is alive but stuck (SIGSTOP keeps its sockets open) is only caught by the timeout."""
+    timeout_s = 4
+    job = start_long_job(setup, tmp_path, timeout_s)
+    try:
+        job.signal(1, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        code = job.wait(0, timeout_s + SLACK_S)
+        elapsed = time.monotonic() - stopped_at
+    finally:
+        job.kill_all()
+    _, err = job.output(0)
+    assert code is not None, f"rank 0 still running {timeout_s + SLACK_S} s after rank 1 stalled:\n{err}"
+    assert code > 0, err
+    assert timeout_s - 1 <= elapsed <= timeout_s + SLACK_S, elapsed  # waited for the timeout, then gave up
+    assert re.search(r"rank 0: .*timed out after 4 s", err), err
+
+
+def test_missing_rank_fails_rendezvous_within_timeout(setup, tmp_path):
+    timeout_s = 3
+    job = ManualJob(2, train_args(setup, tmp_path / "out", "even", 2, timeout_s=timeout_s), tmp_path)
+    job.processes[1].kill()  # rank 1 never joins
+    started = time.monotonic()
+    try:
+        code = job.wait(0, timeout_s + SLACK_S)
+    finally:
+        job.kill_all()
+    _, err = job.output(0)
+    assert code is not None and code > 0, err
+    assert time.monotonic() - started <= timeout_s + SLACK_S
+    assert "rank 0" in err and re.search(r"rendezvous|store", err), err
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "0"}, "RANK is set but WORLD_SIZE is missing"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "RANK is set but LOCAL_RANK is missing"),
+    ({"RANK": "2", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, "RANK=2 is not below WORLD_SIZE=2"),
+    ({"RANK": "0", "WORLD_SIZE": "two", "LOCAL_RANK": "0"}, 'WORLD_SIZE="two" is not a non-negative integer'),
+    ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+     "OMPI_COMM_WORLD_SIZE is missing"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+      "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"},
+     "conflicting launcher variables"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_PORT": "99999"}, "MASTER_PORT=\"99999\""),
+])
+def test_bad_launch_environment_is_reported_by_name(setup, tmp_path, env, message):
+    args = train_args(setup, tmp_path / "out", "even", 2, timeout_s=5)
+    proc = subprocess.run([finetune_bin()] + [str(a) for a in args], capture_output=True, text=True,
+                          env=clean_env(**env), timeout=60)
+    assert proc.returncode > 0, proc.stderr
+    assert message in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()
