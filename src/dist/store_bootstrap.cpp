@@ -41,8 +41,12 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& launch, std::chro
                             "failed (timeout " + seconds_text(timeout) + "): " + first_line(e.what()));
   }
   store->setTimeout(timeout);
-  // Our keys under one prefix: the agent store also holds torchrun's own rendezvous keys.
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("finetune", store);
+  // Our keys under one prefix per attempt: the agent store also holds torchrun's own rendezvous
+  // keys, and it outlives a worker group that --max-restarts replaces, so a restarted group must
+  // not read the dead group's keys (Gloo would connect to its stale addresses). torch keys them
+  // by TORCHELASTIC_RESTART_COUNT the same way ("/worker/attempt_N" in _create_c10d_store).
+  auto prefixed =
+      c10::make_intrusive<c10d::PrefixStore>("finetune/attempt_" + std::to_string(launch.restart_count), store);
   prefixed->setTimeout(timeout);
   return prefixed;
 }

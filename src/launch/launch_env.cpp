@@ -210,11 +210,15 @@ LaunchEnv launch_env_from(const EnvMap& env) {
     out.master_port = static_cast<int>(value);
   }
   out.multi_node = out.world_size > out.local_world_size;
-  if (out.multi_node && !out.master_addr_given)
+  // mpirun / PMI jobs may find their rendezvous over MPI instead (dist/rendezvous.h decides).
+  const bool mpi_launch = out.launcher == Launcher::OpenMpi || out.launcher == Launcher::Pmi;
+  if (out.multi_node && !out.master_addr_given && !mpi_launch)
     throw Error("launch environment: a multi-node job (" + std::to_string(out.world_size) + " processes, " +
                 std::to_string(out.local_world_size) + " on this node) needs MASTER_ADDR (the rank-0 host)");
   if (const std::string* agent = lookup(env, "TORCHELASTIC_USE_AGENT_STORE"))
     out.use_agent_store = out.launcher == Launcher::Torchrun && (*agent == "True" || *agent == "true" || *agent == "1");
+  if (out.launcher == Launcher::Torchrun)
+    out.restart_count = optional_int(env, "TORCHELASTIC_RESTART_COUNT").value_or(0);
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/dist/communicator.h"
+#include "finetune/dist/rendezvous.h"
 #include "finetune/export/merged_export.h"
 #include "finetune/launch/launch_env.h"
 #include "finetune/model/device_memory.h"
@@ -72,7 +73,8 @@ void save_final(CausalLM& model, const LoraConfig& lora, const Options& options,
 
 int run_train(const Options& options, const EnvMap& env) {
   if (options.packing) throw UsageError("--packing: not available yet in this build");
-  const auto launch = launch_env_from(env);
+  const Rendezvous rendezvous(launch_env_from(env));
+  const auto& launch = rendezvous.launch();
   log::configure(launch.rank, launch.world_size);
   const auto device = select_device(options.device, launch.local_rank);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);

@@ -65,6 +65,11 @@ TEST(LaunchEnvTest, DetectsEachLauncher) {
         {"MASTER_ADDR", "n0"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},
         {"SLURM_LOCALID", "0"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"}, {"SLURM_NODEID", "1"}},
        Launcher::Torchrun, 6, 8, 2, 4, true},
+      // mpirun across nodes without MASTER_ADDR: allowed here, the rendezvous goes over MPI.
+      {"multi-node mpirun without MASTER_ADDR",
+       {{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+        {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}},
+       Launcher::OpenMpi, 5, 8, 1, 4, true},
       // srun --mpi=pmi2 sets both Slurm and PMI variables; they agree.
       {"PMI and Slurm agreeing",
        {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"},
@@ -100,6 +105,30 @@ TEST(LaunchEnvTest, MasterDefaultsAndOverrides) {
   e = launch_env_from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
                        {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
   EXPECT_FALSE(e.use_agent_store);
+}
+
+TEST(LaunchEnvTest, TorchrunRestartCount) {
+  const EnvMap torchrun{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  EXPECT_EQ(launch_env_from(torchrun).restart_count, 0);
+  EnvMap restarted = torchrun;
+  restarted["TORCHELASTIC_RESTART_COUNT"] = "2";
+  EXPECT_EQ(launch_env_from(restarted).restart_count, 2);
+  restarted["TORCHELASTIC_RESTART_COUNT"] = "x";
+  EXPECT_THROW(
+      {
+        try {
+          launch_env_from(restarted);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("TORCHELASTIC_RESTART_COUNT"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  // Only torchrun's own jobs: a stale variable in an mpirun job's shell means nothing.
+  EXPECT_EQ(launch_env_from({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"TORCHELASTIC_RESTART_COUNT", "3"}})
+                .restart_count,
+            0);
 }
 
 TEST(LaunchEnvTest, LauncherNames) {

@@ -3,8 +3,9 @@
 //     the other ranks connect as clients;
 //   - torchrun with TORCHELASTIC_USE_AGENT_STORE=True: the elastic agent already hosts it, so
 //     every rank is a client (what torch's _create_c10d_store does).
-// Either way our keys live under the prefix "finetune/" so they never collide with the agent's
-// rendezvous keys. Connecting and every blocking get are bounded by the timeout.
+// Either way our keys live under the prefix "finetune/attempt_<TORCHELASTIC_RESTART_COUNT>/" so
+// they never collide with the agent's rendezvous keys nor with an earlier, restarted attempt's.
+// Connecting and every blocking get are bounded by the timeout.
 #pragma once
 
 #include <chrono>
