@@ -28,7 +28,10 @@ EVAL_ROWS = 128
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
 VOCAB_SIZE = 640
-LM_HEAD_STD = float(__import__("os").environ.get("LMH","0.1"))
+INIT_STD = 0.02
+LM_HEAD_STD = 0.1
+WORD_COUNTS = (2, 4)
+TASK_NAMES = None
 
 # Llama-3's pre-tokenization regex (tokenizer.json of meta-llama/Meta-Llama-3-8B).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -50,16 +53,18 @@ TASKS = {
     "Reverse the order of the words.": lambda words: " ".join(reversed(words)),
     "Repeat the words twice.": lambda words: " ".join(words + words),
     "Count the words.": lambda words: NUMBER_NAMES[len(words)],
+    "Name the middle word.": lambda words: words[len(words) // 2],
+    "Name the first word.": lambda words: words[0],
 }
 
 
 def make_rows(rng):
     """TRAIN_ROWS + EVAL_ROWS rows with distinct (instruction, input), split into train and eval."""
     seen, rows = set(), []
-    instructions = list(TASKS)
+    instructions = list(TASK_NAMES or TASKS)
     while len(rows) < TRAIN_ROWS + EVAL_ROWS:
         instruction = instructions[len(rows) % len(instructions)]
-        words = rng.sample(WORDS, rng.randint(2, 4))
+        words = rng.sample(WORDS, rng.randint(*WORD_COUNTS))
         key = (instruction, " ".join(words))
         if key in seen:
             continue
@@ -97,7 +102,7 @@ def make_model(tokenizer):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
         rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, initializer_range=float(__import__("os").environ.get("INIT","0.02")))
+        pad_token_id=tokenizer.pad_token_id, initializer_range=INIT_STD)
     model = transformers.LlamaForCausalLM(config).to(torch.float32)
     # With the default init (std 0.02) a frozen random lm_head cannot give any token more than a
     # few percent probability (logit <= 0.02 * sqrt(hidden) * sqrt(hidden) ~ 2.6), so no adapter

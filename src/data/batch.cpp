@@ -1,4 +1,3 @@
-// Collating samples into a right-padded host batch (one sample per row).
 #include "finetune/data/batch.h"
 
 #include <algorithm>
@@ -7,53 +6,130 @@
 #include "finetune/util/errors.h"
 
 namespace finetune {
+namespace {
 
-HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
-                  int64_t pad_token_id, int64_t pad_to_multiple_of) {
-  if (indices.empty()) throw Error("collate: a batch needs at least one sample");
+const Sample& checked_sample(const std::vector<Sample>& samples, int64_t index) {
+  if (index < 0 || index >= static_cast<int64_t>(samples.size())) {
+    throw Error("collate: sample index " + std::to_string(index) + " out of range [0, " +
+                std::to_string(samples.size()) + ")");
+  }
+  const Sample& sample = samples[index];
+  if (sample.input_ids.size() != sample.labels.size()) {
+    throw Error("collate: sample " + std::to_string(index) + " has " + std::to_string(sample.input_ids.size()) +
+                " input ids but " + std::to_string(sample.labels.size()) + " labels");
+  }
+  if (sample.input_ids.empty()) throw Error("collate: sample " + std::to_string(index) + " is empty");
+  return sample;
+}
+
+int64_t count_trainable(const std::vector<int64_t>& labels, int64_t rows, int64_t seq_len) {
+  int64_t count = 0;
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t t = 1; t < seq_len; ++t) count += labels[row * seq_len + t] != kIgnoreIndex;
+  }
+  return count;
+}
+
+}  // namespace
+
+HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std::vector<int64_t>>& rows,
+                       int64_t pad_token_id, int64_t pad_to_multiple_of) {
+  if (rows.empty()) throw Error("collate: a batch needs at least one sample");
   if (pad_to_multiple_of < 1) {
     throw Error("collate: pad_to_multiple_of must be >= 1, got " + std::to_string(pad_to_multiple_of));
   }
   int64_t longest = 0;
-  for (int64_t index : indices) {
-    if (index < 0 || index >= static_cast<int64_t>(samples.size())) {
-      throw Error("collate: sample index " + std::to_string(index) + " out of range [0, " +
-                  std::to_string(samples.size()) + ")");
-    }
-    const Sample& sample = samples[index];
-    if (sample.input_ids.size() != sample.labels.size()) {
-      throw Error("collate: sample " + std::to_string(index) + " has " + std::to_string(sample.input_ids.size()) +
-                  " input ids but " + std::to_string(sample.labels.size()) + " labels");
-    }
-    if (sample.input_ids.empty()) throw Error("collate: sample " + std::to_string(index) + " is empty");
-    longest = std::max<int64_t>(longest, sample.input_ids.size());
+  bool packed = false;
+  for (const auto& row : rows) {
+    if (row.empty()) throw Error("collate: a batch row needs at least one sample");
+    packed = packed || row.size() > 1;
+    int64_t length = 0;
+    for (int64_t index : row) length += static_cast<int64_t>(checked_sample(samples, index).input_ids.size());
+    longest = std::max(longest, length);
   }
 
   HostBatch batch;
-  batch.rows = static_cast<int64_t>(indices.size());
+  batch.rows = static_cast<int64_t>(rows.size());
   batch.seq_len = (longest + pad_to_multiple_of - 1) / pad_to_multiple_of * pad_to_multiple_of;
+  batch.packed = packed;
   const size_t cells = static_cast<size_t>(batch.rows * batch.seq_len);
   batch.input_ids.assign(cells, pad_token_id);
   batch.labels.assign(cells, kIgnoreIndex);
   batch.position_ids.assign(cells, 0);
   batch.attention_mask.assign(cells, 0);
-  batch.sample_lengths.reserve(indices.size());
+  batch.sample_lengths.resize(rows.size());
 
   for (int64_t row = 0; row < batch.rows; ++row) {
-    const Sample& sample = samples[indices[row]];
-    const int64_t length = static_cast<int64_t>(sample.input_ids.size());
-    const size_t base = static_cast<size_t>(row * batch.seq_len);
-    for (int64_t t = 0; t < length; ++t) {
-      batch.input_ids[base + t] = sample.input_ids[t];
-      batch.labels[base + t] = sample.labels[t];
-      batch.position_ids[base + t] = t;
-      batch.attention_mask[base + t] = 1;
+    size_t cell = static_cast<size_t>(row * batch.seq_len);
+    for (size_t k = 0; k < rows[row].size(); ++k) {
+      const Sample& sample = samples[rows[row][k]];
+      const int64_t length = static_cast<int64_t>(sample.input_ids.size());
+      for (int64_t t = 0; t < length; ++t, ++cell) {
+        batch.input_ids[cell] = sample.input_ids[t];
+        batch.labels[cell] = (t == 0 && k > 0) ? kIgnoreIndex : sample.labels[t];
+        batch.position_ids[cell] = t;
+        batch.attention_mask[cell] = 1;
+      }
+      batch.sample_lengths[row].push_back(length);
+      batch.real_tokens += length;
     }
-    batch.sample_lengths.push_back({length});
-    batch.real_tokens += length;
-    batch.trainable_tokens += trainable_token_count(sample);
   }
+  batch.trainable_tokens = count_trainable(batch.labels, batch.rows, batch.seq_len);
   return batch;
+}
+
+HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices, int64_t pad_token_id,
+                  int64_t pad_to_multiple_of) {
+  std::vector<std::vector<int64_t>> rows;
+  rows.reserve(indices.size());
+  for (int64_t index : indices) rows.push_back({index});
+  return collate_rows(samples, rows, pad_token_id, pad_to_multiple_of);
+}
+
+HostBatch flatten(const HostBatch& batch) {
+  HostBatch flat;
+  flat.rows = 1;
+  flat.seq_len = batch.real_tokens;
+  flat.packed = true;
+  flat.real_tokens = batch.real_tokens;
+  flat.sample_lengths.resize(1);
+  for (int64_t row = 0; row < batch.rows; ++row) {
+    int64_t start = 0;
+    for (int64_t length : batch.sample_lengths[row]) {
+      const size_t base = static_cast<size_t>(row * batch.seq_len + start);
+      for (int64_t t = 0; t < length; ++t) {
+        flat.input_ids.push_back(batch.input_ids[base + t]);
+        // A sample's first position is never a target once samples are adjacent (see collate_rows).
+        flat.labels.push_back(t == 0 ? kIgnoreIndex : batch.labels[base + t]);
+        flat.position_ids.push_back(batch.position_ids[base + t]);
+        flat.attention_mask.push_back(1);
+      }
+      flat.sample_lengths[0].push_back(length);
+      start += length;
+    }
+  }
+  flat.trainable_tokens = count_trainable(flat.labels, 1, flat.seq_len);
+  return flat;
+}
+
+std::vector<std::vector<int64_t>> pack_samples(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
+                                               int64_t capacity) {
+  std::vector<std::vector<int64_t>> rows;
+  int64_t used = 0;
+  for (int64_t index : order) {
+    const int64_t length = lengths.at(static_cast<size_t>(index));
+    if (length > capacity) {
+      throw Error("pack_samples: sample " + std::to_string(index) + " has " + std::to_string(length) +
+                  " tokens, more than a row holds (" + std::to_string(capacity) + ")");
+    }
+    if (rows.empty() || used + length > capacity) {
+      rows.emplace_back();
+      used = 0;
+    }
+    rows.back().push_back(index);
+    used += length;
+  }
+  return rows;
 }
 
 }  // namespace finetune

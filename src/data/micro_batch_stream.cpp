@@ -22,19 +22,51 @@ int64_t MicroBatchStream::steps_per_epoch() const {
   return (micro_batches_per_epoch_ + accumulation - 1) / accumulation;
 }
 
+std::vector<std::vector<std::vector<int64_t>>> MicroBatchStream::packed_micro_batches(int64_t epoch) const {
+  SamplerConfig whole = config_.sampler;  // the epoch order every rank agrees on
+  whole.world_size = 1;
+  whole.rank = 0;
+  whole.drop_last = false;
+  auto rows = pack_samples(rank_indices(whole, epoch), lengths_, config_.max_seq_length);
+  const size_t world = static_cast<size_t>(config_.sampler.world_size);
+  if (config_.sampler.drop_last) {
+    rows.resize(rows.size() / world * world);
+  } else {
+    for (size_t i = 0; rows.size() % world != 0; ++i) rows.push_back(rows[i % rows.size()]);
+  }
+  std::vector<std::vector<std::vector<int64_t>>> batches;
+  for (size_t i = static_cast<size_t>(config_.sampler.rank); i < rows.size(); i += world) {
+    if (batches.empty() || static_cast<int64_t>(batches.back().size()) == config_.batch_size) batches.emplace_back();
+    batches.back().push_back(rows[i]);
+  }
+  if (config_.sampler.drop_last && !batches.empty() && static_cast<int64_t>(batches.back().size()) < config_.batch_size) {
+    batches.pop_back();
+  }
+  return batches;
+}
+
 void MicroBatchStream::start_epoch(int64_t epoch) {
   epoch_ = epoch;
   cursor_ = 0;
+  if (config_.packing) {
+    epoch_batches_ = packed_micro_batches(epoch);
+    return;
+  }
   const auto indices = rank_indices(config_.sampler, epoch);
-  epoch_batches_ = micro_batches(indices, config_.batch_size, config_.group_by_length, lengths_,
-                                 config_.sampler.drop_last);
+  epoch_batches_.clear();
+  for (const auto& batch : micro_batches(indices, config_.batch_size, config_.group_by_length, lengths_,
+                                         config_.sampler.drop_last)) {
+    std::vector<std::vector<int64_t>> rows;
+    for (int64_t index : batch) rows.push_back({index});
+    epoch_batches_.push_back(std::move(rows));
+  }
 }
 
 std::vector<HostBatch> MicroBatchStream::next_step() {
   if (cursor_ >= epoch_batches_.size()) start_epoch(epoch_ + 1);
   std::vector<HostBatch> step;
   for (int64_t i = 0; i < config_.gradient_accumulation_steps && cursor_ < epoch_batches_.size(); ++i) {
-    step.push_back(collate(samples_, epoch_batches_[cursor_++], config_.pad_token_id, config_.pad_to_multiple_of));
+    step.push_back(collate_rows(samples_, epoch_batches_[cursor_++], config_.pad_token_id, config_.pad_to_multiple_of));
   }
   return step;
 }

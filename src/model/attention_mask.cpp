@@ -49,6 +49,18 @@ AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask) {
   return {false, mask.unsqueeze(1)};
 }
 
+AttentionMask variable_length_mask(const std::vector<int64_t>& sample_lengths, const at::Device& device) {
+  std::vector<int32_t> cumulative{0};
+  AttentionMask out;
+  out.is_causal_only = false;
+  for (int64_t length : sample_lengths) {
+    cumulative.push_back(cumulative.back() + static_cast<int32_t>(length));
+    out.max_seqlen = std::max(out.max_seqlen, length);
+  }
+  out.cu_seqlens = at::tensor(cumulative, at::TensorOptions().dtype(at::kInt)).to(device);
+  return out;
+}
+
 at::Tensor position_ids_from_padding(const at::Tensor& attention_mask) {
   return (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
 }

@@ -118,14 +118,21 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
   v = v.transpose(1, 2);                    // (B, KV, T, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   at::Tensor attn;
-  if (mask.is_causal_only) {
+  if (mask.variable_length()) {
+    // One row of packed samples: (1, H, N, D) -> (N, H, D); flash attention handles GQA itself.
+    auto flat = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+    auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), mask.cu_seqlens, mask.cu_seqlens,
+                                                         mask.max_seqlen, mask.max_seqlen, 0.0, /*is_causal=*/true,
+                                                         /*return_debug_mask=*/false, scale));  // (N, H, D)
+    attn = out.reshape({batch, seq_len, -1});                                      // (1, N, H*D)
+  } else if (mask.is_causal_only) {
     attn = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, scale,
                                             /*enable_gqa=*/true);
   } else {
     attn = at::scaled_dot_product_attention(q, k, v, mask.mask, 0.0, /*is_causal=*/false, scale,
                                             /*enable_gqa=*/true);
   }
-  attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});                     // (B, T, H*D)
+  if (!mask.variable_length()) attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});  // (B, T, H*D)
   auto h = hidden + linear_forward(layer.o_proj, attn, training);
 
   // --- MLP
@@ -155,6 +162,11 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
     }
   }
   return rms_norm(hidden, norm_, config_.rms_norm_eps);
+}
+
+bool CausalLM::supports_variable_length() const {
+  return device_.is_cuda() && (dtype_ == at::kBFloat16 || dtype_ == at::kHalf) && config_.head_dim % 8 == 0 &&
+         config_.head_dim <= 256;
 }
 
 const at::Tensor& CausalLM::lm_head_weight() const { return lm_head_.defined() ? lm_head_ : embed_tokens_; }

@@ -26,10 +26,11 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
     const size_t end = std::min(indices.size(), start + static_cast<size_t>(batch_size));
     std::vector<int64_t> batch_indices(indices.begin() + start, indices.begin() + end);
     const auto host = collate(samples, batch_indices, pad_token_id);
-    const auto batch = to_device(host, model.device());
+    // Dumped logits are read per padded row, so dumping keeps the padded layout.
+    const auto batch = to_device(host, model.device(), dump_logits_path.empty() && model.supports_variable_length());
     ForwardOptions options;
     auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
-    loss_sum += causal_lm_loss_sum(model, hidden, batch.labels).to(at::kDouble);
+    loss_sum += causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids).to(at::kDouble);
     result.tokens += host.trainable_tokens;
     if (!dump_logits_path.empty()) {
       for (size_t row = 0; row < batch_indices.size(); ++row) {

@@ -30,7 +30,7 @@ std::string with_thousands(int64_t value) {
 }
 
 void print_banner(const Options& options, const LaunchEnv& launch, const LoadedModel& loaded, const at::Device& device,
-                  const NamedTensors& trainable, const Datasets& data, const MicroBatchStream& stream,
+                  const LoraConfig& lora, const NamedTensors& trainable, const Datasets& data, const MicroBatchStream& stream,
                   int64_t total_steps, int64_t warmup_steps) {
   int64_t trainable_count = 0;
   for (const auto& [name, tensor] : trainable) trainable_count += tensor.numel();
@@ -40,7 +40,8 @@ void print_banner(const Options& options, const LaunchEnv& launch, const LoadedM
   log::info("finetune | model " + model.config().architecture + " from " + loaded.model_dir + " (" +
             with_thousands(model.parameter_count()) + " parameters, " + dtype_string(model.dtype()) + " on " +
             device.str() + ", loaded in " + c10::str(loaded.load_seconds) + " s)");
-  log::info("LoRA r=" + std::to_string(options.r) + " alpha=" + c10::str(options.lora_alpha) + " | trainable " +
+  log::info("LoRA r=" + std::to_string(lora.r) + " alpha=" + c10::str(lora.lora_alpha) +
+            (lora.use_rslora ? " (rsLoRA)" : "") + " dropout=" + c10::str(lora.lora_dropout) + " | trainable " +
             with_thousands(trainable_count) + " parameters (" +
             c10::str(100.0 * static_cast<double>(trainable_count) / static_cast<double>(model.parameter_count())) + "%)");
   log::info("data " + options.dataset + ": " + with_thousands(stats.rows_kept) + " rows kept of " +
@@ -72,7 +73,6 @@ void save_final(CausalLM& model, const LoraConfig& lora, const Options& options,
 }  // namespace
 
 int run_train(const Options& options, const EnvMap& env) {
-  if (options.packing) throw UsageError("--packing: not available yet in this build");
   const Rendezvous rendezvous(launch_env_from(env));
   const auto& launch = rendezvous.launch();
   log::configure(launch.rank, launch.world_size);
@@ -101,6 +101,8 @@ int run_train(const Options& options, const EnvMap& env) {
     stream_config.batch_size = options.per_device_train_batch_size;
     stream_config.gradient_accumulation_steps = options.gradient_accumulation_steps;
     stream_config.group_by_length = options.group_by_length;
+    stream_config.packing = options.packing;
+    stream_config.max_seq_length = options.max_seq_length;
     stream_config.pad_token_id = pad_token_id_for(model, loaded.tokenizer.get());
     MicroBatchStream stream(data.train.samples, stream_config);
 
@@ -123,7 +125,7 @@ int run_train(const Options& options, const EnvMap& env) {
     config.ddp_bucket_cap_mb = options.ddp_bucket_cap_mb;
     config.ddp_find_unused_parameters = options.ddp_find_unused_parameters;
     if (launch.rank == 0) {
-      print_banner(options, launch, loaded, device, trainable, data, stream, config.total_steps, config.schedule.warmup_steps);
+      print_banner(options, launch, loaded, device, lora, trainable, data, stream, config.total_steps, config.schedule.warmup_steps);
     }
 
     TrainerHooks hooks;

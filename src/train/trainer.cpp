@@ -74,9 +74,9 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     auto step_loss_sum = at::zeros({}, f64);
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       reducer.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
-      const auto batch = to_device(micro_batches[i], device);
+      const auto batch = to_device(micro_batches[i], device, model.supports_variable_length());
       auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
-      auto loss_sum = causal_lm_loss_sum(model, hidden, batch.labels);
+      auto loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
       (loss_sum / global_tokens).backward();
       step_loss_sum += loss_sum.detach().to(at::kDouble);
     }

@@ -63,3 +63,56 @@ TEST(HostBatchCollate, CollateRejectsBadInput) {
 
 }  // namespace
 }  // namespace finetune
+
+namespace finetune {
+namespace {
+
+std::vector<Sample> packing_samples() {
+  return {
+      {{10, 11, 12, 13}, {-100, -100, 12, 13}},
+      {{20, 21}, {20, 21}},
+      {{30, 31, 32, 33, 34}, {30, -100, 32, -100, 34}},
+  };
+}
+
+TEST(HostBatchPacking, PackedRowRestartsPositionsAndMasksSampleStarts) {
+  const auto samples = packing_samples();
+  const HostBatch packed = collate_rows(samples, {{0, 1}, {2}}, /*pad_token_id=*/7);
+  EXPECT_TRUE(packed.packed);
+  EXPECT_EQ(packed.rows, 2);
+  EXPECT_EQ(packed.seq_len, 6);
+  EXPECT_EQ(packed.input_ids, (std::vector<int64_t>{10, 11, 12, 13, 20, 21, 30, 31, 32, 33, 34, 7}));
+  EXPECT_EQ(packed.position_ids, (std::vector<int64_t>{0, 1, 2, 3, 0, 1, 0, 1, 2, 3, 4, 0}));
+  // Sample 1's first label (20) would be predicted from sample 0's last token: masked.
+  EXPECT_EQ(packed.labels, (std::vector<int64_t>{-100, -100, 12, 13, -100, 21, 30, -100, 32, -100, 34, -100}));
+  EXPECT_EQ(packed.sample_lengths, (std::vector<std::vector<int64_t>>{{4, 2}, {5}}));
+  EXPECT_EQ(packed.real_tokens, 11);
+  // Same trainable tokens as the unpacked batch of the same samples.
+  EXPECT_EQ(packed.trainable_tokens, collate(samples, {0, 1, 2}, 7).trainable_tokens);
+  EXPECT_EQ(packed.trainable_tokens, 5);
+}
+
+TEST(HostBatchPacking, FlattenDropsPaddingAndKeepsTargets) {
+  const auto samples = packing_samples();
+  const HostBatch padded = collate(samples, {2, 0, 1}, 7);
+  const HostBatch flat = flatten(padded);
+  EXPECT_EQ(flat.rows, 1);
+  EXPECT_EQ(flat.seq_len, 11);
+  EXPECT_EQ(flat.input_ids, (std::vector<int64_t>{30, 31, 32, 33, 34, 10, 11, 12, 13, 20, 21}));
+  EXPECT_EQ(flat.position_ids, (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(flat.labels, (std::vector<int64_t>{-100, -100, 32, -100, 34, -100, -100, 12, 13, -100, 21}));
+  EXPECT_EQ(flat.sample_lengths, (std::vector<std::vector<int64_t>>{{5, 4, 2}}));
+  EXPECT_EQ(flat.trainable_tokens, padded.trainable_tokens);
+  EXPECT_EQ(flat.real_tokens, padded.real_tokens);
+}
+
+TEST(HostBatchPacking, PackSamplesIsNextFitInOrder) {
+  const std::vector<int64_t> lengths{4, 2, 5, 3, 1};
+  EXPECT_EQ(pack_samples({0, 1, 2, 3, 4}, lengths, 6),
+            (std::vector<std::vector<int64_t>>{{0, 1}, {2}, {3, 4}}));
+  EXPECT_EQ(pack_samples({4, 3, 2}, lengths, 9), (std::vector<std::vector<int64_t>>{{4, 3, 2}}));
+  EXPECT_THROW(pack_samples({2}, lengths, 4), Error);
+}
+
+}  // namespace
+}  // namespace finetune

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 from conftest import ROOT, finetune_bin
@@ -17,6 +18,7 @@ from conftest import ROOT, finetune_bin
 VENV_BIN = os.path.expanduser("~/.cache/finetune/venv/bin")
 
 LAUNCHER_VARIABLE_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_", "MPI_LOCAL")
+MCA_SETTING_PREFIXES = ("OMPI_MCA_", "PMIX_MCA_")  # the user's MPI configuration (e.g. plm_rsh_agent): kept
 LAUNCHER_VARIABLES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                       "MASTER_ADDR", "MASTER_PORT"}
 
@@ -31,16 +33,19 @@ def clean_env(**extra):
     """The caller's environment without any launcher's variables; one thread per rank (2 ranks share
     2 cores, and the single-process reference uses the same thread count)."""
     env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARIABLES and not k.startswith(LAUNCHER_VARIABLE_PREFIXES)}
+           if k not in LAUNCHER_VARIABLES and (not k.startswith(LAUNCHER_VARIABLE_PREFIXES) or
+                                                k.startswith(MCA_SETTING_PREFIXES))}
     env["OMP_NUM_THREADS"] = "1"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
 def torchrun_path():
-    path = shutil.which("torchrun", path=VENV_BIN + os.pathsep + os.environ.get("PATH", ""))
+    """The torchrun of the Python running the tests (its venv), else the project venv's, else PATH's."""
+    search = os.pathsep.join([os.path.dirname(sys.executable), VENV_BIN, os.environ.get("PATH", "")])
+    path = shutil.which("torchrun", path=search)
     if path is None:
-        raise AssertionError(f"torchrun not found in {VENV_BIN} or PATH")
+        raise AssertionError(f"torchrun not found in {search}")
     return path
 
 
@@ -52,10 +57,15 @@ def mpirun_path():
 
 
 def launcher_command(launcher, nproc, port, program):
-    """argv prefix that starts `program` (a list) as `nproc` ranks under `launcher`."""
+    """argv prefix that starts `program` (a list) as `nproc` ranks under `launcher`.
+    "mpirun-mpi-rendezvous": mpirun without MASTER_ADDR/MASTER_PORT, so the ranks exchange the
+    store address over MPI (src/dist/rendezvous.cpp)."""
     if launcher == "mpirun":
         return [mpirun_path(), "--allow-run-as-root", "--oversubscribe", "-np", str(nproc),
                 "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "OMP_NUM_THREADS"] + program
+    if launcher == "mpirun-mpi-rendezvous":
+        return [mpirun_path(), "--allow-run-as-root", "--oversubscribe", "-np", str(nproc),
+                "-x", "OMP_NUM_THREADS"] + program
     if launcher == "torchrun":
         return [torchrun_path(), "--no-python", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
                 f"--master_port={port}"] + program
@@ -69,7 +79,8 @@ def run_launched(launcher, nproc, args, timeout=180, program=None, extra_env=Non
     """Runs the job to completion; returns the CompletedProcess (stdout/stderr of all ranks)."""
     port = free_port()
     program = program or [finetune_bin()]
-    env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **(extra_env or {}))
+    master = {} if launcher == "mpirun-mpi-rendezvous" else {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+    env = clean_env(**master, **(extra_env or {}))
     command = launcher_command(launcher, nproc, port, program)
     if launcher == "torchrun":
         command = command[:2] + list(launcher_args) + command[2:]
@@ -87,11 +98,12 @@ class ManualJob:
     """`world_size` finetune processes started directly with torchrun's variables (no agent store:
     rank 0 hosts the TCP store). stdout/stderr of rank r go to files in `log_dir`."""
 
-    def __init__(self, world_size, args, log_dir, extra_env=None):
+    def __init__(self, world_size, args, log_dir, extra_env=None, ranks=None):
+        """`ranks`: which ranks to start (default all); processes[i] is the i-th started rank."""
         self.port = free_port()
         self.log_dir = log_dir
         self.processes = []
-        for rank in range(world_size):
+        for rank in range(world_size) if ranks is None else ranks:
             env = clean_env(RANK=rank, WORLD_SIZE=world_size, LOCAL_RANK=rank, LOCAL_WORLD_SIZE=world_size,
                             MASTER_ADDR="127.0.0.1", MASTER_PORT=self.port, **(extra_env or {}))
             out = open(log_dir / f"rank{rank}.out", "w")
@@ -102,6 +114,7 @@ class ManualJob:
             err.close()
 
     def output(self, rank):
+        """(stdout, stderr) of `rank`."""
         return (self.log_dir / f"rank{rank}.out").read_text(), (self.log_dir / f"rank{rank}.err").read_text()
 
     def wait(self, rank, timeout):

@@ -58,7 +58,7 @@ def setup(tmp_path_factory):
     return root, base, adapter
 
 
-def train_args(setup, out, case, batch_size, steps=None, timeout_s=60, extra=()):
+def train_args(setup, out, case, batch_size, steps=None, timeout_s=60, save_steps=2):
     root, base, adapter = setup
     data, _, accumulation, case_steps = CASES[case]
     return ["--model_name", base, "--dataset", root / data, "--init_adapter", adapter, "--output_dir", out,
@@ -66,8 +66,8 @@ def train_args(setup, out, case, batch_size, steps=None, timeout_s=60, extra=())
             "--gradient_accumulation_steps", accumulation, "--learning_rate", 2e-2, "--warmup_steps", 1,
             "--lr_scheduler_type", "linear", "--max_grad_norm", 1.0, "--weight_decay", 0.01,
             "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu", "--ddp_backend", "gloo",
-            "--shuffle", "false", "--logging_steps", 1, "--save_steps", 2, "--ddp_timeout", timeout_s,
-            "--use_gradient_checkpointing", "false"] + list(extra)
+            "--shuffle", "false", "--logging_steps", 1, "--save_steps", save_steps, "--ddp_timeout", timeout_s,
+            "--use_gradient_checkpointing", "false"]
 
 
 def metrics(out):
@@ -94,15 +94,18 @@ def single_process(setup):
     return runs
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+@pytest.mark.parametrize("launcher, case", [
+    ("mpirun", "even"), ("mpirun", "uneven_accumulated"),
+    ("torchrun", "even"), ("torchrun", "uneven_accumulated"),
+    ("mpirun-mpi-rendezvous", "uneven_accumulated"),
+])
 def test_two_ranks_train_like_one_rank_with_twice_the_batch(setup, single_process, launcher, case, capsys):
     root = setup[0]
     batch_size, steps = CASES[case][1], CASES[case][3]
     out = root / f"{launcher}_{case}"
     proc = check_ok(run_launched(launcher, 2, train_args(setup, out, case, batch_size)), launcher)
     log = proc.stderr + proc.stdout
-    assert f"launcher {'OpenMPI' if launcher == 'mpirun' else 'torchrun'}" in log
+    assert f"launcher {'torchrun' if launcher == 'torchrun' else 'OpenMPI'}" in log
     if launcher == "torchrun":
         assert "(torchrun agent store)" in log  # TORCHELASTIC_USE_AGENT_STORE honoured
 
@@ -117,7 +120,7 @@ def test_two_ranks_train_like_one_rank_with_twice_the_batch(setup, single_proces
             error = abs(got[key] - want[key]) / abs(want[key])
             assert error <= TOLERANCE, f"step {got['step']}: {key} {got[key]} vs single-process {want[key]}"
             worst_loss = max(worst_loss, error) if key == "loss" else worst_loss
-    assert ours[-1]["loss"] < ours[0]["loss"] or case == "uneven_accumulated"  # it trains (even case)
+    assert ours[-1]["loss"] < ours[0]["loss"]  # it learns (the last step revisits the first step's rows)
 
     got_adapter = load_file(str(out / "adapter_model.safetensors"))
     want_adapter = load_file(str(ref_out / "adapter_model.safetensors"))
@@ -162,12 +165,13 @@ def test_torchrun_restart_uses_fresh_rendezvous_keys(setup, tmp_path):
     proc = run_launched("torchrun", 2, train_args(setup, out, "even", 2, steps=2, timeout_s=20),
                         program=[str(wrapper), finetune_bin()], launcher_args=["--max-restarts=1"], timeout=120)
     check_ok(proc, "torchrun --max-restarts=1")
+    assert "(exitcode: 3)" in proc.stderr, proc.stderr  # the first attempt did fail and was restarted
     assert [m["step"] for m in metrics(out)] == [1, 2]
 
 
 def start_long_job(setup, tmp_path, timeout_s):
     out = tmp_path / "out"
-    args = train_args(setup, out, "even", 2, steps=100000, timeout_s=timeout_s)
+    args = train_args(setup, out, "even", 2, steps=100000, timeout_s=timeout_s, save_steps=0)
     job = ManualJob(2, args, tmp_path)
     metrics_file = out / "metrics.jsonl"
 
@@ -201,9 +205,8 @@ def test_killed_rank_ends_the_job_with_an_error_naming_rank_and_operation(setup,
     assert code is not None, f"rank {survivor} still running {timeout_s + SLACK_S} s after its peer died:\n{err}"
     assert code > 0, f"rank {survivor} exited {code} (expected an error exit, not a crash or success):\n{err}"
     assert elapsed <= timeout_s + SLACK_S
-    # e.g. "rank 0: gradient all-reduce of bucket 0 (...) failed (a peer died or disconnected?): ..."
-    assert re.search(rf"rank {survivor}: .*(all-reduce|broadcast|barrier|all-gather|token count|loss of step|"
-                     r"gradient|store)", err), err
+    # e.g. "rank 0: loss of step 7 failed (a peer died or disconnected?): [...] Connection reset by peer"
+    assert re.search(rf"\[error\].*rank {survivor}: \S.* (failed \(a peer died|timed out after {timeout_s} s)", err), err
 
 
 def test_stalled_rank_times_out_within_ddp_timeout(setup, tmp_path):
@@ -226,9 +229,9 @@ def test_stalled_rank_times_out_within_ddp_timeout(setup, tmp_path):
 
 def test_missing_rank_fails_rendezvous_within_timeout(setup, tmp_path):
     timeout_s = 3
-    job = ManualJob(2, train_args(setup, tmp_path / "out", "even", 2, timeout_s=timeout_s), tmp_path)
-    job.processes[1].kill()  # rank 1 never joins
     started = time.monotonic()
+    job = ManualJob(2, train_args(setup, tmp_path / "out", "even", 2, timeout_s=timeout_s), tmp_path,
+                    ranks=[0])  # rank 1 never starts
     try:
         code = job.wait(0, timeout_s + SLACK_S)
     finally:

@@ -27,4 +27,19 @@ struct HostBatch {
 HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
                   int64_t pad_token_id, int64_t pad_to_multiple_of = 1);
 
+// Several samples per row (rows[r] lists the samples of row r, in order), right-padded. Position
+// ids restart at every sample, and each later sample's first label is -100: it would otherwise be
+// predicted from the previous sample's last token. The loss therefore equals the unpacked loss.
+HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std::vector<int64_t>>& rows,
+                       int64_t pad_token_id, int64_t pad_to_multiple_of = 1);
+
+// The same tokens as one row with no padding at all (sample lengths kept): the layout for
+// variable-length attention, where padding costs nothing.
+HostBatch flatten(const HostBatch& batch);
+
+// Packs samples, in the given order, into rows of at most `capacity` tokens (next-fit: a sample
+// that does not fit closes the row). Order-preserving and deterministic.
+std::vector<std::vector<int64_t>> pack_samples(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
+                                               int64_t capacity);
+
 }  // namespace finetune

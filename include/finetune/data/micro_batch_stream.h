@@ -1,5 +1,10 @@
 // The rank's stream of optimizer steps, each a list of micro-batches (gradient accumulation),
-// epoch after epoch. An optimizer step never spans two epochs: the last step of an epoch takes
+// epoch after epoch.
+// Without packing a micro-batch is batch_size samples (DistributedSampler semantics). With
+// packing the whole epoch order (shared by all ranks) is packed into rows of at most
+// max_seq_length tokens, the rows are dealt to ranks round-robin (padded by wrapping to a
+// multiple of the world size, like the sampler), and a micro-batch is batch_size rows: every rank
+// gets the same number of nearly full rows, so ranks stay balanced in tokens. An optimizer step never spans two epochs: the last step of an epoch takes
 // the micro-batches that are left (as HF's Trainer does). Every rank has the same number of
 // micro-batches per epoch (the sampler pads), so ranks always agree on the step structure.
 #pragma once
@@ -19,6 +24,8 @@ struct MicroBatchStreamConfig {
   int64_t batch_size = 1;
   int64_t gradient_accumulation_steps = 1;
   bool group_by_length = false;
+  bool packing = false;
+  int64_t max_seq_length = 2048;  // row capacity when packing
   int64_t pad_token_id = 0;
   int64_t pad_to_multiple_of = 1;
 };
@@ -36,11 +43,12 @@ class MicroBatchStream {
 
  private:
   void start_epoch(int64_t epoch);
+  std::vector<std::vector<std::vector<int64_t>>> packed_micro_batches(int64_t epoch) const;
 
   const std::vector<Sample>& samples_;
   MicroBatchStreamConfig config_;
   std::vector<int64_t> lengths_;
-  std::vector<std::vector<int64_t>> epoch_batches_;
+  std::vector<std::vector<std::vector<int64_t>>> epoch_batches_;  // micro-batch -> rows -> samples
   int64_t micro_batches_per_epoch_ = 0;
   int64_t epoch_ = 0;
   size_t cursor_ = 0;

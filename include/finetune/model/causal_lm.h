@@ -57,6 +57,10 @@ class CausalLM {
 
   int64_t parameter_count() const;
 
+  // Whether batches may use the variable-length (padding-free) layout: flash attention needs a
+  // CUDA device, fp16/bf16 and a head_dim that is a multiple of 8 up to 256.
+  bool supports_variable_length() const;
+
  private:
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
                            const at::Tensor& sin, const AttentionMask& mask, bool training) const;

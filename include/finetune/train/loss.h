@@ -12,6 +12,11 @@ namespace finetune {
 // hidden (B, T, C), labels (B, T) -> fp32 scalar: sum of token losses over trainable positions.
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
 
+// The same, with the trainable positions (flat indices into B*T) and their target ids given
+// (DeviceBatch computes them on the host): no device->host synchronisation.
+at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
+                              const at::Tensor& target_ids);
+
 // labels shifted left by one with -100 appended: (B, T).
 at::Tensor shift_labels(const at::Tensor& labels);
 

@@ -1,0 +1,108 @@
+// The three batch layouts (right-padded rows, packed rows, one flattened row) give the same loss
+// and the same LoRA gradients on the same samples: padding and packing never change training.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "finetune/data/batch.h"
+#include "finetune/lora/lora_model.h"
+#include "finetune/model/causal_lm.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/loss.h"
+
+namespace finetune {
+namespace {
+
+ModelConfig tiny_config() {
+  ModelConfig config;
+  config.architecture = "LlamaForCausalLM";
+  config.model_type = "llama";
+  config.vocab_size = 64;
+  config.hidden_size = 32;
+  config.intermediate_size = 48;
+  config.num_hidden_layers = 2;
+  config.num_attention_heads = 4;
+  config.num_key_value_heads = 2;
+  config.head_dim = 8;
+  return config;
+}
+
+std::unique_ptr<CausalLM> random_model() {
+  auto model = std::make_unique<CausalLM>(tiny_config(), at::kFloat, at::kCPU);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : model->named_parameters()) {
+    if (name.find("norm") != std::string::npos) {
+      parameter.fill_(1.0);
+    } else {
+      parameter.normal_(0.0, 0.2, generator);
+    }
+  }
+  LoraConfig lora;
+  lora.r = 4;
+  lora.lora_alpha = 8;
+  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  attach_lora(*model, lora, 3);
+  for (auto& [name, tensor] : lora_parameters(*model)) {
+    if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.1, generator);
+  }
+  return model;
+}
+
+std::vector<Sample> samples() {
+  return {{{5, 6, 7, 8, 9}, {-100, -100, 7, 8, 9}},
+          {{10, 11, 12}, {10, 11, 12}},
+          {{13, 14, 15, 16, 17, 18, 19}, {-100, 14, -100, 16, 17, 18, 19}},
+          {{20, 21}, {20, 21}}};
+}
+
+struct LossAndGrads {
+  double loss;
+  std::vector<at::Tensor> grads;
+};
+
+LossAndGrads run(CausalLM& model, const HostBatch& host, bool variable_length) {
+  for (auto& [name, tensor] : lora_parameters(model)) tensor.mutable_grad() = at::Tensor();
+  const auto batch = to_device(host, at::kCPU, variable_length);
+  ForwardOptions options;
+  options.training = true;
+  auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
+  auto loss = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
+  // The host-located targets select exactly what shifting the labels on the device selects.
+  EXPECT_EQ(loss.item<double>(), causal_lm_loss_sum(model, hidden, batch.labels).item<double>());
+  loss.backward();
+  LossAndGrads out{loss.item<double>(), {}};
+  for (auto& [name, tensor] : lora_parameters(model)) out.grads.push_back(tensor.grad().clone());
+  return out;
+}
+
+void expect_same(const LossAndGrads& a, const LossAndGrads& b) {
+  EXPECT_NEAR(a.loss, b.loss, 1e-5 * std::abs(b.loss));
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    const double rel = ((a.grads[i] - b.grads[i]).norm() / b.grads[i].norm()).item<double>();
+    EXPECT_LE(rel, 1e-5) << "gradient " << i;
+  }
+}
+
+TEST(BatchLayouts, PaddedPackedAndFlattenedGiveTheSameLossAndGradients) {
+  auto model = random_model();
+  const auto data = samples();
+  const auto padded = run(*model, collate(data, {0, 1, 2, 3}, 0), false);
+  const auto packed = run(*model, collate_rows(data, {{0, 1}, {2, 3}}, 0), false);
+  const auto flattened = run(*model, collate(data, {0, 1, 2, 3}, 0), true);
+  EXPECT_GT(padded.loss, 0.0);
+  expect_same(packed, padded);
+  expect_same(flattened, padded);
+}
+
+TEST(BatchLayouts, PerSampleLossesAddUpToTheBatchLoss) {
+  auto model = random_model();
+  const auto data = samples();
+  double separate = 0;
+  for (int64_t i = 0; i < 4; ++i) separate += run(*model, collate(data, {i}, 0), false).loss;
+  EXPECT_NEAR(run(*model, collate_rows(data, {{0, 1, 2, 3}}, 0), false).loss, separate, 1e-5 * separate);
+}
+
+}  // namespace
+}  // namespace finetune
