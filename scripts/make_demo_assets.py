@@ -32,6 +32,7 @@ INIT_STD = 0.02
 LM_HEAD_STD = 0.1
 WORD_COUNTS = (2, 4)
 TASK_NAMES = None
+TIE_EMBEDDINGS = False
 
 # Llama-3's pre-tokenization regex (tokenizer.json of meta-llama/Meta-Llama-3-8B).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -100,7 +101,7 @@ def make_model(tokenizer):
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=TIE_EMBEDDINGS,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, initializer_range=INIT_STD)
     model = transformers.LlamaForCausalLM(config).to(torch.float32)
