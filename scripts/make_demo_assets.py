@@ -3,14 +3,19 @@
     python scripts/make_demo_assets.py OUTDIR
 
 writes, deterministically and in a few seconds:
-    OUTDIR/model/        tokenizer (byte-level BPE configured like Llama-3, trained on the task's
+    OUTDIR/model/        tokenizer (byte-level BPE configured like Llama-3's, trained on the task's
                          text) and a random LlamaForCausalLM, both with transformers' save_pretrained
     OUTDIR/train.jsonl   alpaca rows (instruction, input, output)
     OUTDIR/eval.jsonl    alpaca rows whose (instruction, input) never occur in train.jsonl
 
 The task is word manipulation over a small word list: uppercase the words, reverse their order,
-repeat them twice, count them. The base model is random, so whatever it learns, LoRA learns;
-the inputs are combinations of 2-4 words, so the held-out rows test the rule, not memory.
+repeat them twice, count them. The base model is random, so whatever it learns, LoRA learns.
+Inputs are combinations of 2-4 words, so the held-out rows test the rule, not memory.
+
+Why these sizes (measured with LoRA r=16, alpha=32, lr 1e-3, batch 16): with 12 words the eval
+loss falls from ~7 to ~1 in 600 steps and to ~0.2 in 1000; with 32 words it stalls near the
+word entropy (~3.4) for the first 1000 steps, because copying words through attention has to be
+learnt from nothing.
 """
 import json
 import os
@@ -27,26 +32,20 @@ EVAL_ROWS = 128
 
 BOS = "<|begin_of_text|>"
 EOS = "<|end_of_text|>"
-VOCAB_SIZE = 640
-INIT_STD = 0.02
-LM_HEAD_STD = 0.1
-WORD_COUNTS = (2, 4)
-TASK_NAMES = None
-TIE_EMBEDDINGS = False
+VOCAB_SIZE = 640  # an upper bound: the merges run out a little earlier on this small corpus
 
 # Llama-3's pre-tokenization regex (tokenizer.json of meta-llama/Meta-Llama-3-8B).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                   r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
-# Same prompt as finetune's --chat_template alpaca (src/data/chat_template.cpp); used only to give
-# the tokenizer the text it will see.
+# Same prompt as finetune's --chat_template alpaca (src/data/chat_template.cpp), so that the
+# tokenizer learns merges for the text it will actually see.
 ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further "
                  "context. Write a response that appropriately completes the request.\n\n### Instruction:\n{}"
                  "\n\n### Input:\n{}\n\n### Response:\n{}")
 
-WORDS = ["red", "blue", "green", "gold", "pink", "gray", "cat", "dog", "fox", "owl", "bee", "cow", "sun", "moon",
-         "star", "rain", "tree", "leaf", "rock", "sand", "lake", "hill", "fish", "bird", "frog", "bear", "wolf",
-         "duck", "seed", "rose", "snow", "wind"]
+WORDS = ("red", "blue", "green", "gold", "cat", "dog", "fox", "owl", "sun", "moon", "tree", "rock")
+WORD_COUNTS = (2, 4)
 NUMBER_NAMES = {2: "two", 3: "three", 4: "four"}
 
 TASKS = {
@@ -54,15 +53,19 @@ TASKS = {
     "Reverse the order of the words.": lambda words: " ".join(reversed(words)),
     "Repeat the words twice.": lambda words: " ".join(words + words),
     "Count the words.": lambda words: NUMBER_NAMES[len(words)],
-    "Name the middle word.": lambda words: words[len(words) // 2],
-    "Name the first word.": lambda words: words[0],
 }
+
+# transformers' default init (std 0.02) for everything but the output layer: a frozen random
+# lm_head of std 0.02 caps any logit at about 0.02 * hidden = 2.6, so no adapter could make a
+# token likely. Trained models have output rows of norm ~1; std 0.1 gives them that.
+INIT_STD = 0.02
+LM_HEAD_STD = 0.1
 
 
 def make_rows(rng):
     """TRAIN_ROWS + EVAL_ROWS rows with distinct (instruction, input), split into train and eval."""
     seen, rows = set(), []
-    instructions = list(TASK_NAMES or TASKS)
+    instructions = list(TASKS)
     while len(rows) < TRAIN_ROWS + EVAL_ROWS:
         instruction = instructions[len(rows) % len(instructions)]
         words = rng.sample(WORDS, rng.randint(*WORD_COUNTS))
@@ -101,13 +104,10 @@ def make_model(tokenizer):
     config = transformers.LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
-        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=TIE_EMBEDDINGS,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, initializer_range=INIT_STD)
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
+        initializer_range=INIT_STD, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id)
     model = transformers.LlamaForCausalLM(config).to(torch.float32)
-    # With the default init (std 0.02) a frozen random lm_head cannot give any token more than a
-    # few percent probability (logit <= 0.02 * sqrt(hidden) * sqrt(hidden) ~ 2.6), so no adapter
-    # could push the loss far down. Trained models have output rows of norm ~1; give it those.
     with torch.no_grad():
         model.lm_head.weight.normal_(0.0, LM_HEAD_STD)
     return model
@@ -122,8 +122,7 @@ def write_jsonl(path, rows):
 def main(out_dir):
     rng = random.Random(SEED)
     train, evaluation = make_rows(rng)
-    texts = [ALPACA_PROMPT.format(r["instruction"], r["input"], r["output"]) for r in train]
-    tokenizer = train_tokenizer(texts)
+    tokenizer = train_tokenizer(ALPACA_PROMPT.format(r["instruction"], r["input"], r["output"]) for r in train)
     model = make_model(tokenizer)
 
     model_dir = os.path.join(out_dir, "model")
@@ -133,8 +132,8 @@ def main(out_dir):
     write_jsonl(os.path.join(out_dir, "train.jsonl"), train)
     write_jsonl(os.path.join(out_dir, "eval.jsonl"), evaluation)
     parameters = sum(p.numel() for p in model.parameters())
-    print(f"demo assets in {out_dir}: model {parameters / 1e6:.2f}M parameters, vocab {len(tokenizer)}, "
-          f"{len(train)} train rows, {len(evaluation)} eval rows")
+    print(f"demo assets in {out_dir}: random Llama with {parameters / 1e6:.2f}M parameters, vocab {len(tokenizer)}, "
+          f"{len(train)} train rows, {len(evaluation)} held-out eval rows")
 
 
 if __name__ == "__main__":
