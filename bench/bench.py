@@ -21,6 +21,9 @@ SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best"
 # "best" for us: packed rows of max_seq_length (2048) tokens, this many rows per micro-batch
 # (the 8B shape keeps one row to stay within its memory target).
 PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1}
+# "best" for the reference: the largest batch that fits (batch 8 on the 8B shape runs out of the
+# H200's 141 GB: it materialises fp32 logits over the 152k vocabulary).
+REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2}
 
 
 def launcher(n):
@@ -45,7 +48,7 @@ def ours(args, model, data, setting, n, work):
     steps = args.warmup + args.steps
     cmd = launcher(n) + [args.finetune, "--model_name", model, "--dataset", data, "--max_steps", str(steps),
                          "--per_device_train_batch_size", str(s["batch"]), "--gradient_accumulation_steps",
-                         str(s["accum"]), "--learning_rate", "2e-4", "--r", "16", "--lora_alpha", "16",
+                         str(s["accum"]), "--learning_rate", "2e-4",  # r=16, alpha=16: the defaults (torchrun rejects --r)
                          "--max_seq_length", "2048", "--warmup_steps", "5", "--logging_steps", str(args.warmup),
                          "--output_dir", out, "--dtype", "bfloat16", "--use_gradient_checkpointing", "true"]
     if setting == "best":
@@ -62,7 +65,9 @@ def ours(args, model, data, setting, n, work):
 
 
 def reference(args, model, data, setting, n, work):
-    s = SETTINGS[setting]
+    s = dict(SETTINGS[setting])
+    if setting == "best":
+        s["batch"] = REFERENCE_BEST_BATCH[os.path.basename(model)]
     script = os.path.join(HERE, "reference_train.py")
     cmd = (["python3", script] if n == 1 else ["torchrun", "--standalone", f"--nproc_per_node={n}", script])
     cmd += ["--model", model, "--data", data, "--batch", str(s["batch"]), "--accum", str(s["accum"]),
