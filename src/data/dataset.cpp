@@ -19,11 +19,14 @@ bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
 }
 
-// Tokenizes segment by segment (boundaries sit on special tokens or newlines, so this equals
-// tokenizing the whole text for the supported formats). The tokenizer's post-processor (e.g. BOS)
-// runs on the first segment only, and not at all when the rendered text already starts with the
-// BOS string (Llama-3 and Mistral templates write it themselves, as HF's apply_chat_template
-// does before tokenizing without special tokens).
+// Tokenizes the whole rendered text at once, so the ids are exactly what the HF tokenizer gives
+// for the templated text (segment-by-segment encoding can differ at boundaries, e.g. SentencePiece's
+// prefix space). Which tokens are trained on comes from the token counts of growing prefixes:
+// segment k owns the tokens between the encodings of "segments 0..k-1" and "segments 0..k".
+// The tokenizer's post-processor (e.g. BOS) runs unless the rendered text already starts with the
+// BOS string (Llama-3 and Mistral templates write it themselves, as HF's apply_chat_template does
+// before tokenizing without special tokens); the tokens it adds in front belong to the first
+// segment, anything it appends to the last.
 Sample tokenize_segments(std::vector<TextSegment> segments, const Tokenizer& tokenizer, bool train_on_completions) {
   if (!train_on_completions && segments.size() > 1) {
     std::string whole;
@@ -32,17 +35,30 @@ Sample tokenize_segments(std::vector<TextSegment> segments, const Tokenizer& tok
   }
   const std::string bos = tokenizer.special_tokens().bos_token.value_or("");
   const bool template_wrote_bos = !bos.empty() && !segments.empty() && starts_with(segments.front().text, bos);
+  const bool add_special_tokens = !template_wrote_bos;
+  std::string whole;
+  for (const TextSegment& segment : segments) whole += segment.text;
+
   Sample sample;
-  for (size_t i = 0; i < segments.size(); ++i) {
-    const bool add_special_tokens = i == 0 && !template_wrote_bos;
-    const std::vector<int32_t> ids = tokenizer.encode(segments[i].text, add_special_tokens);
-    const bool trainable = segments[i].trainable || !train_on_completions;
-    sample.input_ids.insert(sample.input_ids.end(), ids.begin(), ids.end());
-    if (trainable) {
-      sample.labels.insert(sample.labels.end(), ids.begin(), ids.end());
-    } else {
-      sample.labels.insert(sample.labels.end(), ids.size(), kIgnoreIndex);
+  sample.input_ids = tokenizer.encode(whole, add_special_tokens);
+  sample.labels.assign(sample.input_ids.begin(), sample.input_ids.end());
+  if (segments.size() == 1) {
+    if (!segments[0].trainable) sample.labels.assign(sample.labels.size(), kIgnoreIndex);
+    return sample;
+  }
+  const size_t total = sample.input_ids.size();
+  const size_t added_in_front = add_special_tokens ? total - tokenizer.encode(whole, false).size() : 0;
+  std::string prefix;
+  size_t begin = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    prefix += segments[k].text;
+    const size_t end = k + 1 == segments.size()
+                           ? total
+                           : std::min(total, added_in_front + tokenizer.encode(prefix, false).size());
+    if (!segments[k].trainable) {
+      for (size_t i = begin; i < std::max(begin, end); ++i) sample.labels[i] = kIgnoreIndex;
     }
+    begin = std::max(begin, end);
   }
   return sample;
 }
