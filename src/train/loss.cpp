@@ -1,11 +1,50 @@
 #include "finetune/train/loss.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "finetune/data/sample.h"
 
 namespace finetune {
 namespace {
-constexpr int64_t kTokensPerChunk = 8192;
-}
+
+// Rows of logits materialised at a time: bounds the transient (rows x vocab) fp32 buffers.
+constexpr int64_t kTokensPerChunk = 1024;
+
+// Note [Fused LM head + cross-entropy]
+// Training never keeps (tokens x vocab) logits alive for the backward pass. The forward pass
+// walks chunks of trained positions: logits = h W^T in the model dtype, upcast to fp32 (as
+// transformers' loss does), token loss = logsumexp - target logit, and at once the gradient of the
+// loss SUM with respect to h: (softmax - onehot) cast to the model dtype, times W. Only that
+// (tokens x hidden) gradient is saved; backward scales it by the incoming gradient (1 / global
+// token count). The LM head weight is frozen under LoRA, so it needs no gradient.
+struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets) {
+    auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
+    auto grad_hidden = at::empty_like(hidden);  // (N, C)
+    const int64_t count = hidden.size(0);
+    for (int64_t start = 0; start < count; start += kTokensPerChunk) {
+      const int64_t n = std::min(kTokensPerChunk, count - start);
+      auto logits = at::linear(hidden.narrow(0, start, n), weight).to(at::kFloat);  // (n, V)
+      auto target = targets.narrow(0, start, n).unsqueeze(1);                        // (n, 1)
+      auto lse = logits.logsumexp(-1, /*keepdim=*/true);                             // (n, 1)
+      total += (lse - logits.gather(1, target)).sum();
+      auto grad_logits = logits.sub_(lse).exp_();                                    // softmax, in place
+      grad_logits.scatter_add_(1, target, at::full({n, 1}, -1.0, grad_logits.options()));
+      grad_hidden.narrow(0, start, n).copy_(at::matmul(grad_logits.to(hidden.scalar_type()), weight));
+    }
+    ctx->save_for_backward({grad_hidden});
+    return total;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto grad_hidden = ctx->get_saved_variables()[0];
+    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
 
 at::Tensor shift_labels(const at::Tensor& labels) {
   auto padded = at::constant_pad_nd(labels, {0, 1}, kIgnoreIndex);
@@ -20,14 +59,18 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids) {
-  auto flat_hidden = hidden.reshape({-1, hidden.size(-1)});              // (B*T, C)
+  auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_positions);  // (N, C)
+  if (selected.requires_grad() && at::GradMode::is_enabled()) {
+    return FusedLinearCrossEntropy::apply(selected, model.lm_head_weight(), target_ids);
+  }
+  // Evaluation: transformers' arithmetic exactly (cross_entropy over upcast logits).
   auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
   const int64_t count = target_positions.size(0);
   for (int64_t start = 0; start < count; start += kTokensPerChunk) {
     const int64_t n = std::min(kTokensPerChunk, count - start);
-    auto logits = model.lm_head(flat_hidden.index_select(0, target_positions.narrow(0, start, n))).to(at::kFloat);
+    auto logits = model.lm_head(selected.narrow(0, start, n)).to(at::kFloat);  // (n, V)
     total = total + at::cross_entropy_loss(logits, target_ids.narrow(0, start, n), std::nullopt, at::Reduction::Sum,
-                                           kIgnoreIndex);  // (n, V) -> scalar
+                                           kIgnoreIndex);
   }
   return total;
 }

@@ -1,6 +1,8 @@
 // Causal-LM cross-entropy as transformers' ForCausalLMLoss computes it: logits at t predict
 // labels at t+1, -100 is ignored, logits are upcast to fp32. Only positions that are trained on
-// go through the LM head, in chunks, so full (B, T, V) fp32 logits never exist.
+// go through the LM head, in chunks, so full (B, T, V) fp32 logits never exist; when gradients
+// are needed the head and the loss are fused (Note [Fused LM head + cross-entropy]) and keep no
+// logits at all for the backward pass.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,0 +1,59 @@
+// The fused LM head + cross-entropy used in training (Note [Fused LM head + cross-entropy]) gives
+// the loss and the hidden-state gradient that autograd gives through transformers' formula.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "finetune/model/causal_lm.h"
+#include "finetune/train/loss.h"
+
+namespace finetune {
+namespace {
+
+ModelConfig head_only_config() {
+  ModelConfig config;
+  config.architecture = "LlamaForCausalLM";
+  config.vocab_size = 3000;  // several chunks of 1024 positions below
+  config.hidden_size = 16;
+  config.intermediate_size = 16;
+  config.num_hidden_layers = 0;
+  config.num_attention_heads = 2;
+  config.num_key_value_heads = 2;
+  config.head_dim = 8;
+  return config;
+}
+
+TEST(FusedLinearCrossEntropy, MatchesAutogradThroughUpcastLogits) {
+  CausalLM model(head_only_config(), at::kFloat, at::kCPU);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  {
+    at::NoGradGuard no_grad;
+    model.lm_head_weight().normal_(0.0, 0.5, generator);
+  }
+  const int64_t rows = 2, seq_len = 1300;
+  auto hidden = at::empty({rows, seq_len, 16}).normal_(0.0, 1.0, generator).requires_grad_(true);
+  auto labels = at::randint(0, 3000, {rows, seq_len}, generator, at::TensorOptions().dtype(at::kLong));
+  labels.index_put_({0, at::indexing::Slice(0, 100)}, -100);  // some ignored targets
+
+  auto fused = causal_lm_loss_sum(model, hidden, labels);
+  (fused * 0.25).backward();
+  auto fused_grad = hidden.grad().clone();
+
+  auto reference_hidden = hidden.detach().clone().requires_grad_(true);
+  auto logits = model.lm_head(reference_hidden).to(at::kFloat).reshape({-1, 3000});
+  auto reference = at::cross_entropy_loss(logits, shift_labels(labels).reshape(-1), std::nullopt, at::Reduction::Sum,
+                                          -100);
+  (reference * 0.25).backward();
+
+  EXPECT_NEAR(fused.item<double>(), reference.item<double>(), 1e-6 * reference.item<double>());
+  const double rel = ((fused_grad - reference_hidden.grad()).norm() / reference_hidden.grad().norm()).item<double>();
+  EXPECT_LE(rel, 1e-6);
+  EXPECT_GT(reference_hidden.grad().abs().sum().item<double>(), 0.0);
+
+  at::NoGradGuard no_grad;  // evaluation path: transformers' arithmetic
+  EXPECT_NEAR(causal_lm_loss_sum(model, hidden.detach(), labels).item<double>(), reference.item<double>(),
+              1e-6 * reference.item<double>());
+}
+
+}  // namespace
+}  // namespace finetune
