@@ -12,6 +12,7 @@
 #include <set>
 
 #include "finetune/io/safetensors.h"
+#include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -102,30 +103,6 @@ std::string make_header(std::vector<PlacedTensor> placed,
   return text;
 }
 
-void write_all(int fd, const void* data, uint64_t size, const std::string& tmp_path) {
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t written = ::write(fd, bytes, std::min<uint64_t>(size, 1u << 30));
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot write '" + tmp_path + "': " + std::strerror(errno));
-    }
-    bytes += written;
-    size -= static_cast<uint64_t>(written);
-  }
-}
-
-// Makes the rename itself durable; best effort, as some filesystems refuse fsync on directories.
-void sync_parent_dir(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (parent.empty()) parent = ".";
-  const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
@@ -133,34 +110,11 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   const std::vector<PlacedTensor> placed = place_tensors(tensors, path);
   const std::string header = make_header(placed, metadata, path);
 
-  const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    throw Error(file_context(path) + ": cannot create '" + tmp_path + "': " + std::strerror(errno));
-  }
-  bool closed = false;
-  try {
-    uint8_t length_le[8];
-    for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(header.size() >> (8 * i));
-    write_all(fd, length_le, sizeof(length_le), tmp_path);
-    write_all(fd, header.data(), header.size(), tmp_path);
-    for (const PlacedTensor& tensor : placed) {
-      write_all(fd, tensor.view->data, tensor.end - tensor.begin, tmp_path);
-    }
-    if (::fsync(fd) != 0) throw Error("cannot fsync '" + tmp_path + "': " + std::strerror(errno));
-    closed = true;  // even a failed close releases the descriptor
-    if (::close(fd) != 0) throw Error("cannot close '" + tmp_path + "': " + std::strerror(errno));
-  } catch (const Error& e) {
-    if (!closed) ::close(fd);
-    ::unlink(tmp_path.c_str());
-    throw Error(file_context(path) + ": " + e.what());
-  }
-  if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(tmp_path.c_str());
-    throw Error(file_context(path) + ": cannot rename '" + tmp_path + "' into place: " + reason);
-  }
-  sync_parent_dir(path);
+  uint8_t length_le[8];
+  for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(header.size() >> (8 * i));
+  std::vector<std::pair<const void*, size_t>> parts{{length_le, sizeof(length_le)}, {header.data(), header.size()}};
+  for (const PlacedTensor& tensor : placed) parts.emplace_back(tensor.view->data, tensor.end - tensor.begin);
+  write_parts_atomically(path, parts);  // errors name the path
 }
 
 }  // namespace finetune
