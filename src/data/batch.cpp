@@ -1,6 +1,8 @@
 #include "finetune/data/batch.h"
 
 #include <algorithm>
+#include <set>
+#include <tuple>
 #include <string>
 
 #include "finetune/util/errors.h"
@@ -114,20 +116,31 @@ HostBatch flatten(const HostBatch& batch) {
 
 std::vector<std::vector<int64_t>> pack_samples(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
                                                int64_t capacity) {
+  std::vector<int64_t> by_length(order);
+  std::stable_sort(by_length.begin(), by_length.end(), [&](int64_t a, int64_t b) {
+    return lengths.at(static_cast<size_t>(a)) > lengths.at(static_cast<size_t>(b));
+  });
   std::vector<std::vector<int64_t>> rows;
-  int64_t used = 0;
-  for (int64_t index : order) {
+  std::set<std::pair<int64_t, size_t>> free_space;  // (tokens left, row): the best fit is the first >= length
+  for (int64_t index : by_length) {
     const int64_t length = lengths.at(static_cast<size_t>(index));
     if (length > capacity) {
       throw Error("pack_samples: sample " + std::to_string(index) + " has " + std::to_string(length) +
                   " tokens, more than a row holds (" + std::to_string(capacity) + ")");
     }
-    if (rows.empty() || used + length > capacity) {
+    auto fit = free_space.lower_bound({length, 0});
+    size_t row;
+    int64_t left;
+    if (fit == free_space.end()) {
+      row = rows.size();
       rows.emplace_back();
-      used = 0;
+      left = capacity;
+    } else {
+      std::tie(left, row) = *fit;
+      free_space.erase(fit);
     }
-    rows.back().push_back(index);
-    used += length;
+    rows[row].push_back(index);
+    if (left - length > 0) free_space.insert({left - length, row});
   }
   return rows;
 }

@@ -1,6 +1,8 @@
 // collate() and trainable_token_count().
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "finetune/data/batch.h"
 #include "finetune/util/errors.h"
 
@@ -106,12 +108,29 @@ TEST(HostBatchPacking, FlattenDropsPaddingAndKeepsTargets) {
   EXPECT_EQ(flat.real_tokens, padded.real_tokens);
 }
 
-TEST(HostBatchPacking, PackSamplesIsNextFitInOrder) {
+TEST(HostBatchPacking, PackSamplesIsBestFitDecreasing) {
   const std::vector<int64_t> lengths{4, 2, 5, 3, 1};
+  // 5 -> row 0 (1 left); 4 -> row 1 (2 left); 3 -> row 2 (3 left); 2 -> row 1 (fullest fit); 1 -> row 0.
   EXPECT_EQ(pack_samples({0, 1, 2, 3, 4}, lengths, 6),
-            (std::vector<std::vector<int64_t>>{{0, 1}, {2}, {3, 4}}));
-  EXPECT_EQ(pack_samples({4, 3, 2}, lengths, 9), (std::vector<std::vector<int64_t>>{{4, 3, 2}}));
+            (std::vector<std::vector<int64_t>>{{2, 4}, {0, 1}, {3}}));
+  EXPECT_EQ(pack_samples({4, 3, 2}, lengths, 9), (std::vector<std::vector<int64_t>>{{2, 3, 4}}));
   EXPECT_THROW(pack_samples({2}, lengths, 4), Error);
+  // Every sample exactly once, no row over capacity.
+  std::vector<int64_t> many_lengths, order;
+  for (int64_t i = 0; i < 200; ++i) {
+    many_lengths.push_back(1 + (i * 37) % 50);
+    order.push_back(i);
+  }
+  const auto rows = pack_samples(order, many_lengths, 64);
+  std::vector<int64_t> seen;
+  for (const auto& row : rows) {
+    int64_t used = 0;
+    for (int64_t index : row) used += many_lengths[index];
+    EXPECT_LE(used, 64);
+    seen.insert(seen.end(), row.begin(), row.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, order);
 }
 
 }  // namespace

@@ -37,8 +37,10 @@ HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std
 // variable-length attention, where padding costs nothing.
 HostBatch flatten(const HostBatch& batch);
 
-// Packs samples, in the given order, into rows of at most `capacity` tokens (next-fit: a sample
-// that does not fit closes the row). Order-preserving and deterministic.
+// Packs samples into rows of at most `capacity` tokens, best-fit decreasing: longest first, each
+// into the fullest row it still fits (ties: the earlier row). Rows come out nearly full, so ranks
+// that each take one row per micro-batch do nearly equal work. Deterministic; within a row the
+// samples keep the order in which they were placed.
 std::vector<std::vector<int64_t>> pack_samples(const std::vector<int64_t>& order, const std::vector<int64_t>& lengths,
                                                int64_t capacity);
 
