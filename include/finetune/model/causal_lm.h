@@ -73,8 +73,6 @@ class CausalLM {
   at::Tensor norm_;          // (C)
   at::Tensor lm_head_;       // (V, C); undefined when tied (embed_tokens_ is used)
   at::Tensor inv_freq_;      // (head_dim / 2) fp32
-
-  friend class CheckpointedLayerAccess;
 };
 
 }  // namespace finetune

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,9 +18,6 @@ struct EvalResult {
   double mean_loss() const;
   double perplexity() const;
 };
-
-// Reduces a rank-local (loss_sum, tokens) into the global one; identity on one process.
-using EvalReduce = std::function<EvalResult(const EvalResult&)>;
 
 EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
                     int64_t batch_size, int64_t pad_token_id, const std::string& dump_logits_path = "");
