@@ -527,6 +527,15 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   cxxopts::ParseResult parsed;
   try {
     parsed = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    // cxxopts says "Option ‘x’ does not exist"; name it the way the user typed it.
+    std::string name = one_line(e.what());
+    const auto open = name.find("\xE2\x80\x98"), close = name.find("\xE2\x80\x99");
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      name = name.substr(open + 3, close - open - 3);
+      throw UsageError("--" + name + ": unknown option (see finetune --help)");
+    }
+    throw UsageError(name);
   } catch (const cxxopts::exceptions::exception& e) {
     throw UsageError(one_line(e.what()));
   }
