@@ -91,6 +91,8 @@ def main():
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench"))
     p.add_argument("--skip_reference", action="store_true")
     p.add_argument("--timeout", type=int, default=900)
+    p.add_argument("--parity", action="store_true",
+                   help="first check bf16 logits against transformers (bf16 and fp32) on each shape")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []
@@ -102,6 +104,12 @@ def main():
             with open(data, "w") as f:
                 for row in shapes.make_rows(4000, shapes.SHAPES[shape][2]["vocab_size"]):
                     f.write(json.dumps(row) + "\n")
+        if args.parity:  # correctness first: bf16 logits vs transformers bf16 and fp32 (gpu_parity.py)
+            stdout, _ = run(["python3", os.path.join(HERE, "gpu_parity.py"), "--finetune", args.finetune, "--model",
+                             model, "--data", data, "--work", args.work], os.path.join(args.work, f"parity-{shape}.log"),
+                            args.timeout)
+            worst = json.loads(stdout[stdout.index("{"):])["worst"]
+            print(json.dumps({"shape": shape, "parity_worst": worst}), flush=True)
         for setting in args.settings.split(","):
             for n in map(int, args.gpus.split(",")):
                 row = {"shape": shape, "setting": setting, "gpus": n}
