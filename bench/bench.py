@@ -118,7 +118,7 @@ def main():
                     row["reference"] = reference(args, model, data, setting, n, args.work)
                 results.append(row)
                 print(json.dumps(row), flush=True)
-                with open(os.path.join(args.out, f"bench-{args.shapes}.json"), "w") as f:
+                with open(os.path.join(args.out, "bench-" + args.shapes.replace(",", "_") + ".json"), "w") as f:
                     json.dump(results, f, indent=1)
     print(f"\n{'shape':14} {'setting':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} {'ratio':>6} "
           f"{'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}")
