@@ -6,6 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import last_json_line, run_finetune
+import reference_loop
 import tiny_models
 
 BATCH = 3  # rows of different lengths: every batch is right-padded
@@ -25,15 +26,7 @@ def reference(model, rows):
     logits_per_row, loss_sum, tokens = [], 0.0, 0
     for start in range(0, len(rows), BATCH):
         chunk = rows[start:start + BATCH]
-        width = max(len(r["input_ids"]) for r in chunk)
-        ids = torch.zeros(len(chunk), width, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        for i, r in enumerate(chunk):
-            n = len(r["input_ids"])
-            ids[i, :n] = torch.tensor(r["input_ids"])
-            mask[i, :n] = 1
-            labels[i, :n] = torch.tensor(r.get("labels", r["input_ids"]))
+        ids, mask, labels = reference_loop.collate(chunk)
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=mask)
         logits = out.logits.float()
