@@ -3,24 +3,14 @@
 
 #include <cmath>
 
+#include "../model/tiny_config.h"
 #include "finetune/lora/lora_model.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig config;
-  config.architecture = "LlamaForCausalLM";
-  config.vocab_size = 32;
-  config.hidden_size = 256;
-  config.intermediate_size = 512;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.head_dim = 64;
-  return config;
-}
+ModelConfig small_config() { return tiny_llama_config({32, 256, 512, 2, 4, 2, 64}); }
 
 LoraConfig lora_config(std::vector<std::string> targets, int64_t r = 8, bool rslora = false) {
   LoraConfig config;

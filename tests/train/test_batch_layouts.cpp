@@ -4,6 +4,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "../model/tiny_config.h"
 #include "finetune/data/batch.h"
 #include "finetune/lora/lora_model.h"
 #include "finetune/model/causal_lm.h"
@@ -13,19 +14,7 @@
 namespace finetune {
 namespace {
 
-ModelConfig tiny_config() {
-  ModelConfig config;
-  config.architecture = "LlamaForCausalLM";
-  config.model_type = "llama";
-  config.vocab_size = 64;
-  config.hidden_size = 32;
-  config.intermediate_size = 48;
-  config.num_hidden_layers = 2;
-  config.num_attention_heads = 4;
-  config.num_key_value_heads = 2;
-  config.head_dim = 8;
-  return config;
-}
+ModelConfig tiny_config() { return tiny_llama_config({64, 32, 48, 2, 4, 2, 8}); }
 
 std::unique_ptr<CausalLM> random_model() {
   auto model = std::make_unique<CausalLM>(tiny_config(), at::kFloat, at::kCPU);

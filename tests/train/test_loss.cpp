@@ -4,24 +4,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "../model/tiny_config.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/loss.h"
 
 namespace finetune {
 namespace {
 
-ModelConfig head_only_config() {
-  ModelConfig config;
-  config.architecture = "LlamaForCausalLM";
-  config.vocab_size = 3000;  // several chunks of 1024 positions below
-  config.hidden_size = 16;
-  config.intermediate_size = 16;
-  config.num_hidden_layers = 0;
-  config.num_attention_heads = 2;
-  config.num_key_value_heads = 2;
-  config.head_dim = 8;
-  return config;
-}
+ModelConfig head_only_config() { return tiny_llama_config({3000, 16, 16, 0, 2, 2, 8}); }
 
 TEST(FusedLinearCrossEntropy, MatchesAutogradThroughUpcastLogits) {
   CausalLM model(head_only_config(), at::kFloat, at::kCPU);
