@@ -10,6 +10,9 @@ source "$BUILD_DIR/env.sh"
 cd "$ROOT"
 
 export FINETUNE_FIXTURES=$BUILD_DIR/fixtures
+# LibTorch's CPU matrix products (MKL) may pick different code paths run to run depending on buffer
+# alignment; conditional numerical reproducibility makes every run of a test compute the same bits.
+export MKL_CBWR=${MKL_CBWR:-AUTO}
 REPORTS=$BUILD_DIR/test-reports
 rm -rf "$REPORTS" && mkdir -p "$REPORTS" "$FINETUNE_FIXTURES"
 for generator in tests/reference/make_*_fixtures.py; do
