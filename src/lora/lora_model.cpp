@@ -85,8 +85,8 @@ void load_adapter_weights(CausalLM& model, const std::string& adapter_dir) {
     auto it = tensors.find(name);
     if (it == tensors.end()) throw Error(path + ": missing tensor '" + name + "'");
     if (!it->second.sizes().equals(parameter.sizes())) {
-      throw Error(path + ": tensor '" + name + "' has shape " + c10::str(it->second.sizes()) + ", expected " +
-                  c10::str(parameter.sizes()));
+      throw Error(path + ": tensor '" + name + "' has shape " + shape_to_string(it->second.sizes().vec()) + ", expected " +
+                  shape_to_string(parameter.sizes().vec()));
     }
     parameter.copy_(it->second);
     tensors.erase(it);

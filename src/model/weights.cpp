@@ -9,12 +9,6 @@
 namespace finetune {
 namespace {
 
-std::string shape_string(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
-
 // What a missing tensor was looked for in: the single file, or the shards' index.
 std::string checkpoint_name(const CheckpointFiles& files) {
   if (files.files().size() == 1) return files.files().front()->path();
@@ -42,8 +36,8 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
     const auto& info = files.info(name);
     auto source = tensor_view(file, info);
     if (!source.sizes().equals(parameter.sizes())) {
-      throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_string(source.sizes()) +
-                  " but the model (config.json) expects " + shape_string(parameter.sizes()));
+      throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_to_string(source.sizes().vec()) +
+                  " but the model (config.json) expects " + shape_to_string(parameter.sizes().vec()));
     }
     if (!at::isFloatingType(source.scalar_type())) {
       throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
