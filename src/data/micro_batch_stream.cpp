@@ -28,6 +28,15 @@ std::vector<std::vector<std::vector<int64_t>>> MicroBatchStream::packed_micro_ba
   whole.rank = 0;
   whole.drop_last = false;
   auto rows = pack_samples(rank_indices(whole, epoch), lengths_, config_.max_seq_length);
+  // Best-fit decreasing creates rows longest-first; visiting them in that order would feed every
+  // epoch its longest samples first. With shuffling the rows go in the epoch's own random order.
+  if (config_.sampler.shuffle) {
+    const auto order = epoch_permutation(static_cast<int64_t>(rows.size()), config_.sampler.seed, epoch);
+    std::vector<std::vector<int64_t>> shuffled;
+    shuffled.reserve(rows.size());
+    for (int64_t index : order) shuffled.push_back(std::move(rows[static_cast<size_t>(index)]));
+    rows = std::move(shuffled);
+  }
   const size_t world = static_cast<size_t>(config_.sampler.world_size);
   if (config_.sampler.drop_last) {
     rows.resize(rows.size() / world * world);

@@ -135,3 +135,60 @@ TEST(HostBatchPacking, PackSamplesIsBestFitDecreasing) {
 
 }  // namespace
 }  // namespace finetune
+
+#include "finetune/data/micro_batch_stream.h"
+
+namespace finetune {
+namespace {
+
+// With shuffling, packed rows are visited in a random order, not longest-first; every sample is
+// still seen exactly once per epoch, and ranks stay disjoint.
+TEST(MicroBatchStreamPacking, ShuffledRowsCoverEverySampleOnceAndAreNotLongestFirst) {
+  std::vector<Sample> samples;
+  for (int32_t i = 0; i < 40; ++i) {
+    const int32_t length = 2 + (i * 7) % 30;
+    samples.push_back({std::vector<int32_t>(length, i + 1), std::vector<int32_t>(length, i + 1)});
+  }
+  std::vector<int64_t> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    MicroBatchStreamConfig config;
+    config.sampler = {0, 2, rank, /*seed=*/5, /*shuffle=*/true, /*drop_last=*/false};
+    config.batch_size = 1;
+    config.packing = true;
+    config.max_seq_length = 40;
+    MicroBatchStream stream(samples, config);
+    for (int64_t step = 0; step < stream.steps_per_epoch(); ++step) {
+      for (const auto& batch : stream.next_step()) {
+        for (size_t t = 0; t < batch.input_ids.size(); ++t) {
+          if (batch.position_ids[t] == 0 && batch.attention_mask[t] == 1) seen.push_back(batch.input_ids[t] - 1);
+        }
+      }
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  EXPECT_EQ(seen.size(), samples.size());
+  // Unshuffled best-fit order would start with the row holding the longest sample (31 tokens).
+  MicroBatchStreamConfig ordered;
+  ordered.sampler = {0, 1, 0, 5, /*shuffle=*/false, false};
+  ordered.packing = true;
+  ordered.max_seq_length = 40;
+  MicroBatchStream unshuffled(samples, ordered);
+  const auto first = unshuffled.next_step();
+  const auto& first_ids = first.front().input_ids;
+  EXPECT_EQ(std::count(first_ids.begin(), first_ids.end(), first_ids.front()), 31);
+  MicroBatchStreamConfig shuffled = ordered;
+  shuffled.sampler.shuffle = true;
+  int epochs_starting_longest_first = 0;
+  MicroBatchStream stream(samples, shuffled);
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    const auto step = stream.next_step();
+    const auto& ids = step.front().input_ids;
+    epochs_starting_longest_first += std::count(ids.begin(), ids.end(), ids.front()) == 31;
+    for (int64_t s = 1; s < stream.steps_per_epoch(); ++s) stream.next_step();
+  }
+  EXPECT_LT(epochs_starting_longest_first, 4);
+}
+
+}  // namespace
+}  // namespace finetune
