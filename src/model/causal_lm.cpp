@@ -148,6 +148,16 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
   const auto tables = rope_tables(inv_freq_, position_ids, dtype_);
   const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
+  // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
+  bool layers_draw_random = false;
+  if (checkpoint) {
+    for (const auto& layer : layers_) {
+      for (const Linear* linear : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
+                                   &layer.up_proj, &layer.down_proj}) {
+        layers_draw_random = layers_draw_random || (linear->lora && linear->lora->dropout > 0);
+      }
+    }
+  }
   for (const auto& layer : layers_) {
     if (checkpoint) {
       const DecoderLayer* layer_ptr = &layer;
@@ -156,7 +166,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
           [this, layer_ptr, tables, mask, training](const at::Tensor& h) {
             return layer_forward(*layer_ptr, h, tables.cos, tables.sin, mask, training);
           },
-          hidden);
+          hidden, layers_draw_random);
     } else {
       hidden = layer_forward(layer, hidden, tables.cos, tables.sin, mask, options.training);
     }

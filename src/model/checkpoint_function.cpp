@@ -15,7 +15,7 @@ namespace {
 struct RecomputeState : torch::CustomClassHolder {
   LayerFunction layer;
   at::Device device = at::kCPU;
-  at::Tensor rng_state;  // generator state before the first run
+  at::Tensor rng_state;  // generator state before the first run; undefined when not preserved
 };
 
 at::Generator default_generator(const at::Device& device) {
@@ -36,11 +36,11 @@ void set_generator_state(const at::Device& device, const at::Tensor& state) {
 
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
-                            const LayerFunction& layer) {
+                            const LayerFunction& layer, bool preserve_rng_state) {
     auto state = c10::make_intrusive<RecomputeState>();
     state->layer = layer;
     state->device = hidden.device();
-    state->rng_state = generator_state(state->device);
+    if (preserve_rng_state) state->rng_state = generator_state(state->device);
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
     ctx->save_for_backward({hidden});
     return layer(hidden);
@@ -50,23 +50,27 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                                                  torch::autograd::variable_list grad_outputs) {
     auto state = c10::static_intrusive_pointer_cast<RecomputeState>(ctx->saved_data["state"].toCapsule());
     auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
-    const auto current_rng = generator_state(state->device);
-    set_generator_state(state->device, state->rng_state);
+    const bool replay_rng = state->rng_state.defined();
+    at::Tensor current_rng;
+    if (replay_rng) {
+      current_rng = generator_state(state->device);
+      set_generator_state(state->device, state->rng_state);
+    }
     at::Tensor output;
     {
       at::AutoGradMode enable_grad(true);
       output = state->layer(input);
     }
-    set_generator_state(state->device, current_rng);
+    if (replay_rng) set_generator_state(state->device, current_rng);
     torch::autograd::backward({output}, {grad_outputs[0]});
-    return {input.grad(), at::Tensor()};
+    return {input.grad(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden) {
-  return CheckpointedLayer::apply(hidden, layer);
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state) {
+  return CheckpointedLayer::apply(hidden, layer, preserve_rng_state);
 }
 
 }  // namespace finetune

@@ -9,10 +9,11 @@ namespace finetune {
 
 using LayerFunction = std::function<at::Tensor(const at::Tensor&)>;
 
-// Runs `layer(hidden)` without keeping its activations; backward recomputes it (with the RNG
-// state of the first run, so dropout masks repeat) and back-propagates through the recompute.
+// Runs `layer(hidden)` without keeping its activations; backward recomputes it and
+// back-propagates through the recompute. With preserve_rng_state the recompute sees the RNG state
+// of the first run, so dropout masks repeat (only needed when the layer draws random numbers).
 // Parameter gradients accumulate straight into their .grad, as torch.utils.checkpoint's
 // reentrant variant does; `hidden` must require grad for the backward to run.
-at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden);
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state);
 
 }  // namespace finetune
