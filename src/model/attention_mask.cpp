@@ -36,19 +36,6 @@ AttentionMask build_attention_mask(const std::vector<std::vector<int64_t>>& samp
   return {false, mask.unsqueeze(1)};
 }
 
-AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask) {
-  auto valid = attention_mask.to(at::kBool);  // (B, T)
-  if (valid.all().item<bool>()) return {};
-  const int64_t seq_len = valid.size(1);
-  auto causal = at::ones({seq_len, seq_len}, valid.options()).tril();
-  // (B, T, T): a real query attends to real keys at or before it; a padding query only to itself
-  // (its output is never used; the same rule as build_attention_mask).
-  auto mask = causal.unsqueeze(0) & valid.unsqueeze(1) & valid.unsqueeze(2);
-  auto eye = at::eye(seq_len, valid.options());
-  mask = mask | (valid.logical_not().unsqueeze(2) & eye);
-  return {false, mask.unsqueeze(1)};
-}
-
 AttentionMask variable_length_mask(const std::vector<int64_t>& sample_lengths, const at::Device& device) {
   std::vector<int32_t> cumulative{0};
   AttentionMask out;
@@ -59,10 +46,6 @@ AttentionMask variable_length_mask(const std::vector<int64_t>& sample_lengths, c
   }
   out.cu_seqlens = at::tensor(cumulative, at::TensorOptions().dtype(at::kInt)).to(device);
   return out;
-}
-
-at::Tensor position_ids_from_padding(const at::Tensor& attention_mask) {
-  return (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
 }
 
 }  // namespace finetune

@@ -23,15 +23,5 @@ TEST(AttentionMask, PackedRowIsBlockDiagonalCausalAndPaddingIsolated) {
     for (int k = 0; k < 6; ++k) EXPECT_EQ(m[q][k].item<bool>(), expected[q][k] == 1) << q << "," << k;
 }
 
-TEST(AttentionMask, RightPaddingFromHfMaskMatchesSampleLengths) {
-  auto hf = at::tensor({1, 1, 1, 0, 1, 1, 1, 1}, at::kLong).view({2, 4});
-  auto from_padding = attention_mask_from_padding(hf);
-  auto from_lengths = build_attention_mask({{3}, {4}}, 4, at::kCPU);
-  ASSERT_FALSE(from_padding.is_causal_only);
-  EXPECT_TRUE(at::equal(from_padding.mask, from_lengths.mask));
-  auto positions = position_ids_from_padding(hf);
-  EXPECT_TRUE(at::equal(positions, at::tensor({0, 1, 2, 2, 0, 1, 2, 3}, at::kLong).view({2, 4})));
-}
-
 }  // namespace
 }  // namespace finetune

@@ -27,10 +27,4 @@ AttentionMask variable_length_mask(const std::vector<int64_t>& sample_lengths, c
 AttentionMask build_attention_mask(const std::vector<std::vector<int64_t>>& sample_lengths, int64_t seq_len,
                                    const at::Device& device);
 
-// From an HF-style (B, T) 0/1 attention mask (right or left padding allowed).
-AttentionMask attention_mask_from_padding(const at::Tensor& attention_mask);
-
-// Position ids from a (B, T) 0/1 mask: cumsum - 1, clamped at 0 (HF's convention for padding).
-at::Tensor position_ids_from_padding(const at::Tensor& attention_mask);
-
 }  // namespace finetune
