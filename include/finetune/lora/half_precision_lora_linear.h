@@ -1,0 +1,33 @@
+// A LoRA linear as one autograd node, for half-precision (bf16/fp16) base models:
+//
+//   y = x W^T + bias + scaling * (x A^T) B^T
+//
+// PEFT computes the low-rank branch by casting x to fp32, running two fp32 matmuls, adding the
+// fp32 update to the base output and casting back. On a bf16 model that moves about
+// 6*in + 32*out bytes per token through memory around every adapted projection, as much traffic
+// as the base GEMMs themselves. Here the same sum is formed inside the GEMMs instead: the
+// products (x A^T) and the weight gradients run on bf16 operands with fp32 accumulation and
+// fp32 results, and the update B-product is accumulated into the base output by the GEMM's
+// epilogue (addmm with beta=1), so the sum is rounded to bf16 once, as in PEFT. The only extra
+// roundings are of the small (tokens x r) intermediates and of A and B to bf16 for the products;
+// the adapter weights and their gradients stay fp32.
+//
+// Used when the input is bf16/fp16 and no LoRA dropout is drawn; fp32 models keep PEFT's exact
+// expression (lora_adapter.h), which the CPU parity tests compare bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "finetune/lora/lora_adapter.h"
+
+namespace finetune {
+
+// Whether `half_precision_lora_linear` applies to input `x`.
+bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training);
+
+// x: (..., in_features) bf16/fp16; weight (out, in) and bias (out) in x's dtype (bias may be
+// undefined) -> (..., out_features) in x's dtype. Differentiable in x, lora_A and lora_B.
+at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                      const LoraAdapter& adapter);
+
+}  // namespace finetune
