@@ -21,6 +21,9 @@ SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best"
 # "best" for us: packed rows of max_seq_length (2048) tokens, this many rows per micro-batch
 # (the 8B shape keeps one row to stay within its memory target).
 PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1}
+# "best" for us also drops layer recompute where memory allows (the 1B shape: about 30 GiB of
+# activations at 8 x 2048 tokens); the 8B shape keeps it (its 18 GiB target).
+BEST_CHECKPOINTING = {"llama-3.2-1b": False, "qwen3-8b": True}
 # "best" for the reference: the largest batch that fits (batch 8 on the 8B shape runs out of the
 # H200's 141 GB: it materialises fp32 logits over the 152k vocabulary).
 REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2}
@@ -40,19 +43,32 @@ def run(cmd, log_path, timeout):
     return proc.stdout, time.time() - t0
 
 
-def ours(args, model, data, setting, n, work):
+def ours(args, model, data, setting, n, work, profile=False):
     s = dict(SETTINGS[setting])
+    checkpointing = True
     if setting == "best":
         s = dict(batch=PACKED_ROWS[os.path.basename(model)], accum=1)
-    out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{n}")
-    steps = args.warmup + args.steps
+        checkpointing = BEST_CHECKPOINTING[os.path.basename(model)]
+    out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{n}" + ("-profile" if profile else ""))
+    steps = args.warmup + args.steps if not profile else 6
     cmd = launcher(n) + [args.finetune, "--model_name", model, "--dataset", data, "--max_steps", str(steps),
                          "--per_device_train_batch_size", str(s["batch"]), "--gradient_accumulation_steps",
                          str(s["accum"]), "--learning_rate", "2e-4",  # r=16, alpha=16: the defaults (torchrun rejects --r)
                          "--max_seq_length", "2048", "--warmup_steps", "5", "--logging_steps", str(args.warmup),
-                         "--output_dir", out, "--dtype", "bfloat16", "--use_gradient_checkpointing", "true"]
+                         "--output_dir", out, "--dtype", "bfloat16",
+                         "--use_gradient_checkpointing", "true" if checkpointing else "false"]
     if setting == "best":
         cmd += ["--packing", "true"]
+    if profile:  # steps 4-6 after 3 warm-up steps: kernel time breakdown and a Chrome trace
+        cmd += ["--profile_start_step", "4", "--profile_steps", "3"]
+        run(cmd, out + ".log", args.timeout)
+        summary = os.path.join(out, "kernel_summary-rank0.txt")
+        name = f"kernel_summary-{os.path.basename(model)}-{setting}.txt"
+        with open(summary) as src, open(os.path.join(args.out, name), "w") as dst:
+            text = src.read()
+            dst.write(" ".join(cmd) + "\n\n" + text)
+        print(f"\n== profile {os.path.basename(model)} {setting} (1 GPU) ==\n" + text, flush=True)
+        return None
     stdout, wall = run(cmd, out + ".log", args.timeout)
     summary = json.loads(stdout.strip().splitlines()[-1])
     lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
@@ -93,6 +109,10 @@ def main():
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--parity", action="store_true",
                    help="first check bf16 logits against transformers (bf16 and fp32) on each shape")
+    p.add_argument("--train_parity", action="store_true",
+                   help="first check a few bf16 training steps against transformers + PEFT (bf16 and fp32)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 3 steps of ours per shape and setting on 1 GPU (kernel time breakdown)")
     args = p.parse_args()
     os.makedirs(args.work, exist_ok=True)
     results = []
@@ -110,6 +130,19 @@ def main():
                             args.timeout)
             worst = json.loads(stdout[stdout.index("{"):])["worst"]
             print(json.dumps({"shape": shape, "parity_worst": worst}), flush=True)
+        if args.train_parity:  # bf16 training steps vs transformers + PEFT in bf16 and fp32 (gpu_train_parity.py)
+            proc = subprocess.run(["python3", os.path.join(HERE, "gpu_train_parity.py"), "--finetune", args.finetune,
+                                   "--model", model, "--data", data, "--work", args.work], capture_output=True,
+                                  text=True, timeout=args.timeout)
+            with open(os.path.join(args.out, f"train_parity-{shape}.json"), "w") as f:
+                f.write(proc.stdout + proc.stderr[-3000:])
+            print(proc.stdout, flush=True)
+            if proc.returncode != 0:
+                print(proc.stderr[-3000:])
+                raise RuntimeError(f"GPU training parity failed on {shape}")
+        if args.profile:
+            for setting in args.settings.split(","):
+                ours(args, model, data, setting, 1, args.work, profile=True)
         for setting in args.settings.split(","):
             for n in map(int, args.gpus.split(",")):
                 row = {"shape": shape, "setting": setting, "gpus": n}

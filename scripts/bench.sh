@@ -15,6 +15,6 @@ default_gpus=1
 [ "$gpus" -ge 2 ] && default_gpus=1,2
 [ "$gpus" -ge 4 ] && default_gpus=1,2,4
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-exec python3 "$ROOT/bench/bench.py" --finetune "$FINETUNE_BIN" --parity \
+exec python3 "$ROOT/bench/bench.py" --finetune "$FINETUNE_BIN" --parity --train_parity --profile \
   --shapes "${BENCH_SHAPES:-llama-3.2-1b,qwen3-8b}" --settings "${BENCH_SETTINGS:-seed,best}" \
   --gpus "${BENCH_GPUS:-$default_gpus}" --out "${OUT:-/tmp/bench}" "$@"

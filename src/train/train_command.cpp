@@ -124,6 +124,8 @@ int run_train(const Options& options, const EnvMap& env) {
     config.ddp_check_consistency_steps = options.ddp_check_consistency_steps;
     config.ddp_bucket_cap_mb = options.ddp_bucket_cap_mb;
     config.ddp_find_unused_parameters = options.ddp_find_unused_parameters;
+    config.profile_start_step = options.profile_start_step;
+    config.profile_steps = options.profile_steps;
     if (launch.rank == 0) {
       print_banner(options, launch, loaded, device, lora, trainable, data, stream, config.total_steps, config.schedule.warmup_steps);
     }

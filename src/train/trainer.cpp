@@ -7,6 +7,7 @@
 #include "finetune/train/device_batch.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/loss.h"
+#include "finetune/train/step_profiler.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -51,6 +52,8 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   forward_options.training = true;
   forward_options.gradient_checkpointing = config.gradient_checkpointing;
 
+  StepProfiler profiler(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(),
+                        device);
   TrainResult result;
   const auto start = Clock::now();
   auto window_start = start;
@@ -60,6 +63,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   double lr = 0;
 
   for (int64_t step = 0; step < config.total_steps; ++step) {
+    profiler.before_step(step + 1);
     auto micro_batches = stream.next_step();
     double local_trainable = 0, local_real = 0;
     for (const auto& batch : micro_batches) {
@@ -89,6 +93,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     communicator.all_reduce(step_loss_sum, ReduceOp::Sum, "loss of step " + std::to_string(step + 1));
     window_losses.push_back(step_loss_sum / counts[0]);
     window_tokens += counts[1];
+    profiler.after_step(step + 1);
 
     const int64_t done = step + 1;
     if (every(config.ddp_check_consistency_steps, done)) {

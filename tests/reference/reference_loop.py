@@ -29,6 +29,8 @@ def collate(rows, pad_id=0):
 
 
 def token_loss_sum(model, ids, mask, labels):
+    device = next(model.parameters()).device
+    ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
     logits = model(input_ids=ids, attention_mask=mask).logits.float()
     shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), shifted.reshape(-1),
@@ -47,10 +49,12 @@ def schedule(name, optimizer, warmup, total):
 
 
 def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulation, lr, warmup, scheduler,
-                    max_grad_norm, weight_decay=0.01, gradient_checkpointing=False):
-    """Returns (per-step losses, PeftModel after training)."""
+                    max_grad_norm, weight_decay=0.01, gradient_checkpointing=False, dtype=torch.float32,
+                    device="cpu"):
+    """Returns (per-step losses, PeftModel after training). `dtype` is the base model's; PEFT keeps
+    the adapters in fp32 either way (autocast_adapter_dtype)."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).to(device)
     model = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})

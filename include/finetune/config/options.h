@@ -82,6 +82,8 @@ struct Options {
   std::string report_to = "none";    // none|jsonl (metrics.jsonl is always written)
   int64_t logging_steps = 1;
   std::string dump_logits;           // eval: write logits to this .safetensors file
+  int64_t profile_start_step = 0;    // profile optimizer steps from this one (1-based); 0 = off
+  int64_t profile_steps = 3;         // how many steps the profile covers
 
   // --- distributed
   double ddp_timeout = 1800;         // seconds without progress before aborting

@@ -40,6 +40,8 @@ struct TrainerConfig {
   int64_t ddp_check_consistency_steps = 0;
   int64_t ddp_bucket_cap_mb = 25;
   bool ddp_find_unused_parameters = false;
+  int64_t profile_start_step = 0;  // 0: no profile (step_profiler.h)
+  int64_t profile_steps = 3;
 };
 
 struct TrainerHooks {
