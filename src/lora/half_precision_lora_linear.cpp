@@ -8,6 +8,15 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// Note [Split fp32 operands]
+// An fp32 tensor t is t_hi + t_lo with t_hi = half(t), t_lo = half(t - t_hi), to about 2^-17
+// relative. A product with a half-precision operand m runs as one GEMM over [t_hi, t_lo] (twice the
+// rank: still a skinny product, bound by reading m) and the two halves of its fp32 result are
+// summed. A product of two fp32 factors u v runs as [u_hi, u_lo, u_hi] [v_hi; v_hi; v_lo] (the
+// lo * lo term is below fp32 rounding). So the adapter weights, their gradients and the
+// (tokens x r) intermediates keep about fp32 accuracy although every GEMM reads half-precision
+// operands with fp32 accumulation.
+
 // a (m, k) @ b (k, n) of half-precision operands with an fp32 result: the GEMM's fp32
 // accumulator is returned unrounded. cuBLAS does this in one call; the CPU widens the operands
 // (exact) and multiplies in fp32.
@@ -16,46 +25,37 @@ at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b) {
   return at::mm(a.to(at::kFloat), b.to(at::kFloat));
 }
 
-// Note [Split fp32 operands]
-// An fp32 tensor t is t_hi + t_lo with t_hi = half(t), t_lo = half(t - t_hi) up to about 2^-17
-// relative. A product with a half-precision operand m then runs as one GEMM over [t_hi, t_lo]
-// (twice the rank, still a skinny product bound by reading m) and the two halves of the fp32
-// result are summed: the adapter weights, their gradients and the (tokens x r) intermediates keep
-// about fp32 accuracy although the GEMM reads half-precision operands.
-at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim) {
+// fp32 t -> [hi, lo] (split) or [hi, hi, lo] / [hi, lo, hi] (stacks) along `dim`.
+std::pair<at::Tensor, at::Tensor> hi_lo(const at::Tensor& t, at::ScalarType dtype) {
   auto hi = t.to(dtype);
-  auto lo = (t - hi.to(at::kFloat)).to(dtype);
-  return at::cat({hi, lo}, dim);
+  return {hi, (t - hi).to(dtype)};  // t - hi is formed in fp32
 }
 
-// u (N, r) @ v (r, M), both fp32, accumulated into the half-precision `out` (N, M) by one GEMM
-// of rank 3r: u_hi v_hi + u_lo v_hi + u_hi v_lo (the lo * lo term is below fp32 rounding), so
-// `out` receives the fp32 product and is rounded once.
-void add_low_rank_product(at::Tensor& out, const at::Tensor& u, const at::Tensor& v) {
-  const auto dtype = out.scalar_type();
-  auto u_hi = u.to(dtype), u_lo = (u - u_hi.to(at::kFloat)).to(dtype);
-  auto v_hi = v.to(dtype), v_lo = (v - v_hi.to(at::kFloat)).to(dtype);
-  out.addmm_(at::cat({u_hi, u_lo, u_hi}, 1), at::cat({v_hi, v_hi, v_lo}, 0));
+// [u_hi, u_lo, u_hi] of an fp32 (N, r) intermediate: the left factor of a split product.
+at::Tensor left_stack(const at::Tensor& u, at::ScalarType dtype) {
+  auto [hi, lo] = hi_lo(u, dtype);
+  return at::cat({hi, lo, hi}, 1);
 }
 
-// (..., 2r) or (2r, ...) fp32 product of a split operand -> the sum of its two halves.
-at::Tensor sum_halves(const at::Tensor& t, int64_t dim) {
-  const int64_t r = t.size(dim) / 2;
-  return t.narrow(dim, 0, r) + t.narrow(dim, r, r);
+// The sum of the first two r-wide blocks along `dim` of a product with a split or stacked
+// operand: the hi and lo contributions of the same factor.
+at::Tensor sum_hi_lo_blocks(const at::Tensor& product, int64_t dim, int64_t r) {
+  return product.narrow(dim, 0, r) + product.narrow(dim, r, r);
 }
 
 struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionLoraLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& lora_A,
                             const at::Tensor& lora_B, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, double scaling) {
+                            const std::optional<at::Tensor>& bias, const LoraAdapter* adapter) {
     const auto dtype = x.scalar_type();
-    auto rows = x.reshape({-1, x.size(-1)});                                          // (N, in)
-    auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());   // (N, out)
-    auto split_A = split_hi_lo(lora_A, dtype, 0);                                     // (2r, in)
-    auto xa = sum_halves(matmul_to_float(rows, split_A.t()), 1) * scaling;            // (N, r) fp32
-    add_low_rank_product(y, xa, lora_B.t());  // y += scaling x A^T B^T: the sum is rounded once
-    ctx->save_for_backward({rows, weight, lora_A, lora_B, xa});
-    ctx->saved_data["scaling"] = scaling;
+    const int64_t r = lora_A.size(0);
+    const auto operands = half_precision_operands(*adapter, dtype);
+    auto rows = x.reshape({-1, x.size(-1)});                                                   // (N, in)
+    auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());            // (N, out)
+    auto u = sum_hi_lo_blocks(matmul_to_float(rows, operands->scaled_A_split.t()), 1, r);     // (N, r) fp32
+    auto u_stack = left_stack(u, dtype);                                                       // (N, 3r)
+    y.addmm_(u_stack, operands->B_stack.t());  // y += scaling x A^T B^T; the sum is rounded once
+    ctx->save_for_backward({rows, weight, u_stack, operands->A_stack, operands->scaled_B_split});
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = weight.size(0);
     return y.view(out_sizes);
@@ -65,34 +65,58 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto saved = ctx->get_saved_variables();
     const auto& rows = saved[0];
     const auto& weight = saved[1];
-    const auto& lora_A = saved[2];
-    const auto& lora_B = saved[3];
-    const auto& xa = saved[4];
-    const double scaling = ctx->saved_data["scaling"].toDouble();
+    const auto& u_stack = saved[2];
+    const auto& A_stack = saved[3];
+    const auto& scaled_B_split = saved[4];
+    const int64_t r = A_stack.size(0) / 3;
     const auto& grad = grad_outputs[0];
-    const auto dtype = grad.scalar_type();
-    auto dy = grad.reshape({-1, grad.size(-1)});                                          // (N, out)
-    // The gradient reaching x A^T: scaling * dy B, fp32.
-    auto dxa = sum_halves(matmul_to_float(dy, split_hi_lo(lora_B, dtype, 1)), 1) * scaling;  // (N, r)
+    auto dy = grad.reshape({-1, grad.size(-1)});                                              // (N, out)
+    // g = scaling * dy B: the gradient reaching x A^T, fp32 (N, r).
+    auto g = sum_hi_lo_blocks(matmul_to_float(dy, scaled_B_split), 1, r);
+    auto g_stack = left_stack(g, dy.scalar_type());                                            // (N, 3r)
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
-      dx = at::mm(dy, weight);                                                              // (N, in)
-      add_low_rank_product(dx, dxa, lora_A);
+      dx = at::mm(dy, weight);                                                                  // (N, in)
+      dx.addmm_(g_stack, A_stack);                                                              // += g A
       auto in_sizes = grad.sizes().vec();
       in_sizes.back() = rows.size(1);
       dx = dx.view(in_sizes);
     }
-    if (ctx->needs_input_grad(1)) {
-      d_lora_A = sum_halves(matmul_to_float(split_hi_lo(dxa, dtype, 1).t(), rows), 0);   // (r, in)
-    }
-    if (ctx->needs_input_grad(2)) {
-      d_lora_B = sum_halves(matmul_to_float(dy.t(), split_hi_lo(xa, dtype, 1)), 1);      // (out, r)
-    }
+    if (ctx->needs_input_grad(1)) d_lora_A = sum_hi_lo_blocks(matmul_to_float(g_stack.t(), rows), 0, r);  // g^T x
+    if (ctx->needs_input_grad(2)) d_lora_B = sum_hi_lo_blocks(matmul_to_float(dy.t(), u_stack), 1, r);    // dy^T u
     return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
+
+std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype) {
+  const auto& A = adapter.lora_A;
+  const auto& B = adapter.lora_B;
+  auto cached = adapter.half_precision_operands;
+  if (cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
+      cached->lora_B_impl == B.unsafeGetTensorImpl() && cached->lora_A_version == A._version() &&
+      cached->lora_B_version == B._version()) {
+    return cached;
+  }
+  at::NoGradGuard no_grad;
+  auto operands = std::make_shared<HalfPrecisionOperands>();
+  operands->lora_A_impl = A.unsafeGetTensorImpl();
+  operands->lora_B_impl = B.unsafeGetTensorImpl();
+  operands->lora_A_version = A._version();
+  operands->lora_B_version = B._version();
+  operands->dtype = dtype;
+  const auto [scaled_A_hi, scaled_A_lo] = hi_lo(A * adapter.scaling, dtype);
+  operands->scaled_A_split = at::cat({scaled_A_hi, scaled_A_lo}, 0);
+  const auto [A_hi, A_lo] = hi_lo(A, dtype);
+  operands->A_stack = at::cat({A_hi, A_hi, A_lo}, 0);
+  const auto [scaled_B_hi, scaled_B_lo] = hi_lo(B * adapter.scaling, dtype);
+  operands->scaled_B_split = at::cat({scaled_B_hi, scaled_B_lo}, 1);
+  const auto [B_hi, B_lo] = hi_lo(B, dtype);
+  operands->B_stack = at::cat({B_hi, B_hi, B_lo}, 1);
+  adapter.half_precision_operands = operands;
+  return operands;
+}
 
 bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training) {
   const auto dtype = x.scalar_type();
@@ -103,7 +127,7 @@ at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& wei
                                       const LoraAdapter& adapter) {
   // An undefined tensor cannot be a Function input: a missing bias travels as nullopt.
   const auto optional_bias = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
-  return HalfPrecisionLoraLinear::apply(x, adapter.lora_A, adapter.lora_B, weight, optional_bias, adapter.scaling);
+  return HalfPrecisionLoraLinear::apply(x, adapter.lora_A, adapter.lora_B, weight, optional_bias, &adapter);
 }
 
 }  // namespace finetune

@@ -113,26 +113,28 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
     q = rms_norm(q, layer.q_norm, eps);
     k = rms_norm(k, layer.k_norm, eps);
   }
-  q = apply_rope(q.transpose(1, 2), rope);  // (B, H, T, D)
-  k = apply_rope(k.transpose(1, 2), rope);  // (B, KV, T, D)
-  v = v.transpose(1, 2);                    // (B, KV, T, D)
+  q = apply_rope(q, rope);  // (B, T, H, D)
+  k = apply_rope(k, rope);  // (B, T, KV, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   at::Tensor attn;
   if (mask.variable_length()) {
-    // One row of packed samples: (1, H, N, D) -> (N, H, D); flash attention handles GQA itself.
-    auto flat = [](const at::Tensor& t) { return t.squeeze(0).transpose(0, 1).contiguous(); };
+    // One row of packed samples: (1, N, H, D) -> (N, H, D); flash attention handles GQA itself.
+    auto flat = [](const at::Tensor& t) { return t.squeeze(0).contiguous(); };
     auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), mask.cu_seqlens, mask.cu_seqlens,
                                                          mask.max_seqlen, mask.max_seqlen, 0.0, /*is_causal=*/true,
                                                          /*return_debug_mask=*/false, scale));  // (N, H, D)
     attn = out.reshape({batch, seq_len, -1});                                      // (1, N, H*D)
-  } else if (mask.is_causal_only) {
-    attn = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, scale,
-                                            /*enable_gqa=*/true);
   } else {
-    attn = at::scaled_dot_product_attention(q, k, v, mask.mask, 0.0, /*is_causal=*/false, scale,
-                                            /*enable_gqa=*/true);
+    q = q.transpose(1, 2);  // (B, H, T, D)
+    k = k.transpose(1, 2);  // (B, KV, T, D)
+    v = v.transpose(1, 2);  // (B, KV, T, D)
+    attn = mask.is_causal_only
+               ? at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, /*is_causal=*/true, scale,
+                                                  /*enable_gqa=*/true)
+               : at::scaled_dot_product_attention(q, k, v, mask.mask, 0.0, /*is_causal=*/false, scale,
+                                                  /*enable_gqa=*/true);
+    attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});  // (B, T, H*D)
   }
-  if (!mask.variable_length()) attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});  // (B, T, H*D)
   auto h = hidden + linear_forward(layer.o_proj, attn, training);
 
   // --- MLP

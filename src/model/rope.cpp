@@ -58,8 +58,8 @@ static at::Tensor rotate_half(const at::Tensor& x) {
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
-  auto cos = tables.cos.unsqueeze(1);  // (B, 1, T, D)
-  auto sin = tables.sin.unsqueeze(1);
+  auto cos = tables.cos.unsqueeze(2);  // (B, T, 1, D)
+  auto sin = tables.sin.unsqueeze(2);
   return (x * cos) + (rotate_half(x) * sin);
 }
 

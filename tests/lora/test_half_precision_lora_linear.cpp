@@ -124,5 +124,31 @@ TEST(HalfPrecisionLoraLinear, LinearForwardRoutesBf16AdaptersThroughIt) {
   EXPECT_TRUE(at::equal(y, half_precision_lora_linear(c.x, c.weight, c.bias, *layer.lora)));
 }
 
+TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
+  const auto c = make_case(false);
+  LoraAdapter adapter;
+  adapter.lora_A = c.lora_A.clone().requires_grad_(true);
+  adapter.lora_B = c.lora_B.clone().requires_grad_(true);
+  adapter.scaling = c.scaling;
+  const auto first = half_precision_operands(adapter, at::kBFloat16);
+  EXPECT_EQ(half_precision_operands(adapter, at::kBFloat16), first);  // unchanged: reused
+  const auto before = half_precision_lora_linear(c.x, c.weight, c.bias, adapter);
+  {
+    at::NoGradGuard no_grad;
+    adapter.lora_B.mul_(3.0);  // an optimizer step updates in place and moves the version counter
+  }
+  const auto second = half_precision_operands(adapter, at::kBFloat16);
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(at::equal(second->B_stack.narrow(1, 0, 8), (c.lora_B * 3.0).to(at::kBFloat16)));
+  LoraAdapter fresh;
+  fresh.lora_A = adapter.lora_A.detach().clone();
+  fresh.lora_B = adapter.lora_B.detach().clone();
+  fresh.scaling = c.scaling;
+  const auto after = half_precision_lora_linear(c.x, c.weight, c.bias, adapter);
+  EXPECT_FALSE(at::equal(after, before));
+  EXPECT_TRUE(at::equal(after, half_precision_lora_linear(c.x, c.weight, c.bias, fresh)));
+  EXPECT_NE(half_precision_operands(adapter, at::kHalf), second);  // another dtype: rebuilt
+}
+
 }  // namespace
 }  // namespace finetune

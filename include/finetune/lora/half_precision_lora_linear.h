@@ -22,6 +22,23 @@
 
 namespace finetune {
 
+// The adapter weights as the GEMMs read them, split into half-precision hi/lo parts (Note [Split
+// fp32 operands] in the .cpp) and, where they multiply into the gradient or the input side,
+// pre-scaled: built once per optimizer step instead of in every layer call.
+struct HalfPrecisionOperands {
+  const c10::TensorImpl* lora_A_impl = nullptr;
+  const c10::TensorImpl* lora_B_impl = nullptr;
+  uint32_t lora_A_version = 0, lora_B_version = 0;
+  at::ScalarType dtype = at::kBFloat16;
+  at::Tensor scaled_A_split;  // (2r, in):  [hi; lo] of scaling * lora_A
+  at::Tensor A_stack;         // (3r, in):  [hi; hi; lo] of lora_A
+  at::Tensor scaled_B_split;  // (out, 2r): [hi, lo] of scaling * lora_B
+  at::Tensor B_stack;         // (out, 3r): [hi, hi, lo] of lora_B
+};
+
+// The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.
+std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype);
+
 // Whether `half_precision_lora_linear` applies to input `x`.
 bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training);
 

@@ -19,7 +19,9 @@ struct RopeTables {
 // position_ids: (B, T) int64.
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype);
 
-// x: (B, H, T, head_dim); rotates pairs (i, i + head_dim/2) like HF's rotate_half.
+// x: (B, T, H, head_dim), heads after tokens (the projection's own layout, so the elementwise
+// kernels read contiguous memory); rotates pairs (i, i + head_dim/2) like HF's rotate_half, with
+// the same operations on the same values as HF's (B, H, T, head_dim) layout.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
 
 }  // namespace finetune
