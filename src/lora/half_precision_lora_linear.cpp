@@ -10,12 +10,11 @@ using torch::autograd::variable_list;
 
 // Note [Split fp32 operands]
 // An fp32 tensor t is t_hi + t_lo with t_hi = half(t), t_lo = half(t - t_hi), to about 2^-17
-// relative. A product with a half-precision operand m runs as one GEMM over [t_hi, t_lo] (twice the
-// rank: still a skinny product, bound by reading m) and the two halves of its fp32 result are
-// summed. A product of two fp32 factors u v runs as [u_hi, u_lo, u_hi] [v_hi; v_hi; v_lo] (the
-// lo * lo term is below fp32 rounding). So the adapter weights, their gradients and the
-// (tokens x r) intermediates keep about fp32 accuracy although every GEMM reads half-precision
-// operands with fp32 accumulation.
+// relative. A product with a half-precision operand m runs as one GEMM over [t_hi, t_lo] (twice
+// the rank: still a skinny product, bound by reading m) and the two r-wide halves of its fp32
+// result are summed. The products that form the adapter gradients (x A^T for dB, dy B for dA, and
+// those two intermediates against dy and x) go this way, so the gradients keep about fp32
+// accuracy although every GEMM reads half-precision operands.
 
 // a (m, k) @ b (k, n) of half-precision operands with an fp32 result: the GEMM's fp32
 // accumulator is returned unrounded. cuBLAS does this in one call; the CPU widens the operands
@@ -25,21 +24,15 @@ at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b) {
   return at::mm(a.to(at::kFloat), b.to(at::kFloat));
 }
 
-// fp32 t -> [hi, lo] (split) or [hi, hi, lo] / [hi, lo, hi] (stacks) along `dim`.
-std::pair<at::Tensor, at::Tensor> hi_lo(const at::Tensor& t, at::ScalarType dtype) {
+// fp32 t -> [t_hi, t_lo] concatenated along `dim`; t_hi alone is its first block.
+at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim) {
   auto hi = t.to(dtype);
-  return {hi, (t - hi).to(dtype)};  // t - hi is formed in fp32
+  return at::cat({hi, (t - hi).to(dtype)}, dim);  // t - hi is formed in fp32
 }
 
-// [u_hi, u_lo, u_hi] of an fp32 (N, r) intermediate: the left factor of a split product.
-at::Tensor left_stack(const at::Tensor& u, at::ScalarType dtype) {
-  auto [hi, lo] = hi_lo(u, dtype);
-  return at::cat({hi, lo, hi}, 1);
-}
-
-// The sum of the first two r-wide blocks along `dim` of a product with a split or stacked
-// operand: the hi and lo contributions of the same factor.
-at::Tensor sum_hi_lo_blocks(const at::Tensor& product, int64_t dim, int64_t r) {
+// The sum of the two r-wide halves along `dim` of a product with a split operand.
+at::Tensor sum_halves(const at::Tensor& product, int64_t dim) {
+  const int64_t r = product.size(dim) / 2;
   return product.narrow(dim, 0, r) + product.narrow(dim, r, r);
 }
 
@@ -50,12 +43,14 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto dtype = x.scalar_type();
     const int64_t r = lora_A.size(0);
     const auto operands = half_precision_operands(*adapter, dtype);
-    auto rows = x.reshape({-1, x.size(-1)});                                                   // (N, in)
-    auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());            // (N, out)
-    auto u = sum_hi_lo_blocks(matmul_to_float(rows, operands->scaled_A_split.t()), 1, r);     // (N, r) fp32
-    auto u_stack = left_stack(u, dtype);                                                       // (N, 3r)
-    y.addmm_(u_stack, operands->B_stack.t());  // y += scaling x A^T B^T; the sum is rounded once
-    ctx->save_for_backward({rows, weight, u_stack, operands->A_stack, operands->scaled_B_split});
+    auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
+    auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());          // (N, out)
+    auto u = sum_halves(matmul_to_float(rows, operands->A_split.t()), 1);                   // x A^T (N, r) fp32
+    auto u_split = split_hi_lo(u, dtype, 1);                                                 // (N, 2r)
+    // y += (x A^T)(scaling B)^T, accumulated by the GEMM: the sum is rounded once.
+    y.addmm_(u_split.narrow(1, 0, r), operands->scaled_B_split.narrow(1, 0, r).t());
+    ctx->save_for_backward({rows, weight, u_split, operands->A_split, operands->scaled_B_split});
+    ctx->saved_data["scaling"] = adapter->scaling;
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = weight.size(0);
     return y.view(out_sizes);
@@ -65,25 +60,27 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto saved = ctx->get_saved_variables();
     const auto& rows = saved[0];
     const auto& weight = saved[1];
-    const auto& u_stack = saved[2];
-    const auto& A_stack = saved[3];
+    const auto& u_split = saved[2];
+    const auto& A_split = saved[3];
     const auto& scaled_B_split = saved[4];
-    const int64_t r = A_stack.size(0) / 3;
+    const double scaling = ctx->saved_data["scaling"].toDouble();
+    const int64_t r = A_split.size(0) / 2;
     const auto& grad = grad_outputs[0];
-    auto dy = grad.reshape({-1, grad.size(-1)});                                              // (N, out)
+    auto dy = grad.reshape({-1, grad.size(-1)});                                            // (N, out)
     // g = scaling * dy B: the gradient reaching x A^T, fp32 (N, r).
-    auto g = sum_hi_lo_blocks(matmul_to_float(dy, scaled_B_split), 1, r);
-    auto g_stack = left_stack(g, dy.scalar_type());                                            // (N, 3r)
+    auto g_split = split_hi_lo(sum_halves(matmul_to_float(dy, scaled_B_split), 1), dy.scalar_type(), 1);
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
-      dx = at::mm(dy, weight);                                                                  // (N, in)
-      dx.addmm_(g_stack, A_stack);                                                              // += g A
+      dx = at::mm(dy, weight);                                                                // (N, in)
+      dx.addmm_(g_split.narrow(1, 0, r), A_split.narrow(0, 0, r));                            // += g A
       auto in_sizes = grad.sizes().vec();
       in_sizes.back() = rows.size(1);
       dx = dx.view(in_sizes);
     }
-    if (ctx->needs_input_grad(1)) d_lora_A = sum_hi_lo_blocks(matmul_to_float(g_stack.t(), rows), 0, r);  // g^T x
-    if (ctx->needs_input_grad(2)) d_lora_B = sum_hi_lo_blocks(matmul_to_float(dy.t(), u_stack), 1, r);    // dy^T u
+    if (ctx->needs_input_grad(1)) d_lora_A = sum_halves(matmul_to_float(g_split.t(), rows), 0);  // g^T x
+    if (ctx->needs_input_grad(2)) {
+      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split), 1).mul_(scaling);                 // scaling dy^T x A^T
+    }
     return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -106,14 +103,8 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   operands->lora_A_version = A._version();
   operands->lora_B_version = B._version();
   operands->dtype = dtype;
-  const auto [scaled_A_hi, scaled_A_lo] = hi_lo(A * adapter.scaling, dtype);
-  operands->scaled_A_split = at::cat({scaled_A_hi, scaled_A_lo}, 0);
-  const auto [A_hi, A_lo] = hi_lo(A, dtype);
-  operands->A_stack = at::cat({A_hi, A_hi, A_lo}, 0);
-  const auto [scaled_B_hi, scaled_B_lo] = hi_lo(B * adapter.scaling, dtype);
-  operands->scaled_B_split = at::cat({scaled_B_hi, scaled_B_lo}, 1);
-  const auto [B_hi, B_lo] = hi_lo(B, dtype);
-  operands->B_stack = at::cat({B_hi, B_hi, B_lo}, 1);
+  operands->A_split = split_hi_lo(A, dtype, 0);
+  operands->scaled_B_split = split_hi_lo(B * adapter.scaling, dtype, 1);
   adapter.half_precision_operands = operands;
   return operands;
 }

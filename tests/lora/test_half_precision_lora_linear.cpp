@@ -91,8 +91,10 @@ void expect_as_accurate_as_peft(bool with_bias) {
       // unit roundoff. A plain bf16 product would be near 2e-3.
       EXPECT_LT(ours_error, 1e-5) << name;
     } else {
-      // bf16 outputs: one rounding of the sum, as PEFT (bf16 unit roundoff is 2^-8 = 3.9e-3).
-      EXPECT_LT(ours_error, 1.05 * peft_error) << name << ": ours " << ours_error << ", PEFT " << peft_error;
+      // bf16 outputs: one rounding of the sum, as PEFT, plus bf16 rounding of the update's factors
+      // (this case's update is as large as the base output, the worst case; bf16's unit roundoff
+      // is 2^-8 = 3.9e-3).
+      EXPECT_LT(ours_error, 1.25 * peft_error) << name << ": ours " << ours_error << ", PEFT " << peft_error;
     }
   }
 }
@@ -139,7 +141,7 @@ TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
   }
   const auto second = half_precision_operands(adapter, at::kBFloat16);
   EXPECT_NE(second, first);
-  EXPECT_TRUE(at::equal(second->B_stack.narrow(1, 0, 8), (c.lora_B * 3.0).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(second->scaled_B_split.narrow(1, 0, 8), (c.lora_B * 3.0 * c.scaling).to(at::kBFloat16)));
   LoraAdapter fresh;
   fresh.lora_A = adapter.lora_A.detach().clone();
   fresh.lora_B = adapter.lora_B.detach().clone();

@@ -5,12 +5,12 @@
 // PEFT computes the low-rank branch by casting x to fp32, running two fp32 matmuls, adding the
 // fp32 update to the base output and casting back. On a bf16 model that moves about
 // 6*in + 32*out bytes per token through memory around every adapted projection, as much traffic
-// as the base GEMMs themselves. Here the same sum is formed inside the GEMMs instead: the
-// products (x A^T) and the weight gradients run on bf16 operands with fp32 accumulation and
-// fp32 results, and the update B-product is accumulated into the base output by the GEMM's
-// epilogue (addmm with beta=1), so the sum is rounded to bf16 once, as in PEFT. The only extra
-// roundings are of the small (tokens x r) intermediates and of A and B to bf16 for the products;
-// the adapter weights and their gradients stay fp32.
+// as the base GEMMs themselves. Here the same sum is formed inside the GEMMs instead: every
+// product reads bf16 operands and accumulates in fp32, and the low-rank update is accumulated
+// into the base output by the GEMM's epilogue (addmm with beta=1), so the sum is rounded to bf16
+// once, as in PEFT. The adapter gradients and the (tokens x r) intermediates they are formed
+// from keep about fp32 accuracy (split operands); the update added to the bf16 output and to the
+// input gradient uses the bf16-rounded factors, an error of at most bf16 rounding of the update.
 //
 // Used when the input is bf16/fp16 and no LoRA dropout is drawn; fp32 models keep PEFT's exact
 // expression (lora_adapter.h), which the CPU parity tests compare bit for bit.
@@ -23,17 +23,15 @@
 namespace finetune {
 
 // The adapter weights as the GEMMs read them, split into half-precision hi/lo parts (Note [Split
-// fp32 operands] in the .cpp) and, where they multiply into the gradient or the input side,
-// pre-scaled: built once per optimizer step instead of in every layer call.
+// fp32 operands] in the .cpp): built once per optimizer step instead of in every layer call.
+// 4 bytes per adapter weight (an 8B model's r=16 adapters: 0.16 GiB).
 struct HalfPrecisionOperands {
   const c10::TensorImpl* lora_A_impl = nullptr;
   const c10::TensorImpl* lora_B_impl = nullptr;
   uint32_t lora_A_version = 0, lora_B_version = 0;
   at::ScalarType dtype = at::kBFloat16;
-  at::Tensor scaled_A_split;  // (2r, in):  [hi; lo] of scaling * lora_A
-  at::Tensor A_stack;         // (3r, in):  [hi; hi; lo] of lora_A
+  at::Tensor A_split;         // (2r, in):  [hi; lo] of lora_A
   at::Tensor scaled_B_split;  // (out, 2r): [hi, lo] of scaling * lora_B
-  at::Tensor B_stack;         // (out, 3r): [hi, hi, lo] of lora_B
 };
 
 // The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.
