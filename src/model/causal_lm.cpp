@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "finetune/model/checkpoint_function.h"
+#include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/rope.h"
 #include "finetune/util/errors.h"
@@ -141,7 +142,9 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
   x = rms_norm(h, layer.post_attention_layernorm, eps);
   auto gate = linear_forward(layer.gate_proj, x, training);
   auto up = linear_forward(layer.up_proj, x, training);
-  return h + linear_forward(layer.down_proj, at::silu(gate) * up, training);
+  auto activation = fused_kernels_apply(gate) && fused_kernels_apply(up) ? fused_swiglu(gate, up)
+                                                                         : at::silu(gate) * up;
+  return h + linear_forward(layer.down_proj, activation, training);
 }
 
 at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,

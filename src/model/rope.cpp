@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "finetune/model/fused_kernels.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -58,6 +59,7 @@ static at::Tensor rotate_half(const at::Tensor& x) {
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
+  if (fused_kernels_apply(x)) return fused_rope(x, tables.cos, tables.sin);
   auto cos = tables.cos.unsqueeze(2);  // (B, T, 1, D)
   auto sin = tables.sin.unsqueeze(2);
   return (x * cos) + (rotate_half(x) * sin);

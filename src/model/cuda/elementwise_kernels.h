@@ -1,0 +1,26 @@
+// Launchers of the fused elementwise kernels (elementwise_kernels.cu): plain CUDA, no ATen, so
+// nvcc compiles them quickly. Pointers are device pointers of contiguous tensors; `half_kind`
+// selects the element type. Each returns the launch's cudaError_t.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace finetune::cuda_kernels {
+
+enum class HalfKind { BFloat16, Float16 };
+
+// y = (x * cos) + (rotate_half(x) * sin) for x (tokens, heads, head_dim) and cos/sin
+// (tokens, head_dim); with `backward`, x is the output gradient and y the input gradient.
+cudaError_t rope(HalfKind kind, const void* x, const void* cos, const void* sin, void* y, int64_t tokens,
+                 int64_t heads, int64_t head_dim, bool backward, cudaStream_t stream);
+
+// out = silu(gate) * up, n elements.
+cudaError_t swiglu_forward(HalfKind kind, const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream);
+
+// From the output gradient: d_gate and d_up of silu(gate) * up, n elements.
+cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, const void* up, void* d_gate,
+                            void* d_up, int64_t n, cudaStream_t stream);
+
+}  // namespace finetune::cuda_kernels

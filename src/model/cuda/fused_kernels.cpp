@@ -1,0 +1,97 @@
+#include "finetune/model/fused_kernels.h"
+
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "elementwise_kernels.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+cuda_kernels::HalfKind half_kind(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? cuda_kernels::HalfKind::BFloat16 : cuda_kernels::HalfKind::Float16;
+}
+
+void check_launch(cudaError_t status, const char* kernel) {
+  if (status != cudaSuccess) throw Error(std::string(kernel) + " kernel launch failed: " + cudaGetErrorString(status));
+}
+
+cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// x (B, T, H, D) -> (B, T, H, D); `backward` applies the transposed rotation (the input gradient).
+at::Tensor run_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
+  auto input = x.contiguous();
+  auto y = at::empty_like(input);
+  const int64_t head_dim = input.size(-1);
+  const int64_t heads = input.size(-2);
+  const int64_t tokens = input.numel() / (heads * head_dim);
+  check_launch(cuda_kernels::rope(half_kind(input), input.data_ptr(), cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
+                                  tokens, heads, head_dim, backward, current_stream(input)),
+               "rope");
+  return y;
+}
+
+struct FusedRope : public torch::autograd::Function<FusedRope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return run_rope(x, cos, sin, /*backward=*/false);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    return {run_rope(grad_outputs[0], saved[0], saved[1], /*backward=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    auto out = at::empty_like(gate);
+    check_launch(cuda_kernels::swiglu_forward(half_kind(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(),
+                                              gate.numel(), current_stream(gate)),
+                 "swiglu forward");
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& gate = saved[0];
+    const auto& up = saved[1];
+    auto grad = grad_outputs[0].contiguous();
+    auto d_gate = at::empty_like(gate);
+    auto d_up = at::empty_like(up);
+    check_launch(cuda_kernels::swiglu_backward(half_kind(gate), grad.data_ptr(), gate.data_ptr(), up.data_ptr(),
+                                               d_gate.data_ptr(), d_up.data_ptr(), gate.numel(), current_stream(gate)),
+                 "swiglu backward");
+    return {d_gate, d_up};
+  }
+};
+
+}  // namespace
+
+bool fused_kernels_apply(const at::Tensor& x) {
+  return x.is_cuda() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) && x.is_contiguous();
+}
+
+at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t head_dim = x.size(-1);
+  if (x.dim() != 4 || head_dim % 2 != 0 || cos.scalar_type() != x.scalar_type() || !cos.is_contiguous() ||
+      !sin.is_contiguous() || cos.numel() != x.size(0) * x.size(1) * head_dim || sin.sizes() != cos.sizes()) {
+    throw Error("fused_rope: expected x (B, T, H, D) and contiguous cos/sin (B, T, D) of x's dtype");
+  }
+  return FusedRope::apply(x, cos, sin);
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  if (gate.sizes() != up.sizes() || gate.scalar_type() != up.scalar_type() || !gate.is_contiguous() ||
+      !up.is_contiguous()) {
+    throw Error("fused_swiglu: expected contiguous gate and up of one shape and dtype");
+  }
+  return FusedSwiglu::apply(gate, up);
+}
+
+}  // namespace finetune

@@ -1,0 +1,20 @@
+#include "finetune/model/fused_kernels.h"
+
+// CUDA builds implement these in cuda/fused_kernels.cpp.
+#ifndef FINETUNE_WITH_CUDA
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+bool fused_kernels_apply(const at::Tensor&) { return false; }
+
+at::Tensor fused_rope(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  throw Error("fused_rope: this build has no CUDA kernels");
+}
+
+at::Tensor fused_swiglu(const at::Tensor&, const at::Tensor&) {
+  throw Error("fused_swiglu: this build has no CUDA kernels");
+}
+
+}  // namespace finetune
+#endif
