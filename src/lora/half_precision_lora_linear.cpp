@@ -2,6 +2,8 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "finetune/lora/lora_kernels.h"
+
 namespace finetune {
 namespace {
 
@@ -45,11 +47,11 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto operands = half_precision_operands(*adapter, dtype);
     auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
     auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());          // (N, out)
-    auto u = sum_halves(matmul_to_float(rows, operands->A_split.t()), 1);                   // x A^T (N, r) fp32
-    auto u_split = split_hi_lo(u, dtype, 1);                                                 // (N, 2r)
-    // y += (x A^T)(scaling B)^T, accumulated by the GEMM: the sum is rounded once.
-    y.addmm_(u_split.narrow(1, 0, r), operands->scaled_B_split.narrow(1, 0, r).t());
-    ctx->save_for_backward({rows, weight, u_split, operands->A_split, operands->scaled_B_split});
+    // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
+    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t()), adapter->scaling, dtype);
+    // y += u B^T, accumulated by the GEMM: the sum is rounded once.
+    y.addmm_(u_split.narrow(1, 0, r), operands->B_split.narrow(1, 0, r).t());
+    ctx->save_for_backward({rows, weight, u_split, operands->A_split, operands->B_split});
     ctx->saved_data["scaling"] = adapter->scaling;
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = weight.size(0);
@@ -62,13 +64,13 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto& weight = saved[1];
     const auto& u_split = saved[2];
     const auto& A_split = saved[3];
-    const auto& scaled_B_split = saved[4];
+    const auto& B_split = saved[4];
     const double scaling = ctx->saved_data["scaling"].toDouble();
     const int64_t r = A_split.size(0) / 2;
     const auto& grad = grad_outputs[0];
     auto dy = grad.reshape({-1, grad.size(-1)});                                            // (N, out)
-    // g = scaling * dy B: the gradient reaching x A^T, fp32 (N, r).
-    auto g_split = split_hi_lo(sum_halves(matmul_to_float(dy, scaled_B_split), 1), dy.scalar_type(), 1);
+    // g = scaling * dy B, the gradient reaching x A^T (N, r), split into [hi, lo] (N, 2r).
+    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split), scaling, dy.scalar_type());
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
       dx = at::mm(dy, weight);                                                                // (N, in)
@@ -79,7 +81,7 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     }
     if (ctx->needs_input_grad(1)) d_lora_A = sum_halves(matmul_to_float(g_split.t(), rows), 0);  // g^T x
     if (ctx->needs_input_grad(2)) {
-      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split), 1).mul_(scaling);                 // scaling dy^T x A^T
+      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split), 1);                              // dy^T u
     }
     return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -104,7 +106,7 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   operands->lora_B_version = B._version();
   operands->dtype = dtype;
   operands->A_split = split_hi_lo(A, dtype, 0);
-  operands->scaled_B_split = split_hi_lo(B * adapter.scaling, dtype, 1);
+  operands->B_split = split_hi_lo(B, dtype, 1);
   adapter.half_precision_operands = operands;
   return operands;
 }

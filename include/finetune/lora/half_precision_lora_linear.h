@@ -31,7 +31,7 @@ struct HalfPrecisionOperands {
   uint32_t lora_A_version = 0, lora_B_version = 0;
   at::ScalarType dtype = at::kBFloat16;
   at::Tensor A_split;         // (2r, in):  [hi; lo] of lora_A
-  at::Tensor scaled_B_split;  // (out, 2r): [hi, lo] of scaling * lora_B
+  at::Tensor B_split;         // (out, 2r): [hi, lo] of lora_B
 };
 
 // The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.

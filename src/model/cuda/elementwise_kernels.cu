@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <type_traits>
+
 namespace finetune::cuda_kernels {
 namespace {
 
@@ -17,74 +20,174 @@ template <> __device__ __forceinline__ __half from_float<__half>(float v) { retu
 template <typename T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
 
 constexpr int kThreads = 256;
+constexpr int kPack = 8;  // elements per 16-byte load
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 
-// One thread per rotated pair (i, i + D/2) of one token and head.
+// Eight half-precision elements, loaded and stored as one 16-byte access.
+template <typename T>
+struct alignas(16) Pack {
+  T v[kPack];
+};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// One thread per `Width` consecutive rotated pairs (i, i + D/2) of one token and head.
 //   forward:  y1 = x1 c1 + (-x2) s1,      y2 = x2 c2 + x1 s2
 //   backward (autograd of the same graph): dx1 = g1 c1 + g2 s2,  dx2 = g2 c2 - g1 s1
-template <typename T>
+template <typename T, int Width>
 __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, const T* __restrict__ sin,
                             T* __restrict__ y, int64_t tokens, int64_t heads, int64_t half_dim, bool backward) {
+  using Chunk = std::conditional_t<Width == kPack, Pack<T>, T>;
+  const int64_t chunks_per_half = half_dim / Width;
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t pairs = tokens * heads * half_dim;
-  if (index >= pairs) return;
-  const int64_t i = index % half_dim;
-  const int64_t row = index / half_dim;      // token * heads + head
+  if (index >= tokens * heads * chunks_per_half) return;
+  const int64_t i = (index % chunks_per_half) * Width;
+  const int64_t row = index / chunks_per_half;  // token * heads + head
   const int64_t token = row / heads;
   const int64_t dim = 2 * half_dim;
   const int64_t base = row * dim;
-  const float x1 = to_float(x[base + i]), x2 = to_float(x[base + i + half_dim]);
-  const float c1 = to_float(cos[token * dim + i]), c2 = to_float(cos[token * dim + i + half_dim]);
-  const float s1 = to_float(sin[token * dim + i]), s2 = to_float(sin[token * dim + i + half_dim]);
-  float y1, y2;
-  if (!backward) {
-    y1 = round_to<T>(x1 * c1) + round_to<T>(-x2 * s1);
-    y2 = round_to<T>(x2 * c2) + round_to<T>(x1 * s2);
+  const int64_t table = token * dim;
+  const auto load = [](const T* p) {
+    const Chunk chunk = *reinterpret_cast<const Chunk*>(p);
+    return *reinterpret_cast<const Pack<T>*>(&chunk);
+  };
+  Pack<T> x1, x2, c1, c2, s1, s2, y1, y2;
+  if constexpr (Width == kPack) {
+    x1 = load(x + base + i), x2 = load(x + base + i + half_dim);
+    c1 = load(cos + table + i), c2 = load(cos + table + i + half_dim);
+    s1 = load(sin + table + i), s2 = load(sin + table + i + half_dim);
   } else {
-    y1 = round_to<T>(x1 * c1) + round_to<T>(x2 * s2);
-    y2 = round_to<T>(x2 * c2) - round_to<T>(x1 * s1);
+    x1.v[0] = x[base + i], x2.v[0] = x[base + i + half_dim];
+    c1.v[0] = cos[table + i], c2.v[0] = cos[table + i + half_dim];
+    s1.v[0] = sin[table + i], s2.v[0] = sin[table + i + half_dim];
   }
-  y[base + i] = from_float<T>(y1);
-  y[base + i + half_dim] = from_float<T>(y2);
+#pragma unroll
+  for (int k = 0; k < Width; ++k) {
+    const float a1 = to_float(x1.v[k]), a2 = to_float(x2.v[k]);
+    float r1, r2;
+    if (!backward) {
+      r1 = round_to<T>(a1 * to_float(c1.v[k])) + round_to<T>(-a2 * to_float(s1.v[k]));
+      r2 = round_to<T>(a2 * to_float(c2.v[k])) + round_to<T>(a1 * to_float(s2.v[k]));
+    } else {
+      r1 = round_to<T>(a1 * to_float(c1.v[k])) + round_to<T>(a2 * to_float(s2.v[k]));
+      r2 = round_to<T>(a2 * to_float(c2.v[k])) - round_to<T>(a1 * to_float(s1.v[k]));
+    }
+    y1.v[k] = from_float<T>(r1);
+    y2.v[k] = from_float<T>(r2);
+  }
+  if constexpr (Width == kPack) {
+    *reinterpret_cast<Pack<T>*>(y + base + i) = y1;
+    *reinterpret_cast<Pack<T>*>(y + base + i + half_dim) = y2;
+  } else {
+    y[base + i] = y1.v[0];
+    y[base + i + half_dim] = y2.v[0];
+  }
 }
 
 // silu(g) = g / (1 + exp(-g)), as ATen's kernel computes it in fp32.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-template <typename T>
+// One thread per `Width` consecutive elements (a 16-byte pack, or one element).
+template <typename T, int Width>
 __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
                                       int64_t n) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  out[index] = from_float<T>(round_to<T>(silu(to_float(gate[index]))) * to_float(up[index]));
+  Pack<T> g, u, o;
+  if constexpr (Width == kPack) {
+    g = *reinterpret_cast<const Pack<T>*>(gate + index);
+    u = *reinterpret_cast<const Pack<T>*>(up + index);
+  } else {
+    g.v[0] = gate[index], u.v[0] = up[index];
+  }
+#pragma unroll
+  for (int k = 0; k < Width; ++k) o.v[k] = from_float<T>(round_to<T>(silu(to_float(g.v[k]))) * to_float(u.v[k]));
+  if constexpr (Width == kPack) {
+    *reinterpret_cast<Pack<T>*>(out + index) = o;
+  } else {
+    out[index] = o.v[0];
+  }
 }
 
 // d_up = grad * silu(g) (rounded as the forward's activation was); d_gate = silu'(g) * (grad * up),
 // silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))) as ATen's silu_backward.
-template <typename T>
+template <typename T, int Width>
 __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
                                        const T* __restrict__ up, T* __restrict__ d_gate, T* __restrict__ d_up,
                                        int64_t n) {
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  const float g = to_float(gate[index]);
-  const float dy = to_float(grad[index]);
-  const float activation = round_to<T>(silu(g));
-  d_up[index] = from_float<T>(dy * activation);
-  const float d_activation = round_to<T>(dy * to_float(up[index]));
-  const float sigmoid = 1.0f / (1.0f + expf(-g));
-  d_gate[index] = from_float<T>(d_activation * sigmoid * (1.0f + g * (1.0f - sigmoid)));
+  Pack<T> dy, g, u, dg, du;
+  if constexpr (Width == kPack) {
+    dy = *reinterpret_cast<const Pack<T>*>(grad + index);
+    g = *reinterpret_cast<const Pack<T>*>(gate + index);
+    u = *reinterpret_cast<const Pack<T>*>(up + index);
+  } else {
+    dy.v[0] = grad[index], g.v[0] = gate[index], u.v[0] = up[index];
+  }
+#pragma unroll
+  for (int k = 0; k < Width; ++k) {
+    const float gk = to_float(g.v[k]);
+    const float dyk = to_float(dy.v[k]);
+    du.v[k] = from_float<T>(dyk * round_to<T>(silu(gk)));
+    const float d_activation = round_to<T>(dyk * to_float(u.v[k]));
+    const float sigmoid = 1.0f / (1.0f + expf(-gk));
+    dg.v[k] = from_float<T>(d_activation * sigmoid * (1.0f + gk * (1.0f - sigmoid)));
+  }
+  if constexpr (Width == kPack) {
+    *reinterpret_cast<Pack<T>*>(d_gate + index) = dg;
+    *reinterpret_cast<Pack<T>*>(d_up + index) = du;
+  } else {
+    d_gate[index] = dg.v[0], d_up[index] = du.v[0];
+  }
 }
 
 template <typename T>
 cudaError_t launch_rope(const void* x, const void* cos, const void* sin, void* y, int64_t tokens, int64_t heads,
                         int64_t head_dim, bool backward, cudaStream_t stream) {
-  const int64_t pairs = tokens * heads * (head_dim / 2);
-  if (pairs == 0) return cudaSuccess;
-  rope_kernel<T><<<blocks_for(pairs), kThreads, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(cos), static_cast<const T*>(sin), static_cast<T*>(y), tokens,
-      heads, head_dim / 2, backward);
+  const int64_t half_dim = head_dim / 2;
+  if (tokens * heads * half_dim == 0) return cudaSuccess;
+  const auto* x_ = static_cast<const T*>(x);
+  const auto* cos_ = static_cast<const T*>(cos);
+  const auto* sin_ = static_cast<const T*>(sin);
+  auto* y_ = static_cast<T*>(y);
+  if (half_dim % kPack == 0 && aligned16(x) && aligned16(cos) && aligned16(sin) && aligned16(y)) {
+    rope_kernel<T, kPack><<<blocks_for(tokens * heads * half_dim / kPack), kThreads, 0, stream>>>(
+        x_, cos_, sin_, y_, tokens, heads, half_dim, backward);
+  } else {
+    rope_kernel<T, 1><<<blocks_for(tokens * heads * half_dim), kThreads, 0, stream>>>(x_, cos_, sin_, y_, tokens,
+                                                                                       heads, half_dim, backward);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_swiglu_forward(const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
+  const auto* g = static_cast<const T*>(gate);
+  const auto* u = static_cast<const T*>(up);
+  auto* o = static_cast<T*>(out);
+  if (n % kPack == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
+    swiglu_forward_kernel<T, kPack><<<blocks_for(n / kPack), kThreads, 0, stream>>>(g, u, o, n);
+  } else {
+    swiglu_forward_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(g, u, o, n);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_swiglu_backward(const void* grad, const void* gate, const void* up, void* d_gate, void* d_up,
+                                   int64_t n, cudaStream_t stream) {
+  const auto* dy = static_cast<const T*>(grad);
+  const auto* g = static_cast<const T*>(gate);
+  const auto* u = static_cast<const T*>(up);
+  auto* dg = static_cast<T*>(d_gate);
+  auto* du = static_cast<T*>(d_up);
+  if (n % kPack == 0 && aligned16(grad) && aligned16(gate) && aligned16(up) && aligned16(d_gate) && aligned16(d_up)) {
+    swiglu_backward_kernel<T, kPack><<<blocks_for(n / kPack), kThreads, 0, stream>>>(dy, g, u, dg, du, n);
+  } else {
+    swiglu_backward_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(dy, g, u, dg, du, n);
+  }
   return cudaGetLastError();
 }
 
@@ -99,31 +202,16 @@ cudaError_t rope(HalfKind kind, const void* x, const void* cos, const void* sin,
 
 cudaError_t swiglu_forward(HalfKind kind, const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (kind == HalfKind::BFloat16) {
-    swiglu_forward_kernel<__nv_bfloat16><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(gate), static_cast<const __nv_bfloat16*>(up),
-        static_cast<__nv_bfloat16*>(out), n);
-  } else {
-    swiglu_forward_kernel<__half><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __half*>(gate), static_cast<const __half*>(up), static_cast<__half*>(out), n);
-  }
-  return cudaGetLastError();
+  return kind == HalfKind::BFloat16 ? launch_swiglu_forward<__nv_bfloat16>(gate, up, out, n, stream)
+                                    : launch_swiglu_forward<__half>(gate, up, out, n, stream);
 }
 
 cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, const void* up, void* d_gate,
                             void* d_up, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  if (kind == HalfKind::BFloat16) {
-    swiglu_backward_kernel<__nv_bfloat16><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(grad), static_cast<const __nv_bfloat16*>(gate),
-        static_cast<const __nv_bfloat16*>(up), static_cast<__nv_bfloat16*>(d_gate), static_cast<__nv_bfloat16*>(d_up),
-        n);
-  } else {
-    swiglu_backward_kernel<__half><<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __half*>(grad), static_cast<const __half*>(gate), static_cast<const __half*>(up),
-        static_cast<__half*>(d_gate), static_cast<__half*>(d_up), n);
-  }
-  return cudaGetLastError();
+  return kind == HalfKind::BFloat16
+             ? launch_swiglu_backward<__nv_bfloat16>(grad, gate, up, d_gate, d_up, n, stream)
+             : launch_swiglu_backward<__half>(grad, gate, up, d_gate, d_up, n, stream);
 }
 
 }  // namespace finetune::cuda_kernels
