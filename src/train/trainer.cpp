@@ -71,7 +71,10 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       local_real += static_cast<double>(batch.real_tokens);
     }
     // Note [Global token normalisation]: one small all-reduce before the first backward.
-    auto counts = at::tensor({local_trainable, local_real}, at::TensorOptions().dtype(at::kDouble)).to(device);
+    auto counts = at::tensor({local_trainable, local_real}, at::TensorOptions().dtype(at::kDouble));
+    // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
+    // would wait for them on the host and leave the GPU idle while the next step is issued.
+    if (device.is_cuda()) counts = counts.pin_memory().to(device, /*non_blocking=*/true);
     communicator.all_reduce(counts, ReduceOp::Sum, "token count of step " + std::to_string(step + 1));
     const auto global_tokens = counts[0].to(at::kFloat);
 
