@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -39,11 +40,6 @@ struct OptionRow {
 const char* const kGroupOrder[] = {"model", "LoRA", "training", "data", "saving", "logging", "distributed"};
 
 std::string in_quotes(const std::string& s) { return "\"" + s + "\""; }
-
-std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 std::string trim(const std::string& s) {
   const auto first = s.find_first_not_of(" \t\r\n");

@@ -12,16 +12,12 @@
 
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/log.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
 
 bool contains(const std::string& text, const char* part) { return text.find(part) != std::string::npos; }
-
-std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 std::set<torch::profiler::impl::ActivityType> activities(const at::Device& device) {
   std::set<torch::profiler::impl::ActivityType> out{torch::profiler::impl::ActivityType::CPU};
