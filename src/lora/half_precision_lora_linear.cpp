@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/lora/lora_kernels.h"
+#include "finetune/model/device_selection.h"
 
 namespace finetune {
 namespace {
@@ -24,18 +25,6 @@ using torch::autograd::variable_list;
 at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b) {
   if (a.is_cuda()) return at::mm(a, b, at::kFloat);
   return at::mm(a.to(at::kFloat), b.to(at::kFloat));
-}
-
-// fp32 t -> [t_hi, t_lo] concatenated along `dim`; t_hi alone is its first block.
-at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim) {
-  auto hi = t.to(dtype);
-  return at::cat({hi, (t - hi).to(dtype)}, dim);  // t - hi is formed in fp32
-}
-
-// The sum of the two r-wide halves along `dim` of a product with a split operand.
-at::Tensor sum_halves(const at::Tensor& product, int64_t dim) {
-  const int64_t r = product.size(dim) / 2;
-  return product.narrow(dim, 0, r) + product.narrow(dim, r, r);
 }
 
 struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionLoraLinear> {
@@ -112,8 +101,7 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
 }
 
 bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training) {
-  const auto dtype = x.scalar_type();
-  return (dtype == at::kBFloat16 || dtype == at::kHalf) && !(training && adapter.dropout > 0);
+  return is_half_precision(x.scalar_type()) && !(training && adapter.dropout > 0);
 }
 
 at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

@@ -1,32 +1,38 @@
 #include "finetune/lora/lora_kernels.h"
 
-#ifdef FINETUNE_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "finetune/model/device_selection.h"
 
+#ifdef FINETUNE_WITH_CUDA
+#include "../model/cuda/kernel_launch.h"
 #include "cuda/lora_split_kernel.h"
-#include "finetune/util/errors.h"
 #endif
 
 namespace finetune {
 
+at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim) {
+  auto hi = t.to(dtype);
+  return at::cat({hi, (t - hi).to(dtype)}, dim);  // t - hi is formed in fp32
+}
+
+at::Tensor sum_halves(const at::Tensor& product, int64_t dim) {
+  const int64_t half = product.size(dim) / 2;
+  return product.narrow(dim, 0, half) + product.narrow(dim, half, half);
+}
+
 at::Tensor scaled_sum_split(const at::Tensor& product, double scaling, at::ScalarType dtype) {
-  const int64_t r = product.size(1) / 2;
 #ifdef FINETUNE_WITH_CUDA
   if (product.is_cuda() && product.is_contiguous() && product.scalar_type() == at::kFloat &&
-      (dtype == at::kBFloat16 || dtype == at::kHalf)) {
+      is_half_precision(dtype)) {
     auto out = at::empty(product.sizes(), product.options().dtype(dtype));
-    const auto stream = c10::cuda::getCurrentCUDAStream(product.device().index()).stream();
-    const auto status = cuda_kernels::lora_scaled_sum_split(product.data_ptr<float>(), out.data_ptr(), product.size(0), r,
-                                                            static_cast<float>(scaling), dtype == at::kBFloat16, stream);
-    if (status != cudaSuccess) {
-      throw Error(std::string("lora_scaled_sum_split kernel launch failed: ") + cudaGetErrorString(status));
-    }
+    cuda_kernels::check_launch(
+        cuda_kernels::lora_scaled_sum_split(product.data_ptr<float>(), out.data_ptr(), product.size(0),
+                                            product.size(1) / 2, static_cast<float>(scaling),
+                                            cuda_kernels::half_kind(out), cuda_kernels::current_stream(product)),
+        "lora_scaled_sum_split");
     return out;
   }
 #endif
-  auto value = (product.narrow(1, 0, r) + product.narrow(1, r, r)) * scaling;
-  auto hi = value.to(dtype);
-  return at::cat({hi, (value - hi).to(dtype)}, 1);  // value - hi is formed in fp32
+  return split_hi_lo(sum_halves(product, 1) * scaling, dtype, 1);
 }
 
 }  // namespace finetune

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "finetune/model/checkpoint_function.h"
+#include "finetune/model/device_selection.h"
 #include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/rope.h"
@@ -180,7 +181,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
 }
 
 bool CausalLM::supports_variable_length() const {
-  return device_.is_cuda() && (dtype_ == at::kBFloat16 || dtype_ == at::kHalf) && config_.head_dim % 8 == 0 &&
+  return device_.is_cuda() && is_half_precision(dtype_) && config_.head_dim % 8 == 0 &&
          config_.head_dim <= 256;
 }
 

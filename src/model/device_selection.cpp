@@ -35,4 +35,6 @@ std::string dtype_string(at::ScalarType dtype) {
   }
 }
 
+bool is_half_precision(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+
 }  // namespace finetune

@@ -6,6 +6,13 @@
 
 namespace finetune {
 
+// fp32 t -> [t_hi, t_lo] in `dtype` concatenated along `dim`, t_hi = half(t), t_lo = half(t - t_hi);
+// t_hi alone is its first block.
+at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim);
+
+// The sum of the two equal halves along `dim` of a product with a split operand.
+at::Tensor sum_halves(const at::Tensor& product, int64_t dim);
+
 // product (rows, 2r) fp32, the result of a GEMM against a [hi, lo] split operand ->
 // (rows, 2r) in `dtype`: [half(v), half(v - half(v))] with v = scaling * (product[:, :r] + product[:, r:]),
 // i.e. the scaled fp32 intermediate, split for the next GEMMs (Note [Split fp32 operands]).

@@ -3,24 +3,10 @@
 // lora/lora_kernels.cpp, element by element.
 #include "lora_split_kernel.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "../../model/cuda/half_precision.cuh"
 
 namespace finetune::cuda_kernels {
 namespace {
-
-template <typename T>
-struct Half;
-template <>
-struct Half<__nv_bfloat16> {
-  static __device__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
-  static __device__ float to(__nv_bfloat16 v) { return __bfloat162float(v); }
-};
-template <>
-struct Half<__half> {
-  static __device__ __half from(float v) { return __float2half_rn(v); }
-  static __device__ float to(__half v) { return __half2float(v); }
-};
 
 template <typename T>
 __global__ void scaled_sum_split_kernel(const float* __restrict__ product, T* __restrict__ out, int64_t rows,
@@ -30,20 +16,20 @@ __global__ void scaled_sum_split_kernel(const float* __restrict__ product, T* __
   const int64_t row = index / r, j = index % r;
   const float* p = product + row * 2 * r;
   const float v = (p[j] + p[j + r]) * scaling;
-  const T hi = Half<T>::from(v);
+  const T hi = from_float<T>(v);
   out[row * 2 * r + j] = hi;
-  out[row * 2 * r + j + r] = Half<T>::from(v - Half<T>::to(hi));
+  out[row * 2 * r + j + r] = from_float<T>(v - to_float(hi));
 }
 
 }  // namespace
 
 cudaError_t lora_scaled_sum_split(const float* product, void* out, int64_t rows, int64_t r, float scaling,
-                                  bool bfloat16, cudaStream_t stream) {
+                                  HalfKind kind, cudaStream_t stream) {
   const int64_t n = rows * r;
   if (n == 0) return cudaSuccess;
   constexpr int threads = 256;
   const auto blocks = static_cast<unsigned>((n + threads - 1) / threads);
-  if (bfloat16) {
+  if (kind == HalfKind::BFloat16) {
     scaled_sum_split_kernel<<<blocks, threads, 0, stream>>>(product, static_cast<__nv_bfloat16*>(out), rows, r, scaling);
   } else {
     scaled_sum_split_kernel<<<blocks, threads, 0, stream>>>(product, static_cast<__half*>(out), rows, r, scaling);

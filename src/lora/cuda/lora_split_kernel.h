@@ -5,11 +5,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../../model/cuda/half_kind.h"
+
 namespace finetune::cuda_kernels {
 
-// product (rows, 2r) fp32 -> out (rows, 2r) bf16 (or fp16 when !bfloat16):
+// product (rows, 2r) fp32 -> out (rows, 2r) of `kind`:
 //   v = scaling * (product[:, :r] + product[:, r:]);  out[:, :r] = half(v);  out[:, r:] = half(v - half(v))
 cudaError_t lora_scaled_sum_split(const float* product, void* out, int64_t rows, int64_t r, float scaling,
-                                  bool bfloat16, cudaStream_t stream);
+                                  HalfKind kind, cudaStream_t stream);
 
 }  // namespace finetune::cuda_kernels

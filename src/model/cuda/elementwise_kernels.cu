@@ -3,34 +3,16 @@
 // ATen computes each elementwise op in fp32 and rounds its output.
 #include "elementwise_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cstdint>
-#include <type_traits>
+
+#include "half_precision.cuh"
 
 namespace finetune::cuda_kernels {
 namespace {
 
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <typename T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
-
 constexpr int kThreads = 256;
-constexpr int kPack = 8;  // elements per 16-byte load
 
 int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
-
-// Eight half-precision elements, loaded and stored as one 16-byte access.
-template <typename T>
-struct alignas(16) Pack {
-  T v[kPack];
-};
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // One thread per `Width` consecutive rotated pairs (i, i + D/2) of one token and head.
 //   forward:  y1 = x1 c1 + (-x2) s1,      y2 = x2 c2 + x1 s2
@@ -38,7 +20,6 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 template <typename T, int Width>
 __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, const T* __restrict__ sin,
                             T* __restrict__ y, int64_t tokens, int64_t heads, int64_t half_dim, bool backward) {
-  using Chunk = std::conditional_t<Width == kPack, Pack<T>, T>;
   const int64_t chunks_per_half = half_dim / Width;
   const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (index >= tokens * heads * chunks_per_half) return;
@@ -48,20 +29,10 @@ __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, 
   const int64_t dim = 2 * half_dim;
   const int64_t base = row * dim;
   const int64_t table = token * dim;
-  const auto load = [](const T* p) {
-    const Chunk chunk = *reinterpret_cast<const Chunk*>(p);
-    return *reinterpret_cast<const Pack<T>*>(&chunk);
-  };
-  Pack<T> x1, x2, c1, c2, s1, s2, y1, y2;
-  if constexpr (Width == kPack) {
-    x1 = load(x + base + i), x2 = load(x + base + i + half_dim);
-    c1 = load(cos + table + i), c2 = load(cos + table + i + half_dim);
-    s1 = load(sin + table + i), s2 = load(sin + table + i + half_dim);
-  } else {
-    x1.v[0] = x[base + i], x2.v[0] = x[base + i + half_dim];
-    c1.v[0] = cos[table + i], c2.v[0] = cos[table + i + half_dim];
-    s1.v[0] = sin[table + i], s2.v[0] = sin[table + i + half_dim];
-  }
+  const auto x1 = load<T, Width>(x + base + i), x2 = load<T, Width>(x + base + i + half_dim);
+  const auto c1 = load<T, Width>(cos + table + i), c2 = load<T, Width>(cos + table + i + half_dim);
+  const auto s1 = load<T, Width>(sin + table + i), s2 = load<T, Width>(sin + table + i + half_dim);
+  Pack<T> y1, y2;
 #pragma unroll
   for (int k = 0; k < Width; ++k) {
     const float a1 = to_float(x1.v[k]), a2 = to_float(x2.v[k]);
@@ -76,13 +47,8 @@ __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, 
     y1.v[k] = from_float<T>(r1);
     y2.v[k] = from_float<T>(r2);
   }
-  if constexpr (Width == kPack) {
-    *reinterpret_cast<Pack<T>*>(y + base + i) = y1;
-    *reinterpret_cast<Pack<T>*>(y + base + i + half_dim) = y2;
-  } else {
-    y[base + i] = y1.v[0];
-    y[base + i + half_dim] = y2.v[0];
-  }
+  store<T, Width>(y + base + i, y1);
+  store<T, Width>(y + base + i + half_dim, y2);
 }
 
 // silu(g) = g / (1 + exp(-g)), as ATen's kernel computes it in fp32.
@@ -94,20 +60,11 @@ __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __res
                                       int64_t n) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  Pack<T> g, u, o;
-  if constexpr (Width == kPack) {
-    g = *reinterpret_cast<const Pack<T>*>(gate + index);
-    u = *reinterpret_cast<const Pack<T>*>(up + index);
-  } else {
-    g.v[0] = gate[index], u.v[0] = up[index];
-  }
+  const auto g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
+  Pack<T> o;
 #pragma unroll
   for (int k = 0; k < Width; ++k) o.v[k] = from_float<T>(round_to<T>(silu(to_float(g.v[k]))) * to_float(u.v[k]));
-  if constexpr (Width == kPack) {
-    *reinterpret_cast<Pack<T>*>(out + index) = o;
-  } else {
-    out[index] = o.v[0];
-  }
+  store<T, Width>(out + index, o);
 }
 
 // d_up = grad * silu(g) (rounded as the forward's activation was); d_gate = silu'(g) * (grad * up),
@@ -118,14 +75,8 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
                                        int64_t n) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  Pack<T> dy, g, u, dg, du;
-  if constexpr (Width == kPack) {
-    dy = *reinterpret_cast<const Pack<T>*>(grad + index);
-    g = *reinterpret_cast<const Pack<T>*>(gate + index);
-    u = *reinterpret_cast<const Pack<T>*>(up + index);
-  } else {
-    dy.v[0] = grad[index], g.v[0] = gate[index], u.v[0] = up[index];
-  }
+  const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
+  Pack<T> dg, du;
 #pragma unroll
   for (int k = 0; k < Width; ++k) {
     const float gk = to_float(g.v[k]);
@@ -135,12 +86,8 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
     const float sigmoid = 1.0f / (1.0f + expf(-gk));
     dg.v[k] = from_float<T>(d_activation * sigmoid * (1.0f + gk * (1.0f - sigmoid)));
   }
-  if constexpr (Width == kPack) {
-    *reinterpret_cast<Pack<T>*>(d_gate + index) = dg;
-    *reinterpret_cast<Pack<T>*>(d_up + index) = du;
-  } else {
-    d_gate[index] = dg.v[0], d_up[index] = du.v[0];
-  }
+  store<T, Width>(d_gate + index, dg);
+  store<T, Width>(d_up + index, du);
 }
 
 template <typename T>

@@ -7,9 +7,9 @@
 
 #include <cuda_runtime_api.h>
 
-namespace finetune::cuda_kernels {
+#include "half_kind.h"
 
-enum class HalfKind { BFloat16, Float16 };
+namespace finetune::cuda_kernels {
 
 // y = (x * cos) + (rotate_half(x) * sin) for x (tokens, heads, head_dim) and cos/sin
 // (tokens, head_dim); with `backward`, x is the output gradient and y the input gradient.

@@ -1,10 +1,11 @@
 #include "finetune/model/fused_kernels.h"
 
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "elementwise_kernels.h"
+#include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
+#include "kernel_launch.h"
 
 namespace finetune {
 namespace {
@@ -12,15 +13,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-cuda_kernels::HalfKind half_kind(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? cuda_kernels::HalfKind::BFloat16 : cuda_kernels::HalfKind::Float16;
-}
-
-void check_launch(cudaError_t status, const char* kernel) {
-  if (status != cudaSuccess) throw Error(std::string(kernel) + " kernel launch failed: " + cudaGetErrorString(status));
-}
-
-cudaStream_t current_stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+using cuda_kernels::check_launch;
+using cuda_kernels::current_stream;
+using cuda_kernels::half_kind;
 
 // x (B, T, H, D) -> (B, T, H, D); `backward` applies the transposed rotation (the input gradient).
 at::Tensor run_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
@@ -74,7 +69,7 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
 }  // namespace
 
 bool fused_kernels_apply(const at::Tensor& x) {
-  return x.is_cuda() && (x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf) && x.is_contiguous();
+  return x.is_cuda() && is_half_precision(x.scalar_type()) && x.is_contiguous();
 }
 
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

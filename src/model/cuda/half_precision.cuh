@@ -1,0 +1,52 @@
+// Device helpers shared by the fused kernels (model/cuda, lora/cuda): conversions between the
+// half-precision element types and fp32, rounding an fp32 value as an ATen op's output would be,
+// and 16-byte packs of eight elements.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace finetune::cuda_kernels {
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+// v rounded to T and back: what ATen stores when an op computed in fp32 writes a T tensor.
+template <typename T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
+
+constexpr int kPack = 8;  // elements per 16-byte access
+
+// Eight half-precision elements, loaded and stored as one 16-byte access.
+template <typename T>
+struct alignas(16) Pack {
+  T v[kPack];
+};
+
+// `Width` consecutive elements at p (kPack: one 16-byte load; 1: a single element in v[0]).
+template <typename T, int Width>
+__device__ __forceinline__ Pack<T> load(const T* p) {
+  Pack<T> out;
+  if constexpr (Width == kPack) {
+    out = *reinterpret_cast<const Pack<T>*>(p);
+  } else {
+    out.v[0] = *p;
+  }
+  return out;
+}
+
+template <typename T, int Width>
+__device__ __forceinline__ void store(T* p, const Pack<T>& values) {
+  if constexpr (Width == kPack) {
+    *reinterpret_cast<Pack<T>*>(p) = values;
+  } else {
+    *p = values.v[0];
+  }
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace finetune::cuda_kernels
