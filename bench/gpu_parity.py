@@ -7,6 +7,7 @@ statement is "our error against fp32 is no larger than transformers' own bf16 er
 """
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,9 +16,8 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-
-def rel(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm())
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+from numerics import relative_error  # noqa: E402
 
 
 def main():
@@ -70,9 +70,9 @@ def main():
     for i in range(len(rows)):
         o = ours[f"logits.{i}"]
         results["rows"].append({"len": len(rows[i]["input_ids"]),
-                                "ours_vs_hf_bf16": rel(o, hf_bf16[i]),
-                                "ours_vs_fp32": rel(o, hf_fp32[i]),
-                                "hf_bf16_vs_fp32": rel(hf_bf16[i], hf_fp32[i]),
+                                "ours_vs_hf_bf16": relative_error(o, hf_bf16[i]),
+                                "ours_vs_fp32": relative_error(o, hf_fp32[i]),
+                                "hf_bf16_vs_fp32": relative_error(hf_bf16[i], hf_fp32[i]),
                                 "ours_argmax_agree_fp32": float((o.argmax(-1) == hf_fp32[i].argmax(-1)).float().mean())})
     worst = lambda k: max(r[k] for r in results["rows"])
     results["worst"] = {k: worst(k) for k in ("ours_vs_hf_bf16", "ours_vs_fp32", "hf_bf16_vs_fp32")}

@@ -22,12 +22,9 @@ from safetensors.torch import load_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import reference_loop  # noqa: E402
+from numerics import relative_error  # noqa: E402
 
 SETTINGS = dict(batch_size=4, accumulation=2, lr=2e-4, warmup=0, scheduler="constant", max_grad_norm=1.0)
-
-
-def relative(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
 
 
 def main():
@@ -91,9 +88,9 @@ def main():
             "reference_bf16_vs_fp32": max(abs(a - b) / abs(b) for a, b in zip(bf16_losses, fp32_losses)),
             "ours_vs_reference_bf16": max(abs(a - b) / abs(b) for a, b in zip(ours_losses, bf16_losses))},
         "adapter_update_rel_error": {
-            "ours_vs_fp32": relative(update(ours_adapter), update(fp32_adapter)),
-            "reference_bf16_vs_fp32": relative(update(bf16_adapter), update(fp32_adapter)),
-            "ours_vs_reference_bf16": relative(update(ours_adapter), update(bf16_adapter))},
+            "ours_vs_fp32": relative_error(update(ours_adapter), update(fp32_adapter)),
+            "reference_bf16_vs_fp32": relative_error(update(bf16_adapter), update(fp32_adapter)),
+            "ours_vs_reference_bf16": relative_error(update(ours_adapter), update(bf16_adapter))},
     }
     # Bound: our bf16 error against fp32 within 1.5x (plus a bf16 ulp's worth on the losses) of the
     # reference's own bf16 error; the bf16 reference is the accepted accuracy of this training.

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "finetune/config/options.h"
-#include "finetune/train/commands.h"
+#include "finetune/commands/commands.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   try {
     const auto env = current_environment();
     const auto command = parse_command(argc, argv, env);
+    log::configure(0, 1, log::level_from_name(command.options.log_level));
     if (command.help) {
       std::cout << command.help_text;
       return 0;

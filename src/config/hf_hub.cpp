@@ -1,13 +1,14 @@
 // Local Hugging Face cache lookup (the layout huggingface_hub writes; never the network).
 #include "finetune/config/hf_hub.h"
 
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/log.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -34,12 +35,6 @@ bool looks_like_hub_id(const std::string& id) {
   const auto slash = id.find('/');
   return slash != std::string::npos && slash > 0 && slash + 1 < id.size() &&
          id.find('/', slash + 1) == std::string::npos && id[0] != '.' && id[0] != '~';
-}
-
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t\r\n");
-  if (first == std::string::npos) return "";
-  return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
 }
 
 std::string join_lines(const std::vector<std::string>& tried) {
@@ -88,8 +83,9 @@ std::string find_snapshot(const std::string& hub_id, const std::string& kind, co
       std::error_code ignored;
       return fs::last_write_time(a, ignored) > fs::last_write_time(b, ignored);
     });
-    spdlog::debug("{}: {} snapshots and no refs/main; using the most recently modified, {}", repo.string(),
-                  candidates.size(), candidates.front().filename().string());
+    log::debug(repo.string() + ": " + std::to_string(candidates.size()) +
+               " snapshots and no refs/main; using the most recently modified, " +
+               candidates.front().filename().string());
   }
   return candidates.front().string();
 }

@@ -276,4 +276,14 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return model_config_from_json(config_json, path);
 }
 
+void check_sequence_length(const ModelConfig& config, int64_t max_seq_length) {
+  if (config.sliding_window && max_seq_length > *config.sliding_window) {
+    throw UsageError("--max_seq_length: " + std::to_string(max_seq_length) + " is longer than the model's sliding_window (" +
+                     std::to_string(*config.sliding_window) + " in config.json): transformers then attends to the last " +
+                     std::to_string(*config.sliding_window) +
+                     " tokens only, which finetune does not implement; use --max_seq_length <= " +
+                     std::to_string(*config.sliding_window));
+  }
+}
+
 }  // namespace finetune

@@ -35,16 +35,11 @@ int64_t count_trainable(const std::vector<int64_t>& labels, int64_t rows, int64_
 }  // namespace
 
 HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std::vector<int64_t>>& rows,
-                       int64_t pad_token_id, int64_t pad_to_multiple_of) {
+                       int64_t pad_token_id) {
   if (rows.empty()) throw Error("collate: a batch needs at least one sample");
-  if (pad_to_multiple_of < 1) {
-    throw Error("collate: pad_to_multiple_of must be >= 1, got " + std::to_string(pad_to_multiple_of));
-  }
   int64_t longest = 0;
-  bool packed = false;
   for (const auto& row : rows) {
     if (row.empty()) throw Error("collate: a batch row needs at least one sample");
-    packed = packed || row.size() > 1;
     int64_t length = 0;
     for (int64_t index : row) length += static_cast<int64_t>(checked_sample(samples, index).input_ids.size());
     longest = std::max(longest, length);
@@ -52,13 +47,11 @@ HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std
 
   HostBatch batch;
   batch.rows = static_cast<int64_t>(rows.size());
-  batch.seq_len = (longest + pad_to_multiple_of - 1) / pad_to_multiple_of * pad_to_multiple_of;
-  batch.packed = packed;
+  batch.seq_len = longest;
   const size_t cells = static_cast<size_t>(batch.rows * batch.seq_len);
   batch.input_ids.assign(cells, pad_token_id);
   batch.labels.assign(cells, kIgnoreIndex);
   batch.position_ids.assign(cells, 0);
-  batch.attention_mask.assign(cells, 0);
   batch.sample_lengths.resize(rows.size());
 
   for (int64_t row = 0; row < batch.rows; ++row) {
@@ -70,7 +63,6 @@ HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std
         batch.input_ids[cell] = sample.input_ids[t];
         batch.labels[cell] = (t == 0 && k > 0) ? kIgnoreIndex : sample.labels[t];
         batch.position_ids[cell] = t;
-        batch.attention_mask[cell] = 1;
       }
       batch.sample_lengths[row].push_back(length);
       batch.real_tokens += length;
@@ -80,19 +72,17 @@ HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std
   return batch;
 }
 
-HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices, int64_t pad_token_id,
-                  int64_t pad_to_multiple_of) {
+HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices, int64_t pad_token_id) {
   std::vector<std::vector<int64_t>> rows;
   rows.reserve(indices.size());
   for (int64_t index : indices) rows.push_back({index});
-  return collate_rows(samples, rows, pad_token_id, pad_to_multiple_of);
+  return collate_rows(samples, rows, pad_token_id);
 }
 
 HostBatch flatten(const HostBatch& batch) {
   HostBatch flat;
   flat.rows = 1;
   flat.seq_len = batch.real_tokens;
-  flat.packed = true;
   flat.real_tokens = batch.real_tokens;
   flat.sample_lengths.resize(1);
   for (int64_t row = 0; row < batch.rows; ++row) {
@@ -104,7 +94,6 @@ HostBatch flatten(const HostBatch& batch) {
         // A sample's first position is never a target once samples are adjacent (see collate_rows).
         flat.labels.push_back(t == 0 ? kIgnoreIndex : batch.labels[base + t]);
         flat.position_ids.push_back(batch.position_ids[base + t]);
-        flat.attention_mask.push_back(1);
       }
       flat.sample_lengths[0].push_back(length);
       start += length;

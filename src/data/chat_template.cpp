@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -138,15 +139,28 @@ std::string python_strip(const std::string& text) {
   return text.substr(begin, end - begin);
 }
 
-ChatFormat chat_format_from_name(const std::string& name, const std::string& tokenizer_chat_template) {
-  if (name == "chatml") return ChatFormat::ChatMl;
-  if (name == "qwen2.5" || name == "qwen2" || name == "qwen") return ChatFormat::ChatMlQwen;
-  if (name == "llama3" || name == "llama-3") return ChatFormat::Llama3;
-  if (name == "mistral") return ChatFormat::Mistral;
-  if (name == "alpaca") return ChatFormat::Alpaca;
+const std::vector<std::string>& chat_template_names() {
+  static const std::vector<std::string> names = {"auto", "chatml", "qwen2.5", "llama3", "mistral", "alpaca"};
+  return names;
+}
+
+const std::vector<std::pair<std::string, std::string>>& chat_template_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"qwen2", "qwen2.5"}, {"qwen", "qwen2.5"}, {"llama-3", "llama3"}};
+  return aliases;
+}
+
+ChatFormat chat_format_from_name(const std::string& given_name, const std::string& tokenizer_chat_template) {
+  std::string name = given_name;
+  for (const auto& [alias, canonical] : chat_template_aliases()) {
+    if (name == alias) name = canonical;
+  }
+  for (const ChatFormat format :
+       {ChatFormat::ChatMl, ChatFormat::ChatMlQwen, ChatFormat::Llama3, ChatFormat::Mistral, ChatFormat::Alpaca}) {
+    if (name == chat_format_name(format)) return format;
+  }
   if (name != "auto") {
-    throw UsageError("unknown chat template \"" + name +
-                     "\"; expected auto, chatml, qwen2.5, llama3, mistral or alpaca");
+    throw UsageError("unknown chat template \"" + given_name + "\"; expected " + join(chat_template_names(), ", "));
   }
   const std::string& t = tokenizer_chat_template;
   if (contains(t, "<|im_start|>")) {

@@ -1,13 +1,13 @@
 // load_dataset: rows -> segments -> token ids and labels, truncation, and statistics.
 #include "finetune/data/dataset.h"
 
-#include <spdlog/spdlog.h>
 
 #include <optional>
 
 #include "finetune/data/dataset_files.h"
 #include "finetune/data/dataset_formats.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/log.h"
 
 namespace finetune {
 namespace {
@@ -86,14 +86,14 @@ class DatasetLoader {
       }
     });
     if (!format) throw Error(path + ": dataset file has no usable rows");
-    spdlog::info("dataset {}: {} format, {} samples kept", path, row_format_name(*format),
-                 result_.stats.rows_kept - kept_before);
+    log::info("dataset " + path + ": " + row_format_name(*format) + " format, " +
+              std::to_string(result_.stats.rows_kept - kept_before) + " samples kept");
   }
 
   TokenizedDataset finish() {
     if (result_.stats.rows_bad > kMaxBadRowWarnings) {
-      spdlog::warn("skipped {} malformed dataset rows in total (only the first {} were reported)",
-                   result_.stats.rows_bad, kMaxBadRowWarnings);
+      log::warn("skipped " + std::to_string(result_.stats.rows_bad) + " malformed dataset rows in total (only the first " +
+                std::to_string(kMaxBadRowWarnings) + " were reported)");
     }
     return std::move(result_);
   }
@@ -155,7 +155,7 @@ class DatasetLoader {
     const std::string message = location.describe() + ": " + error.what();
     if (!options_.skip_bad_rows) throw Error(message);
     ++result_.stats.rows_bad;
-    if (result_.stats.rows_bad <= kMaxBadRowWarnings) spdlog::warn("skipping malformed row: {}", message);
+    if (result_.stats.rows_bad <= kMaxBadRowWarnings) log::warn("skipping malformed row: " + message);
   }
 
   const Tokenizer* tokenizer_;

@@ -75,7 +75,7 @@ std::vector<HostBatch> MicroBatchStream::next_step() {
   if (cursor_ >= epoch_batches_.size()) start_epoch(epoch_ + 1);
   std::vector<HostBatch> step;
   for (int64_t i = 0; i < config_.gradient_accumulation_steps && cursor_ < epoch_batches_.size(); ++i) {
-    step.push_back(collate_rows(samples_, epoch_batches_[cursor_++], config_.pad_token_id, config_.pad_to_multiple_of));
+    step.push_back(collate_rows(samples_, epoch_batches_[cursor_++], config_.pad_token_id));
   }
   return step;
 }

@@ -3,7 +3,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/lora/lora_kernels.h"
-#include "finetune/model/device_selection.h"
 
 namespace finetune {
 namespace {
@@ -37,11 +36,13 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
     auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());          // (N, out)
     // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
-    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t()), adapter->scaling, dtype);
+    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t()), adapter->scaling, dtype,
+                                    adapter->kernels.lora_split_kernel);
     // y += u B^T, accumulated by the GEMM: the sum is rounded once.
     y.addmm_(u_split.narrow(1, 0, r), operands->B_split.narrow(1, 0, r).t());
     ctx->save_for_backward({rows, weight, u_split, operands->A_split, operands->B_split});
     ctx->saved_data["scaling"] = adapter->scaling;
+    ctx->saved_data["split_kernel"] = adapter->kernels.lora_split_kernel;
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = weight.size(0);
     return y.view(out_sizes);
@@ -55,11 +56,12 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto& A_split = saved[3];
     const auto& B_split = saved[4];
     const double scaling = ctx->saved_data["scaling"].toDouble();
+    const bool split_kernel = ctx->saved_data["split_kernel"].toBool();
     const int64_t r = A_split.size(0) / 2;
     const auto& grad = grad_outputs[0];
     auto dy = grad.reshape({-1, grad.size(-1)});                                            // (N, out)
     // g = scaling * dy B, the gradient reaching x A^T (N, r), split into [hi, lo] (N, 2r).
-    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split), scaling, dy.scalar_type());
+    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split), scaling, dy.scalar_type(), split_kernel);
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
       dx = at::mm(dy, weight);                                                                // (N, in)
@@ -98,10 +100,6 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   operands->B_split = split_hi_lo(B, dtype, 1);
   adapter.half_precision_operands = operands;
   return operands;
-}
-
-bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training) {
-  return is_half_precision(x.scalar_type()) && !(training && adapter.dropout > 0);
 }
 
 at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,

@@ -1,11 +1,39 @@
 #include "finetune/lora/lora_adapter.h"
 
+#include "finetune/lora/half_precision_lora_linear.h"
+#include "finetune/model/device_selection.h"
+
 namespace finetune {
 
 at::Tensor lora_delta(const LoraAdapter& adapter, const at::Tensor& x, bool training) {
   auto input = x.to(adapter.lora_A.scalar_type());
   if (training && adapter.dropout > 0) input = at::dropout(input, adapter.dropout, /*train=*/true);
   return at::linear(at::linear(input, adapter.lora_A), adapter.lora_B) * adapter.scaling;
+}
+
+bool LoraAdapter::uses_half_precision_path(const at::Tensor& x, bool training) const {
+  // A dropout mask applies to x itself, which the one-node path never forms in fp32.
+  return kernels.half_precision_lora && is_half_precision(x.scalar_type()) && !(training && dropout > 0);
+}
+
+at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool training) const {
+  if (uses_half_precision_path(x, training)) {
+    return half_precision_lora_linear(x, base.dense_weight(), base.bias, *this);
+  }
+  auto result = base.base_forward(x);
+  // As PEFT: the adapter runs in fp32, the sum is promoted, then cast back to the base dtype.
+  const auto result_dtype = result.scalar_type();
+  return (result + lora_delta(*this, x, training)).to(result_dtype);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LoraAdapter::named_parameters() const {
+  return {{"lora_A.weight", lora_A}, {"lora_B.weight", lora_B}};
+}
+
+at::Tensor LoraAdapter::merged_weight(const Linear& base) const {
+  // PEFT's merge: W += (B @ A * scaling).to(W.dtype).
+  const auto& weight = base.dense_weight();
+  return weight + (at::matmul(lora_B, lora_A) * scaling).to(weight.scalar_type());
 }
 
 }  // namespace finetune

@@ -1,9 +1,9 @@
 #include "finetune/model/causal_lm.h"
 
 #include <cmath>
+#include <utility>
 
 #include "finetune/model/checkpoint_function.h"
-#include "finetune/model/device_selection.h"
 #include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/rope.h"
@@ -28,7 +28,8 @@ void add_linear(std::vector<std::pair<std::string, at::Tensor>>& out, const std:
 }  // namespace
 
 CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device)
-    : config_(std::move(config)), dtype_(dtype), device_(device) {
+    : config_(std::move(config)), dtype_(dtype), device_(device),
+      kernels_(choose_kernel_policy(device, dtype, config_)) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   const int64_t hidden = config_.hidden_size;
   const int64_t head_dim = config_.head_dim;
@@ -82,10 +83,10 @@ std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_parameters() con
   return out;
 }
 
-std::vector<std::pair<std::string, Linear*>> CausalLM::named_linears() {
-  std::vector<std::pair<std::string, Linear*>> out;
+std::vector<std::pair<std::string, const Linear*>> CausalLM::named_linears() const {
+  std::vector<std::pair<std::string, const Linear*>> out;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    auto& layer = layers_[i];
+    const auto& layer = layers_[i];
     const std::string prefix = "model.layers." + std::to_string(i);
     out.emplace_back(prefix + ".self_attn.q_proj", &layer.q_proj);
     out.emplace_back(prefix + ".self_attn.k_proj", &layer.k_proj);
@@ -98,6 +99,12 @@ std::vector<std::pair<std::string, Linear*>> CausalLM::named_linears() {
   return out;
 }
 
+std::vector<std::pair<std::string, Linear*>> CausalLM::named_linears() {
+  std::vector<std::pair<std::string, Linear*>> out;
+  for (auto& [name, linear] : std::as_const(*this).named_linears()) out.emplace_back(name, const_cast<Linear*>(linear));
+  return out;
+}
+
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
                                    const at::Tensor& sin, const AttentionMask& mask, bool training) const {
   const int64_t batch = hidden.size(0);
@@ -107,16 +114,18 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
   const RopeTables rope{cos, sin};
 
   // --- self attention
-  auto x = rms_norm(hidden, layer.input_layernorm, eps);                          // (B, T, C)
+  const bool fused_norm = kernels_.fused_rms_norm;
+  const bool fused_elementwise = kernels_.fused_elementwise;
+  auto x = rms_norm(hidden, layer.input_layernorm, eps, fused_norm);              // (B, T, C)
   auto q = linear_forward(layer.q_proj, x, training).view({batch, seq_len, -1, head_dim});
   auto k = linear_forward(layer.k_proj, x, training).view({batch, seq_len, -1, head_dim});
   auto v = linear_forward(layer.v_proj, x, training).view({batch, seq_len, -1, head_dim});
   if (config_.qk_norm) {
-    q = rms_norm(q, layer.q_norm, eps);
-    k = rms_norm(k, layer.k_norm, eps);
+    q = rms_norm(q, layer.q_norm, eps, fused_norm);
+    k = rms_norm(k, layer.k_norm, eps, fused_norm);
   }
-  q = apply_rope(q, rope);  // (B, T, H, D)
-  k = apply_rope(k, rope);  // (B, T, KV, D)
+  q = apply_rope(q, rope, fused_elementwise);  // (B, T, H, D)
+  k = apply_rope(k, rope, fused_elementwise);  // (B, T, KV, D)
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   at::Tensor attn;
   if (mask.variable_length()) {
@@ -140,11 +149,10 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
   auto h = hidden + linear_forward(layer.o_proj, attn, training);
 
   // --- MLP
-  x = rms_norm(h, layer.post_attention_layernorm, eps);
+  x = rms_norm(h, layer.post_attention_layernorm, eps, fused_norm);
   auto gate = linear_forward(layer.gate_proj, x, training);
   auto up = linear_forward(layer.up_proj, x, training);
-  auto activation = fused_kernels_apply(gate) && fused_kernels_apply(up) ? fused_swiglu(gate, up)
-                                                                         : at::silu(gate) * up;
+  auto activation = fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
   return h + linear_forward(layer.down_proj, activation, training);
 }
 
@@ -157,11 +165,8 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
   // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
   bool layers_draw_random = false;
   if (checkpoint) {
-    for (const auto& layer : layers_) {
-      for (const Linear* linear : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj, &layer.gate_proj,
-                                   &layer.up_proj, &layer.down_proj}) {
-        layers_draw_random = layers_draw_random || (linear->lora && linear->lora->dropout > 0);
-      }
+    for (const auto& [name, linear] : named_linears()) {
+      layers_draw_random = layers_draw_random || (linear->adapter && linear->adapter->draws_random_numbers());
     }
   }
   for (const auto& layer : layers_) {
@@ -177,12 +182,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
       hidden = layer_forward(layer, hidden, tables.cos, tables.sin, mask, options.training);
     }
   }
-  return rms_norm(hidden, norm_, config_.rms_norm_eps);
-}
-
-bool CausalLM::supports_variable_length() const {
-  return device_.is_cuda() && is_half_precision(dtype_) && config_.head_dim % 8 == 0 &&
-         config_.head_dim <= 256;
+  return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
 }
 
 const at::Tensor& CausalLM::lm_head_weight() const { return lm_head_.defined() ? lm_head_ : embed_tokens_; }

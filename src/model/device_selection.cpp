@@ -2,7 +2,9 @@
 
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include "finetune/model/dtype_names.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 
@@ -19,11 +21,12 @@ at::Device select_device(const std::string& device_option, int local_rank) {
 }
 
 at::ScalarType select_dtype(const std::string& dtype_option, const at::Device& device) {
-  if (dtype_option == "auto") return device.is_cuda() ? at::kBFloat16 : at::kFloat;
-  if (dtype_option == "bfloat16" || dtype_option == "bf16") return at::kBFloat16;
-  if (dtype_option == "float16" || dtype_option == "fp16") return at::kHalf;
-  if (dtype_option == "float32" || dtype_option == "fp32") return at::kFloat;
-  throw UsageError("--dtype: expected auto|bfloat16|float16|float32, got \"" + dtype_option + "\"");
+  const auto name = canonical_dtype_name(dtype_option);
+  if (name == "auto") return device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  if (name == "bfloat16") return at::kBFloat16;
+  if (name == "float16") return at::kHalf;
+  if (name == "float32") return at::kFloat;
+  throw UsageError("--dtype: expected " + join(dtype_names(), "|") + ", got \"" + dtype_option + "\"");
 }
 
 std::string dtype_string(at::ScalarType dtype) {

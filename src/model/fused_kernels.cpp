@@ -6,8 +6,6 @@
 
 namespace finetune {
 
-bool fused_kernels_apply(const at::Tensor&) { return false; }
-
 at::Tensor fused_rope(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
   throw Error("fused_rope: this build has no CUDA kernels");
 }

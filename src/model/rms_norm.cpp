@@ -1,12 +1,11 @@
 #include "finetune/model/rms_norm.h"
 
-#include "finetune/model/device_selection.h"
 
 namespace finetune {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused_kernel) {
   const auto input_dtype = x.scalar_type();
-  if (x.is_cuda() && is_half_precision(input_dtype)) {
+  if (fused_kernel) {
     // One fused kernel each way (ATen's). It rounds once where transformers rounds twice (the
     // normalised value, then its product with the weight): within bf16 rounding of HF, never
     // further from the fp32 result (bench/gpu_parity.py checks both on the GPU).

@@ -58,8 +58,8 @@ static at::Tensor rotate_half(const at::Tensor& x) {
   return at::cat({-x2, x1}, -1);
 }
 
-at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables) {
-  if (fused_kernels_apply(x)) return fused_rope(x, tables.cos, tables.sin);
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, bool fused_kernel) {
+  if (fused_kernel) return fused_rope(x, tables.cos, tables.sin);
   auto cos = tables.cos.unsqueeze(2);  // (B, T, 1, D)
   auto sin = tables.sin.unsqueeze(2);
   return (x * cos) + (rotate_half(x) * sin);

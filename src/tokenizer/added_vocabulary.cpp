@@ -5,6 +5,18 @@
 #include "finetune/tokenizer/utf8.h"
 
 namespace finetune {
+
+AddedToken added_token_from_json(const nlohmann::json& entry, int32_t id) {
+  AddedToken token;
+  token.id = id;
+  token.content = entry.at("content").get<std::string>();
+  token.special = entry.value("special", false);
+  token.lstrip = entry.value("lstrip", false);
+  token.rstrip = entry.value("rstrip", false);
+  token.single_word = entry.value("single_word", false);
+  token.normalized = entry.value("normalized", !token.special);
+  return token;
+}
 namespace {
 
 // Decodes the code point that ends just before byte offset `end`.

@@ -96,13 +96,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
       const auto& entry = (*added)[i];
       AddedToken token;
       try {
-        token.id = entry.at("id").get<int32_t>();
-        token.content = entry.at("content").get<std::string>();
-        token.special = entry.value("special", false);
-        token.lstrip = entry.value("lstrip", false);
-        token.rstrip = entry.value("rstrip", false);
-        token.single_word = entry.value("single_word", false);
-        token.normalized = entry.value("normalized", !token.special);
+        token = added_token_from_json(entry, entry.at("id").get<int32_t>());
       } catch (const std::exception& e) {
         throw Error(path + ": field 'added_tokens[" + std::to_string(i) + "]' is malformed: " + e.what());
       }

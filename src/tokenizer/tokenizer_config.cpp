@@ -75,13 +75,7 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
         const std::string where = "added_tokens_decoder." + id_text;
         AddedToken token;
         try {
-          token.id = std::stoi(id_text);
-          token.content = entry.at("content").get<std::string>();
-          token.special = entry.value("special", false);
-          token.lstrip = entry.value("lstrip", false);
-          token.rstrip = entry.value("rstrip", false);
-          token.single_word = entry.value("single_word", false);
-          token.normalized = entry.value("normalized", !token.special);
+          token = added_token_from_json(entry, std::stoi(id_text));
         } catch (const std::exception& e) {
           throw Error(config_path + ": field '" + where + "' is malformed: " + e.what());
         }

@@ -4,8 +4,8 @@
 
 namespace finetune {
 
-AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options)
-    : parameters_(std::move(parameters)), options_(options) {
+AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fused)
+    : parameters_(std::move(parameters)), options_(options), fused_(fused) {
   for (const auto& p : parameters_) {
     exp_avg_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
     exp_avg_sq_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
@@ -16,8 +16,7 @@ AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options)
 void AdamW::step(double lr) {
   at::NoGradGuard no_grad;
   ++step_count_;
-  const bool fused = !parameters_.empty() && parameters_.front().is_cuda();
-  if (fused) {
+  if (fused_) {
     std::vector<at::Tensor> grads;
     for (const auto& p : parameters_) grads.push_back(p.grad());
     for (auto& s : state_steps_) s.add_(1);

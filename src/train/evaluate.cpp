@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "finetune/data/batch.h"
-#include "finetune/model/tensor_io.h"
+#include "finetune/checkpoint/tensor_io.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
 
@@ -27,7 +27,7 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
     std::vector<int64_t> batch_indices(indices.begin() + start, indices.begin() + end);
     const auto host = collate(samples, batch_indices, pad_token_id);
     // Dumped logits are read per padded row, so dumping keeps the padded layout.
-    const auto batch = to_device(host, model.device(), dump_logits_path.empty() && model.supports_variable_length());
+    const auto batch = to_device(host, model.device(), dump_logits_path.empty() && model.kernel_policy().variable_length_attention);
     ForwardOptions options;
     auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
     loss_sum += causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids).to(at::kDouble);
@@ -43,6 +43,20 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
   result.loss_sum = loss_sum.item<double>();
   if (!dump_logits_path.empty()) save_tensors(dump_logits_path, dumped);
   return result;
+}
+
+double evaluate_across_ranks(const CausalLM& model, const std::vector<Sample>& samples, Communicator& communicator,
+                             int64_t batch_size, int64_t pad_token_id) {
+  std::vector<int64_t> shard;
+  for (int64_t i = communicator.rank(); i < static_cast<int64_t>(samples.size()); i += communicator.world_size()) {
+    shard.push_back(i);
+  }
+  const auto local = evaluate(model, samples, shard, batch_size, pad_token_id);
+  auto sums = at::tensor({local.loss_sum, static_cast<double>(local.tokens)}, at::TensorOptions().dtype(at::kDouble))
+                  .to(model.device());
+  communicator.all_reduce(sums, "evaluation loss");
+  const auto host = sums.cpu();
+  return host[0].item<double>() / host[1].item<double>();
 }
 
 }  // namespace finetune

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 
@@ -20,8 +21,7 @@ double lr_multiplier(const LrSchedule& schedule, int64_t step) {
     constexpr double num_cycles = 0.5;
     return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * num_cycles * 2.0 * progress)));
   }
-  throw UsageError("--lr_scheduler_type: unsupported '" + schedule.type +
-                   "' (supported: linear, cosine, constant, constant_with_warmup)");
+  throw UsageError("--lr_scheduler_type: unsupported '" + schedule.type + "' (supported: " + join(lr_scheduler_types(), ", ") + ")");
 }
 
 int64_t resolve_warmup_steps(int64_t warmup_steps, double warmup_ratio, int64_t total_steps) {

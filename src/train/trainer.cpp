@@ -3,7 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "finetune/dist/grad_reducer.h"
+#include "finetune/ddp/grad_reducer.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/loss.h"
@@ -38,7 +38,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
 
   std::vector<at::Tensor> parameters;
   for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
-  AdamW optimizer(parameters, config.adamw);
+  AdamW optimizer(parameters, config.adamw, model.kernel_policy().fused_adamw);
 
   std::optional<MetricsWriter> metrics;
   std::optional<ProgressReporter> progress;
@@ -75,13 +75,13 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
     // would wait for them on the host and leave the GPU idle while the next step is issued.
     if (device.is_cuda()) counts = counts.pin_memory().to(device, /*non_blocking=*/true);
-    communicator.all_reduce(counts, ReduceOp::Sum, "token count of step " + std::to_string(step + 1));
+    communicator.all_reduce(counts, "token count of step " + std::to_string(step + 1));
     const auto global_tokens = counts[0].to(at::kFloat);
 
     auto step_loss_sum = at::zeros({}, f64);
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       reducer.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
-      const auto batch = to_device(micro_batches[i], device, model.supports_variable_length());
+      const auto batch = to_device(micro_batches[i], device, model.kernel_policy().variable_length_attention);
       auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
       auto loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
       (loss_sum / global_tokens).backward();
@@ -93,7 +93,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     optimizer.step(lr);
     reducer.zero_grad();
 
-    communicator.all_reduce(step_loss_sum, ReduceOp::Sum, "loss of step " + std::to_string(step + 1));
+    communicator.all_reduce(step_loss_sum, "loss of step " + std::to_string(step + 1));
     window_losses.push_back(step_loss_sum / counts[0]);
     window_tokens += counts[1];
     profiler.after_step(step + 1);

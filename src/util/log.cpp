@@ -3,7 +3,17 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "finetune/util/errors.h"
+
 namespace finetune::log {
+
+Level level_from_name(const std::string& name) {
+  const auto& names = level_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<Level>(i);
+  }
+  throw UsageError("--log_level: unknown level \"" + name + "\"");
+}
 
 void configure(int rank, int world_size, Level level) {
   const std::string prefix = world_size > 1 ? "[rank " + std::to_string(rank) + "] " : "";

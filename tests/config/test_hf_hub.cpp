@@ -1,6 +1,8 @@
 // Local Hugging Face cache resolution on fake cache trees built in a temp dir.
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -39,16 +41,6 @@ class HfHubTest : public ::testing::Test {
 
   fs::path root_;
 };
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected finetune::Error";
-  return "";
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -90,7 +82,7 @@ TEST_F(HfHubTest, WithoutRefsTheNewestSnapshotIsUsed) {
 }
 
 TEST_F(HfHubTest, ModelNotFoundListsEveryPathTried) {
-  const std::string msg = error_of([&] { resolve_model_dir("org/missing", {{"HF_HUB_CACHE", path("hub")}}); });
+  const std::string msg = testing::error_message([&] { resolve_model_dir("org/missing", {{"HF_HUB_CACHE", path("hub")}}); });
   EXPECT_TRUE(contains(msg, "org/missing (local directory)")) << msg;
   EXPECT_TRUE(contains(msg, path("hub/models--org--missing/snapshots"))) << msg;
 }
@@ -98,23 +90,23 @@ TEST_F(HfHubTest, ModelNotFoundListsEveryPathTried) {
 TEST_F(HfHubTest, RefsMainNamingAMissingSnapshot) {
   touch("hub/models--org--m/refs/main", "deadbeef");
   dir("hub/models--org--m/snapshots/other");
-  const std::string msg = error_of([&] { resolve_model_dir("org/m", {{"HF_HUB_CACHE", path("hub")}}); });
+  const std::string msg = testing::error_message([&] { resolve_model_dir("org/m", {{"HF_HUB_CACHE", path("hub")}}); });
   EXPECT_TRUE(contains(msg, "deadbeef") && contains(msg, "refs/main")) << msg;
 }
 
 TEST_F(HfHubTest, NonHubLocalPathNotFound) {
-  const std::string msg = error_of([&] { resolve_model_dir(path("nope/a/b"), {{"HF_HUB_CACHE", path("hub")}}); });
+  const std::string msg = testing::error_message([&] { resolve_model_dir(path("nope/a/b"), {{"HF_HUB_CACHE", path("hub")}}); });
   EXPECT_TRUE(contains(msg, path("nope/a/b"))) << msg;
   EXPECT_FALSE(contains(msg, "models--")) << msg;
 }
 
 TEST_F(HfHubTest, ModelPathThatIsAFile) {
   const std::string file = touch("config.json");
-  EXPECT_TRUE(contains(error_of([&] { resolve_model_dir(file, {}); }), file));
+  EXPECT_TRUE(contains(testing::error_message([&] { resolve_model_dir(file, {}); }), file));
 }
 
 TEST_F(HfHubTest, NoCacheConfigured) {
-  const std::string msg = error_of([&] { resolve_model_dir("org/m", {}); });
+  const std::string msg = testing::error_message([&] { resolve_model_dir("org/m", {}); });
   EXPECT_TRUE(contains(msg, "HF_HUB_CACHE")) << msg;
 }
 
@@ -122,7 +114,7 @@ TEST_F(HfHubTest, DatasetLocalFile) {
   const std::string file = touch("data/train.jsonl");
   EXPECT_EQ(resolve_dataset_files(file, {}), std::vector<std::string>{file});
   const std::string csv = touch("data/train.csv");
-  EXPECT_TRUE(contains(error_of([&] { resolve_dataset_files(csv, {}); }), csv));
+  EXPECT_TRUE(contains(testing::error_message([&] { resolve_dataset_files(csv, {}); }), csv));
 }
 
 TEST_F(HfHubTest, DatasetLocalDirectoryIsCollectedSorted) {
@@ -133,7 +125,7 @@ TEST_F(HfHubTest, DatasetLocalDirectoryIsCollectedSorted) {
   touch("data/.hidden/x.json");
   EXPECT_EQ(resolve_dataset_files(path("data"), {}), (std::vector<std::string>{b, c, a}));
   dir("empty");
-  EXPECT_TRUE(contains(error_of([&] { resolve_dataset_files(path("empty"), {}); }), path("empty")));
+  EXPECT_TRUE(contains(testing::error_message([&] { resolve_dataset_files(path("empty"), {}); }), path("empty")));
 }
 
 TEST_F(HfHubTest, DatasetFromCacheFollowsSnapshotSymlinks) {
@@ -151,12 +143,12 @@ TEST_F(HfHubTest, DatasetFromCacheFollowsSnapshotSymlinks) {
 TEST_F(HfHubTest, DatasetNotFoundListsEveryPathTried) {
   // A model repo of the same name is not a dataset.
   touch("hub/models--org--d/snapshots/r/x.json");
-  const std::string msg = error_of([&] { resolve_dataset_files("org/d", {{"HF_HUB_CACHE", path("hub")}}); });
+  const std::string msg = testing::error_message([&] { resolve_dataset_files("org/d", {{"HF_HUB_CACHE", path("hub")}}); });
   EXPECT_TRUE(contains(msg, "org/d (local file or directory)")) << msg;
   EXPECT_TRUE(contains(msg, path("hub/datasets--org--d/snapshots"))) << msg;
 
   touch("hub/datasets--org--e/snapshots/r/README.md");
-  const std::string empty = error_of([&] { resolve_dataset_files("org/e", {{"HF_HUB_CACHE", path("hub")}}); });
+  const std::string empty = testing::error_message([&] { resolve_dataset_files("org/e", {{"HF_HUB_CACHE", path("hub")}}); });
   EXPECT_TRUE(contains(empty, path("hub/datasets--org--e/snapshots/r"))) << empty;
 }
 

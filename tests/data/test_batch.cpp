@@ -29,37 +29,18 @@ TEST(HostBatchCollate, CollateRightPads) {
   const HostBatch batch = collate(samples, {1, 0}, /*pad_token_id=*/7);
   EXPECT_EQ(batch.rows, 2);
   EXPECT_EQ(batch.seq_len, 4);
-  EXPECT_FALSE(batch.packed);
   EXPECT_EQ(batch.input_ids, (std::vector<int64_t>{20, 21, 7, 7, 10, 11, 12, 13}));
   EXPECT_EQ(batch.labels, (std::vector<int64_t>{20, 21, -100, -100, -100, -100, 12, 13}));
-  EXPECT_EQ(batch.attention_mask, (std::vector<int64_t>{1, 1, 0, 0, 1, 1, 1, 1}));
   EXPECT_EQ(batch.position_ids, (std::vector<int64_t>{0, 1, 0, 0, 0, 1, 2, 3}));
   EXPECT_EQ(batch.sample_lengths, (std::vector<std::vector<int64_t>>{{2}, {4}}));
   EXPECT_EQ(batch.real_tokens, 6);
   EXPECT_EQ(batch.trainable_tokens, 3);
 }
 
-TEST(HostBatchCollate, PadToMultiple) {
-  const std::vector<Sample> samples = three_samples();
-  const HostBatch batch = collate(samples, {2, 1, 0}, 0, /*pad_to_multiple_of=*/8);
-  EXPECT_EQ(batch.seq_len, 8);
-  ASSERT_EQ(batch.input_ids.size(), 24u);
-  EXPECT_EQ(batch.input_ids[5], 0);
-  EXPECT_EQ(batch.input_ids[4], 34);
-  EXPECT_EQ(batch.labels[8 + 2], -100);
-  EXPECT_EQ(batch.position_ids[4], 4);
-  EXPECT_EQ(batch.real_tokens, 11);
-  EXPECT_EQ(batch.trainable_tokens, 5);
-  EXPECT_EQ(collate(samples, {1}, 0, 8).seq_len, 8);
-  EXPECT_EQ(collate(samples, {2}, 0, 4).seq_len, 8);
-  EXPECT_EQ(collate(samples, {0}, 0, 4).seq_len, 4);
-}
-
 TEST(HostBatchCollate, CollateRejectsBadInput) {
   const std::vector<Sample> samples = three_samples();
   EXPECT_THROW(collate(samples, {}, 0), Error);
   EXPECT_THROW(collate(samples, {3}, 0), Error);
-  EXPECT_THROW(collate(samples, {0}, 0, 0), Error);
   EXPECT_THROW(collate({{{1, 2}, {1}}}, {0}, 0), Error);
 }
 
@@ -80,7 +61,6 @@ std::vector<Sample> packing_samples() {
 TEST(HostBatchPacking, PackedRowRestartsPositionsAndMasksSampleStarts) {
   const auto samples = packing_samples();
   const HostBatch packed = collate_rows(samples, {{0, 1}, {2}}, /*pad_token_id=*/7);
-  EXPECT_TRUE(packed.packed);
   EXPECT_EQ(packed.rows, 2);
   EXPECT_EQ(packed.seq_len, 6);
   EXPECT_EQ(packed.input_ids, (std::vector<int64_t>{10, 11, 12, 13, 20, 21, 30, 31, 32, 33, 34, 7}));
@@ -159,8 +139,12 @@ TEST(MicroBatchStreamPacking, ShuffledRowsCoverEverySampleOnceAndAreNotLongestFi
     MicroBatchStream stream(samples, config);
     for (int64_t step = 0; step < stream.steps_per_epoch(); ++step) {
       for (const auto& batch : stream.next_step()) {
-        for (size_t t = 0; t < batch.input_ids.size(); ++t) {
-          if (batch.position_ids[t] == 0 && batch.attention_mask[t] == 1) seen.push_back(batch.input_ids[t] - 1);
+        for (int64_t row = 0; row < batch.rows; ++row) {  // the first token of every sample
+          int64_t start = row * batch.seq_len;
+          for (int64_t length : batch.sample_lengths[static_cast<size_t>(row)]) {
+            seen.push_back(batch.input_ids[static_cast<size_t>(start)] - 1);
+            start += length;
+          }
         }
       }
     }

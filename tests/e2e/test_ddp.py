@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from conftest import finetune_bin, last_json_line
 from ddp_launch import ManualJob, check_ok, clean_env, run_launched, wait_for
+from numerics import relative_error
 import reference_loop
 import tiny_models
 
@@ -74,10 +75,6 @@ def metrics(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def relative(a, b):
-    return float((a - b).norm() / b.norm())
-
-
 def json_lines(text):
     return [line for line in text.splitlines() if line.strip().startswith("{")]
 
@@ -128,8 +125,8 @@ def test_two_ranks_train_like_one_rank_with_twice_the_batch(setup, single_proces
     assert set(got_adapter) == set(want_adapter)
     worst_adapter = 0.0
     for name, want in want_adapter.items():
-        assert relative(want, initial[name]) > 1e-3, f"{name} did not move: the comparison would be vacuous"
-        error = relative(got_adapter[name], want)
+        assert relative_error(want, initial[name]) > 1e-3, f"{name} did not move: the comparison would be vacuous"
+        error = relative_error(got_adapter[name], want)
         assert error <= TOLERANCE, f"{name}: relative difference {error}"
         worst_adapter = max(worst_adapter, error)
     with capsys.disabled():

@@ -6,6 +6,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import last_json_line, run_finetune
+from numerics import relative_error
 import reference_loop
 import tiny_models
 
@@ -40,10 +41,6 @@ def step_losses(out):
     return [json.loads(line)["loss"] for line in open(out / "metrics.jsonl")]
 
 
-def relative(a, b):
-    return float((a - b).norm() / b.norm())
-
-
 @pytest.fixture(scope="module")
 def trained(setup):
     root, base, adapter, rows, data = setup
@@ -64,7 +61,7 @@ def test_losses_and_adapter_match_reference(setup, trained):
     ref_adapter = reference_loop.lora_state(ref_model)
     assert set(ours_adapter) == set(ref_adapter)
     for name, ref in ref_adapter.items():
-        assert relative(ours_adapter[name], ref) <= 1e-4, name
+        assert relative_error(ours_adapter[name], ref) <= 1e-4, name
     assert ours[-1] < ours[0]  # it learns
 
 
@@ -81,7 +78,7 @@ def test_peft_loads_our_adapter_and_logits_match(setup, trained, tmp_path):
     for i, row in enumerate(rows[:6]):
         with torch.no_grad():
             ref = model(input_ids=torch.tensor([row["input_ids"]])).logits[0].float()
-        assert relative(ours[f"logits.{i}"], ref) <= 1e-5
+        assert relative_error(ours[f"logits.{i}"], ref) <= 1e-5
 
 
 def test_transformers_loads_merged_export(setup, trained, tmp_path):
@@ -95,7 +92,7 @@ def test_transformers_loads_merged_export(setup, trained, tmp_path):
         ids = torch.tensor([row["input_ids"]])
         with torch.no_grad():
             got, want = merged(input_ids=ids).logits, peft_model(input_ids=ids).logits
-        assert relative(got, want) <= 1e-5
+        assert relative_error(got, want) <= 1e-5
 
 
 def test_gradient_checkpointing_gives_identical_training(setup, trained, tmp_path):
@@ -118,4 +115,4 @@ def test_batch_of_four_equals_four_micro_batches_of_one(setup, tmp_path):
         assert abs(got - want) <= 1e-5 * abs(want)
     ta, tb = load_file(str(a / "adapter_model.safetensors")), load_file(str(b / "adapter_model.safetensors"))
     for name in ta:
-        assert relative(ta[name], tb[name]) <= 1e-5, name
+        assert relative_error(ta[name], tb[name]) <= 1e-5, name

@@ -1,8 +1,10 @@
-// Helpers shared by the io tests: a self-removing temporary directory and raw file access, so
-// malformed safetensors files can be crafted byte by byte.
+// Helpers shared by the io tests: raw file access, so malformed safetensors files can be crafted
+// byte by byte (and the shared TempDir).
 #pragma once
 
 #include <gtest/gtest.h>
+
+#include "../test_support.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -16,26 +18,7 @@ namespace finetune::io_test {
 
 using Bytes = std::vector<uint8_t>;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "finetune_io_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::TempDir;
 
 inline void write_bytes(const std::string& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

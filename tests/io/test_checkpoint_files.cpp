@@ -16,22 +16,9 @@ using io_test::pattern_bytes;
 using io_test::TempDir;
 using io_test::write_bytes;
 
-template <typename Action>
-std::string error_message(Action&& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a finetune::Error";
-  return "";
-}
+using testing::error_message;
 
-void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-  }
-}
+using testing::expect_contains;
 
 void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

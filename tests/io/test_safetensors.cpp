@@ -25,17 +25,7 @@ using io_test::write_bytes;
 constexpr DType kAllDTypes[] = {DType::F64, DType::F32, DType::F16, DType::BF16, DType::I64,
                                 DType::I32, DType::I16, DType::I8,  DType::U8,   DType::BOOL};
 
-// The message of the finetune::Error that `action` throws; any other outcome fails the test.
-template <typename Action>
-std::string error_message(Action&& action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a finetune::Error";
-  return "";
-}
+using testing::error_message;
 
 Bytes tensor_bytes(const SafetensorsFile& file, const TensorInfo& info) {
   const auto* data = static_cast<const uint8_t*>(file.data(info));

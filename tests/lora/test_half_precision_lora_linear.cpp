@@ -7,6 +7,7 @@
 #include <string>
 
 #include "finetune/lora/half_precision_lora_linear.h"
+#include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"
 
 namespace finetune {
@@ -103,27 +104,54 @@ TEST(HalfPrecisionLoraLinear, MatchesPeftWithinBf16RoundingWithoutBias) { expect
 
 TEST(HalfPrecisionLoraLinear, MatchesPeftWithinBf16RoundingWithBias) { expect_as_accurate_as_peft(true); }
 
-TEST(HalfPrecisionLoraLinear, AppliesToHalfPrecisionInputsWithoutDropout) {
+TEST(HalfPrecisionLoraLinear, AppliesUnderThePolicyToHalfPrecisionInputsWithoutDropout) {
   LoraAdapter adapter;
+  adapter.kernels.half_precision_lora = true;
   const auto bf16 = at::zeros({2, 4}, at::kBFloat16);
-  EXPECT_TRUE(use_half_precision_lora(bf16, adapter, /*training=*/true));
-  EXPECT_TRUE(use_half_precision_lora(at::zeros({2, 4}, at::kHalf), adapter, true));
-  EXPECT_FALSE(use_half_precision_lora(at::zeros({2, 4}), adapter, true));  // fp32: PEFT's exact expression
+  EXPECT_TRUE(adapter.uses_half_precision_path(bf16, /*training=*/true));
+  EXPECT_TRUE(adapter.uses_half_precision_path(at::zeros({2, 4}, at::kHalf), true));
+  EXPECT_FALSE(adapter.uses_half_precision_path(at::zeros({2, 4}), true));  // fp32: PEFT's exact expression
   adapter.dropout = 0.1;
-  EXPECT_FALSE(use_half_precision_lora(bf16, adapter, /*training=*/true));  // dropout needs x's mask
-  EXPECT_TRUE(use_half_precision_lora(bf16, adapter, /*training=*/false));
+  EXPECT_FALSE(adapter.uses_half_precision_path(bf16, /*training=*/true));  // dropout needs x's mask
+  EXPECT_TRUE(adapter.uses_half_precision_path(bf16, /*training=*/false));
+  adapter.kernels.half_precision_lora = false;  // the CPU's policy: PEFT's expression in any dtype
+  EXPECT_FALSE(adapter.uses_half_precision_path(bf16, /*training=*/false));
+}
+
+TEST(HalfPrecisionLoraLinear, CpuPolicyKeepsPeftsExpression) {
+  ModelConfig config;
+  config.head_dim = 64;
+  const auto cpu = choose_kernel_policy(at::kCPU, at::kBFloat16, config);
+  EXPECT_FALSE(cpu.half_precision_lora);
+  EXPECT_FALSE(cpu.fused_elementwise);
+  EXPECT_FALSE(cpu.fused_rms_norm);
+  EXPECT_FALSE(cpu.variable_length_attention);
+  EXPECT_FALSE(cpu.fused_adamw);
+  const auto cuda = choose_kernel_policy(at::Device(at::kCUDA, 0), at::kBFloat16, config);
+  EXPECT_TRUE(cuda.half_precision_lora);
+  EXPECT_TRUE(cuda.variable_length_attention);
+  EXPECT_TRUE(cuda.fused_adamw);
+  EXPECT_EQ(cuda.fused_elementwise, cuda_kernels_compiled_in());
+  const auto cuda_fp32 = choose_kernel_policy(at::Device(at::kCUDA, 0), at::kFloat, config);
+  EXPECT_FALSE(cuda_fp32.half_precision_lora);
+  EXPECT_FALSE(cuda_fp32.variable_length_attention);
+  config.head_dim = 12;  // flash attention needs a multiple of 8
+  EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCUDA, 0), at::kBFloat16, config).variable_length_attention);
 }
 
 TEST(HalfPrecisionLoraLinear, LinearForwardRoutesBf16AdaptersThroughIt) {
   const auto c = make_case(false);
   Linear layer;
   layer.weight = c.weight;
-  layer.lora = std::make_unique<LoraAdapter>();
-  layer.lora->lora_A = c.lora_A;
-  layer.lora->lora_B = c.lora_B;
-  layer.lora->scaling = c.scaling;
+  auto lora = std::make_unique<LoraAdapter>();
+  lora->lora_A = c.lora_A;
+  lora->lora_B = c.lora_B;
+  lora->scaling = c.scaling;
+  lora->kernels.half_precision_lora = true;
+  const auto* adapter = lora.get();
+  layer.adapter = std::move(lora);
   auto y = linear_forward(layer, c.x, /*training=*/true);
-  EXPECT_TRUE(at::equal(y, half_precision_lora_linear(c.x, c.weight, c.bias, *layer.lora)));
+  EXPECT_TRUE(at::equal(y, half_precision_lora_linear(c.x, c.weight, c.bias, *adapter)));
 }
 
 TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {

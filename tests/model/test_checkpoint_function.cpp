@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "../model/tiny_config.h"
-#include "finetune/lora/lora_model.h"
+#include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/loss.h"
 

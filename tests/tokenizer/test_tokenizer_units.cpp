@@ -3,6 +3,8 @@
 // name the file and the field.
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,22 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test under the system temp dir.
-class TempDir {
- public:
-  explicit TempDir(const std::string& name) : path_(fs::temp_directory_path() / ("finetune_tok_" + name)) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  void write(const std::string& file, const std::string& content) const {
-    std::ofstream(path_ / file, std::ios::binary) << content;
-  }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // A tiny valid byte-level BPE tokenizer.json; tests break one field at a time.
 nlohmann::json tiny_tokenizer_json() {

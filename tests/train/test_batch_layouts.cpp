@@ -6,7 +6,7 @@
 
 #include "../model/tiny_config.h"
 #include "finetune/data/batch.h"
-#include "finetune/lora/lora_model.h"
+#include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"

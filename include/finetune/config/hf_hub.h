@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "finetune/config/options.h"
+#include "finetune/launch/environment.h"
 
 namespace finetune {
 

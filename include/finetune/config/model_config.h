@@ -47,11 +47,17 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> pad_token_id;
   // Mistral's sliding-window attention span (transformers' default 4096 when the key is absent).
-  // Harmless while every training sequence fits in it: the trainer checks seq_len against it.
-  // Always empty for Qwen2/Qwen3 (their use_sliding_window=true is rejected here).
+  // Harmless while every sequence fits in it, which check_sequence_length enforces (the
+  // commands call it with --max_seq_length). Always empty for Qwen2/Qwen3 (their
+  // use_sliding_window=true is rejected here).
   std::optional<int64_t> sliding_window;
   nlohmann::json raw;           // the original config.json, re-written on merged export
 };
+
+// Sequences of up to `max_seq_length` tokens attend exactly as transformers does: with a sliding
+// window, only when they fit in it (past it transformers attends to the last `sliding_window`
+// tokens, which we do not implement). UsageError naming both numbers otherwise.
+void check_sequence_length(const ModelConfig& config, int64_t max_seq_length);
 
 // `source` names the file in error messages.
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source);

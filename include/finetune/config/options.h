@@ -13,18 +13,17 @@
 #include <string>
 #include <vector>
 
+#include "finetune/ddp/ddp_defaults.h"
+#include "finetune/launch/environment.h"
+#include "finetune/model/projection_names.h"
+
 namespace finetune {
-
-using EnvMap = std::map<std::string, std::string>;
-
-// Snapshot of the process environment (pure functions take an EnvMap, not getenv).
-EnvMap current_environment();
 
 struct Options {
   // --- model
   std::string model_name;            // local dir or hub id resolved via the local HF cache
   int64_t max_seq_length = 2048;
-  std::string dtype = "auto";        // auto|bfloat16|float16|float32 (auto: bf16 on CUDA, fp32 on CPU)
+  std::string dtype = "auto";        // model/dtype_names.h (auto: bf16 on CUDA, fp32 on CPU)
   bool load_in_4bit = false;         // accepted for CLI compatibility; true -> "not supported"
   std::string device = "auto";       // auto|cpu|cuda
 
@@ -36,8 +35,7 @@ struct Options {
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
   int64_t random_state = 3407;
   bool use_rslora = false;
-  std::vector<std::string> target_modules = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                             "gate_proj", "up_proj", "down_proj"};
+  std::vector<std::string> target_modules = projection_names();
   std::string init_adapter;          // existing PEFT adapter dir to start from
 
   // --- training
@@ -55,7 +53,7 @@ struct Options {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;        // <= 0 disables clipping
-  std::string lr_scheduler_type = "linear";  // linear|cosine|constant|constant_with_warmup
+  std::string lr_scheduler_type = "linear";  // train/lr_schedule.h: lr_scheduler_types()
   int64_t seed = 3407;
 
   // --- data
@@ -63,7 +61,7 @@ struct Options {
   std::string eval_dataset;
   double eval_split = 0.0;           // fraction of the training rows held out for evaluation
   int64_t eval_steps = 0;            // 0: evaluate only at the end (when there is eval data)
-  std::string chat_template = "auto";  // auto|chatml|llama3|mistral|alpaca
+  std::string chat_template = "auto";  // data/chat_template.h: chat_template_names()
   bool train_on_completions = true;
   bool skip_bad_rows = false;
   bool group_by_length = false;
@@ -75,19 +73,21 @@ struct Options {
   std::string output_dir = "outputs";
   int64_t save_steps = 0;            // 0: only the final save
   bool save_model = false;           // also export per --save_method into --save_path
-  std::string save_method = "lora";  // lora|merged_16bit (merged_4bit, gguf: not supported)
+  std::string save_method = "lora";  // checkpoint/save_methods.h
   std::string save_path = "model";
 
   // --- logging
   std::string report_to = "none";    // none|jsonl (metrics.jsonl is always written)
+  std::string log_level = "info";    // util/log.h: level_names()
+  bool require_loss_decrease = false;  // exit 1 unless the last steps' loss is below the first steps
   int64_t logging_steps = 1;
   std::string dump_logits;           // eval: write logits to this .safetensors file
   int64_t profile_start_step = 0;    // profile optimizer steps from this one (1-based); 0 = off
   int64_t profile_steps = 3;         // how many steps the profile covers
 
   // --- distributed
-  double ddp_timeout = 1800;         // seconds without progress before aborting
-  int64_t ddp_bucket_cap_mb = 25;
+  double ddp_timeout = kDefaultDdpTimeoutSeconds;         // seconds without progress before aborting
+  int64_t ddp_bucket_cap_mb = kDefaultBucketCapMb;
   bool ddp_find_unused_parameters = false;
   int64_t ddp_check_consistency_steps = 0;
   std::string ddp_backend = "auto";  // auto|nccl|gloo
@@ -100,6 +100,7 @@ struct OptionSpec {
   std::string type;        // int|float|bool|string|list
   std::string default_value;
   std::string help;
+  std::vector<std::string> choices;  // the accepted values of a choice option (or a list's items)
 };
 
 const std::vector<OptionSpec>& option_table();

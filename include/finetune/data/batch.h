@@ -16,22 +16,19 @@ struct HostBatch {
   std::vector<int64_t> input_ids;                // rows * seq_len, padded with pad_token_id
   std::vector<int64_t> labels;                   // rows * seq_len, -100 on padding
   std::vector<int64_t> position_ids;             // rows * seq_len, restart at 0 per sample
-  std::vector<int64_t> attention_mask;           // rows * seq_len, 1 on real tokens, 0 on padding
   std::vector<std::vector<int64_t>> sample_lengths;  // per row, the lengths of its samples
   int64_t trainable_tokens = 0;                  // positions that enter the loss (after shift)
   int64_t real_tokens = 0;                       // non-padding tokens
-  bool packed = false;
 };
 
-// Right-pads one sample per row. pad_to_multiple_of rounds seq_len up (e.g. 8 for tensor cores).
-HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
-                  int64_t pad_token_id, int64_t pad_to_multiple_of = 1);
+// Right-pads one sample per row.
+HostBatch collate(const std::vector<Sample>& samples, const std::vector<int64_t>& indices, int64_t pad_token_id);
 
 // Several samples per row (rows[r] lists the samples of row r, in order), right-padded. Position
 // ids restart at every sample, and each later sample's first label is -100: it would otherwise be
 // predicted from the previous sample's last token. The loss therefore equals the unpacked loss.
 HostBatch collate_rows(const std::vector<Sample>& samples, const std::vector<std::vector<int64_t>>& rows,
-                       int64_t pad_token_id, int64_t pad_to_multiple_of = 1);
+                       int64_t pad_token_id);
 
 // The same tokens as one row with no padding at all (sample lengths kept): the layout for
 // variable-length attention, where padding costs nothing.

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace finetune {
@@ -51,6 +52,11 @@ struct TextSegment {
 //   anything else (or empty)       -> Alpaca (conversation datasets then need an explicit format)
 // An unknown name is a UsageError.
 ChatFormat chat_format_from_name(const std::string& name, const std::string& tokenizer_chat_template);
+
+// The names chat_format_from_name accepts ("auto" first), and its aliases -> name: the option
+// parser and its help text read them from here.
+const std::vector<std::string>& chat_template_names();
+const std::vector<std::pair<std::string, std::string>>& chat_template_aliases();
 
 // The canonical name of a format (as chat_format_from_name accepts it), for logs.
 std::string chat_format_name(ChatFormat format);

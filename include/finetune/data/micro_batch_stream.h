@@ -27,7 +27,6 @@ struct MicroBatchStreamConfig {
   bool packing = false;
   int64_t max_seq_length = 2048;  // row capacity when packing
   int64_t pad_token_id = 0;
-  int64_t pad_to_multiple_of = 1;
 };
 
 class MicroBatchStream {
@@ -36,7 +35,6 @@ class MicroBatchStream {
 
   int64_t micro_batches_per_epoch() const { return micro_batches_per_epoch_; }
   int64_t steps_per_epoch() const;
-  int64_t epoch() const { return epoch_; }
 
   // The next optimizer step's micro-batches (1..gradient_accumulation_steps of them).
   std::vector<HostBatch> next_step();

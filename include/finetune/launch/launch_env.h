@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "finetune/config/options.h"
+#include "finetune/launch/environment.h"
 
 namespace finetune {
 

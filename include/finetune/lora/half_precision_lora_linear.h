@@ -12,8 +12,10 @@
 // from keep about fp32 accuracy (split operands); the update added to the bf16 output and to the
 // input gradient uses the bf16-rounded factors, an error of at most bf16 rounding of the update.
 //
-// Used when the input is bf16/fp16 and no LoRA dropout is drawn; fp32 models keep PEFT's exact
-// expression (lora_adapter.h), which the CPU parity tests compare bit for bit.
+// Used when the kernel policy says so (CUDA bf16/fp16), the input is half precision and no LoRA
+// dropout is drawn (LoraAdapter::uses_half_precision_path); everywhere else PEFT's exact
+// expression runs (lora_adapter.h), which the CPU parity tests compare bit for bit. The function
+// itself also runs on the CPU (the tests compare it there against PEFT's expression in float64).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -36,9 +38,6 @@ struct HalfPrecisionOperands {
 
 // The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.
 std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype);
-
-// Whether `half_precision_lora_linear` applies to input `x`.
-bool use_half_precision_lora(const at::Tensor& x, const LoraAdapter& adapter, bool training);
 
 // x: (..., in_features) bf16/fp16; weight (out, in) and bias (out) in x's dtype (bias may be
 // undefined) -> (..., out_features) in x's dtype. Differentiable in x, lora_A and lora_B.

@@ -16,6 +16,8 @@ at::Tensor sum_halves(const at::Tensor& product, int64_t dim);
 // product (rows, 2r) fp32, the result of a GEMM against a [hi, lo] split operand ->
 // (rows, 2r) in `dtype`: [half(v), half(v - half(v))] with v = scaling * (product[:, :r] + product[:, r:]),
 // i.e. the scaled fp32 intermediate, split for the next GEMMs (Note [Split fp32 operands]).
-at::Tensor scaled_sum_split(const at::Tensor& product, double scaling, at::ScalarType dtype);
+// `cuda_kernel` (KernelPolicy::lora_split_kernel) runs it as one CUDA kernel on a contiguous
+// CUDA product; otherwise as ATen ops.
+at::Tensor scaled_sum_split(const at::Tensor& product, double scaling, at::ScalarType dtype, bool cuda_kernel);
 
 }  // namespace finetune

@@ -16,6 +16,7 @@
 
 #include "finetune/config/model_config.h"
 #include "finetune/model/attention_mask.h"
+#include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"
 
 namespace finetune {
@@ -35,17 +36,20 @@ struct ForwardOptions {
 
 class CausalLM {
  public:
-  // Allocates uninitialised parameters of `dtype` on `device`; load weights next (weights.h).
+  // Allocates uninitialised parameters of `dtype` on `device`; load weights next
+  // (checkpoint/model_weights.h). The kernels are chosen here, once (kernel_policy.h).
   CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device);
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
+  const KernelPolicy& kernel_policy() const { return kernels_; }
 
   // Every base parameter with its HF name; lm_head.weight is listed only when untied.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
-  // Every Linear that can take a LoRA adapter, named like HF (model.layers.0.self_attn.q_proj).
+  // Every projection that can take an adapter, named like HF (model.layers.0.self_attn.q_proj).
   std::vector<std::pair<std::string, Linear*>> named_linears();
+  std::vector<std::pair<std::string, const Linear*>> named_linears() const;
 
   // input_ids, position_ids: (B, T) int64 -> final hidden states (B, T, C) in the model dtype.
   at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -57,10 +61,6 @@ class CausalLM {
 
   int64_t parameter_count() const;
 
-  // Whether batches may use the variable-length (padding-free) layout: flash attention needs a
-  // CUDA device, fp16/bf16 and a head_dim that is a multiple of 8 up to 256.
-  bool supports_variable_length() const;
-
  private:
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
                            const at::Tensor& sin, const AttentionMask& mask, bool training) const;
@@ -68,6 +68,7 @@ class CausalLM {
   ModelConfig config_;
   at::ScalarType dtype_;
   at::Device device_;
+  KernelPolicy kernels_;
   at::Tensor embed_tokens_;  // (V, C)
   std::vector<DecoderLayer> layers_;
   at::Tensor norm_;          // (C)

@@ -1,5 +1,5 @@
 // --device / --dtype resolution: "auto" means the local GPU (by local rank) when LibTorch sees
-// one, else the CPU; bf16 on CUDA and fp32 on CPU.
+// one, else the CPU; bf16 on CUDA and fp32 on CPU. The dtype spellings are dtype_names.h's.
 #pragma once
 
 #include <string>

@@ -2,16 +2,13 @@
 // each as one autograd node with a fused backward. They compute transformers' bf16/fp16
 // expressions with the same roundings in the same order (elementwise ops in fp32, rounded to the
 // model dtype after each ATen op that HF's Python would run), in one pass over memory.
-// Builds without CUDA, and CPU or fp32 tensors, use the plain ATen expressions instead
-// (`fused_kernels_apply` says which).
+// Whether they run is KernelPolicy::fused_elementwise (kernel_policy.h); builds without CUDA
+// kernels throw if called.
 #pragma once
 
 #include <ATen/ATen.h>
 
 namespace finetune {
-
-// Whether the fused kernels take `x`: a contiguous CUDA bf16/fp16 tensor, in a CUDA build.
-bool fused_kernels_apply(const at::Tensor& x);
 
 // RoPE, HF's (x * cos) + (rotate_half(x) * sin): x (B, T, H, D) contiguous, cos/sin (B, T, D).
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);

@@ -1,12 +1,13 @@
 // RMSNorm exactly as transformers' LlamaRMSNorm: normalise in fp32, cast back, then scale:
 //   weight * (x.float() * rsqrt(mean(x.float()^2, -1) + eps)).to(x.dtype)
-// On CUDA in bf16/fp16 ATen's fused kernel computes the same expression with a single rounding.
+// With fused_kernel (KernelPolicy::fused_rms_norm: CUDA bf16/fp16) ATen's fused kernel computes
+// the same expression with a single rounding.
 #pragma once
 
 #include <ATen/ATen.h>
 
 namespace finetune {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused_kernel);
 
 }  // namespace finetune

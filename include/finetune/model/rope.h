@@ -22,6 +22,7 @@ RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_id
 // x: (B, T, H, head_dim), heads after tokens (the projection's own layout, so the elementwise
 // kernels read contiguous memory); rotates pairs (i, i + head_dim/2) like HF's rotate_half, with
 // the same operations on the same values as HF's (B, H, T, head_dim) layout.
-at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
+// fused_kernel (KernelPolicy::fused_elementwise): one CUDA kernel each way (fused_kernels.h).
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, bool fused_kernel);
 
 }  // namespace finetune

@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace finetune {
 
 struct AddedToken {
@@ -21,6 +23,12 @@ struct AddedToken {
   bool single_word = false;
   bool normalized = false;  // matched against the normalized text instead of the raw text
 };
+
+// One added-token entry as tokenizer.json's added_tokens and tokenizer_config.json's
+// added_tokens_decoder write it ({"content", "special", "lstrip", "rstrip", "single_word",
+// "normalized"}; `normalized` defaults to !special), with the id given by the caller. Throws
+// nlohmann's exception on a missing or mistyped field (the caller names file and field).
+AddedToken added_token_from_json(const nlohmann::json& entry, int32_t id);
 
 // A piece of input: either plain text (added_id < 0) or one added token.
 struct AddedTokenSplit {

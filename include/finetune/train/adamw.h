@@ -1,7 +1,7 @@
 // AdamW with torch.optim.AdamW's arithmetic (decoupled weight decay, bias correction in double
-// precision on the host). CPU uses the single-tensor formula step by step, which is what the
-// reference loop runs there; CUDA uses ATen's multi-tensor fused kernel (_fused_adamw_), one
-// launch for all parameters.
+// precision on the host). Without `fused` it runs the single-tensor formula step by step, which is
+// what the reference loop runs on the CPU; with `fused` (KernelPolicy::fused_adamw, CUDA) ATen's
+// multi-tensor fused kernel (_fused_adamw_), one launch for all parameters.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@ struct AdamWOptions {
 
 class AdamW {
  public:
-  AdamW(std::vector<at::Tensor> parameters, AdamWOptions options);
+  AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fused);
 
   // One update with learning rate `lr` from the parameters' current .grad.
   void step(double lr);
@@ -32,6 +32,7 @@ class AdamW {
   std::vector<at::Tensor> exp_avg_sq_;
   std::vector<at::Tensor> state_steps_;  // fp32 scalars on the device (fused kernel's step tensors)
   AdamWOptions options_;
+  bool fused_;
   int64_t step_count_ = 0;
 };
 

@@ -21,7 +21,7 @@ struct DeviceBatch {
   int64_t real_tokens = 0;
 };
 
-// variable_length: flatten the batch into one padding-free row (model.supports_variable_length()).
+// variable_length: flatten the batch into one padding-free row (model.kernel_policy().variable_length_attention).
 DeviceBatch to_device(const HostBatch& batch, const at::Device& device, bool variable_length = false);
 
 }  // namespace finetune

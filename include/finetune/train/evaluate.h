@@ -1,5 +1,5 @@
 // Mean per-token loss and perplexity of a model over samples (eval loop shared by `finetune eval`
-// and the trainer's periodic evaluation). Optionally writes every sample's logits (its real
+// and the trainer's periodic evaluation, which shards it over the ranks). Optionally writes every sample's logits (its real
 // tokens only) to a safetensors file as `logits.<index>` (len, vocab) fp32, for parity checks.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "finetune/data/sample.h"
+#include "finetune/ddp/communicator.h"
 #include "finetune/model/causal_lm.h"
 
 namespace finetune {
@@ -21,5 +22,11 @@ struct EvalResult {
 
 EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, const std::vector<int64_t>& indices,
                     int64_t batch_size, int64_t pad_token_id, const std::string& dump_logits_path = "");
+
+// The mean token loss over every sample, scored across the ranks: rank r takes rows r, r+world,
+// ... (each row exactly once) and the (loss sum, token count) pairs are all-reduced. Every rank
+// must call it (it is a collective) and gets the same value.
+double evaluate_across_ranks(const CausalLM& model, const std::vector<Sample>& samples, Communicator& communicator,
+                             int64_t batch_size, int64_t pad_token_id);
 
 }  // namespace finetune

@@ -4,11 +4,18 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace finetune {
 
+// The schedule names lr_multiplier knows (the option parser reads them from here).
+inline const std::vector<std::string>& lr_scheduler_types() {
+  static const std::vector<std::string> types = {"linear", "cosine", "constant", "constant_with_warmup"};
+  return types;
+}
+
 struct LrSchedule {
-  std::string type = "linear";  // linear|cosine|constant|constant_with_warmup
+  std::string type = "linear";  // one of lr_scheduler_types()
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
 };

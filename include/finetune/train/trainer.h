@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "finetune/data/micro_batch_stream.h"
-#include "finetune/dist/communicator.h"
-#include "finetune/lora/lora_model.h"
+#include "finetune/ddp/communicator.h"
+#include "finetune/ddp/ddp_defaults.h"
+#include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/adamw.h"
 #include "finetune/train/lr_schedule.h"
@@ -38,15 +39,15 @@ struct TrainerConfig {
   bool gradient_checkpointing = true;
   std::string output_dir;
   int64_t ddp_check_consistency_steps = 0;
-  int64_t ddp_bucket_cap_mb = 25;
+  int64_t ddp_bucket_cap_mb = kDefaultBucketCapMb;
   bool ddp_find_unused_parameters = false;
   int64_t profile_start_step = 0;  // 0: no profile (step_profiler.h)
   int64_t profile_steps = 3;
 };
 
 struct TrainerHooks {
-  // Global (loss_sum, tokens) over the eval set; empty when there is no eval data.
-  std::function<std::optional<double>()> evaluate;
+  // The global mean eval loss (a collective: every rank calls it); unset when there is no eval data.
+  std::function<double()> evaluate;
   // Writes an adapter checkpoint into a directory (called on rank 0 only).
   std::function<void(const std::string& dir)> save_checkpoint;
 };
@@ -56,6 +57,7 @@ struct TrainResult {
   std::optional<double> final_eval_loss;
   double elapsed_s = 0;
   int64_t tokens = 0;
+  double tokens_per_second() const { return static_cast<double>(tokens) / (elapsed_s > 0 ? elapsed_s : 1e-9); }
 };
 
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,

@@ -4,12 +4,21 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace finetune::log {
 
 enum class Level { Debug, Info, Warn, Error };
 
-// Prefixes messages with "[rank R]" when world_size > 1; level from FINETUNE_LOG_LEVEL or `level`.
+// The --log_level names (also FINETUNE_LOG_LEVEL through the option layers), in Level's order.
+inline const std::vector<std::string>& level_names() {
+  static const std::vector<std::string> names = {"debug", "info", "warn", "error"};
+  return names;
+}
+// The level of one of level_names() (UsageError otherwise).
+Level level_from_name(const std::string& name);
+
+// Prefixes messages with "[rank R]" when world_size > 1; messages below `level` are dropped.
 void configure(int rank, int world_size, Level level = Level::Info);
 
 void debug(const std::string& message);

@@ -3,7 +3,7 @@
 // lora/lora_kernels.cpp, element by element.
 #include "lora_split_kernel.h"
 
-#include "../../model/cuda/half_precision.cuh"
+#include "finetune/kernels/half_precision.cuh"
 
 namespace finetune::cuda_kernels {
 namespace {

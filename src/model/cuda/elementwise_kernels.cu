@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "half_precision.cuh"
+#include "finetune/kernels/half_precision.cuh"
 
 namespace finetune::cuda_kernels {
 namespace {

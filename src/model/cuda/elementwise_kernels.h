@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "half_kind.h"
+#include "finetune/kernels/half_kind.h"
 
 namespace finetune::cuda_kernels {
 

@@ -3,9 +3,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "elementwise_kernels.h"
-#include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
-#include "kernel_launch.h"
+#include "finetune/kernels/kernel_launch.h"
 
 namespace finetune {
 namespace {
@@ -67,10 +66,6 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
 };
 
 }  // namespace
-
-bool fused_kernels_apply(const at::Tensor& x) {
-  return x.is_cuda() && is_half_precision(x.scalar_type()) && x.is_contiguous();
-}
 
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t head_dim = x.size(-1);

@@ -1,0 +1,16 @@
+// merged_16bit export: a full Hugging Face model directory with every adapter folded into its
+// base weight as PEFT's merge does (LoRA: W += (B @ A * scaling).to(W.dtype)), saved in the model's
+// dtype (bf16/fp16 on GPU; a CPU fp32 run stays fp32 rather than losing precision), sharded like
+// transformers (model-0000i-of-0000N.safetensors + index above 5 GB), with config.json and the
+// tokenizer / generation files copied from the base model. transformers.from_pretrained loads it.
+#pragma once
+
+#include <string>
+
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir);
+
+}  // namespace finetune

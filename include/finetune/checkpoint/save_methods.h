@@ -1,0 +1,26 @@
+// The --save_method values that the end of training can write, and the known ones it cannot yet:
+// one list for the export dispatch (model_export.cpp), the option parser and its help.
+// Header-only and LibTorch-free, so the option parser can use it.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace finetune {
+
+inline const std::vector<std::string>& supported_save_methods() {
+  static const std::vector<std::string> methods = {"lora", "merged_16bit"};
+  return methods;
+}
+
+// Unsloth CLI spellings we recognise but do not implement, with the reason (a clearer error than
+// "unknown value"); any "gguf*" method is among them.
+inline const std::vector<std::pair<std::string, std::string>>& unsupported_save_methods() {
+  static const std::vector<std::pair<std::string, std::string>> methods = {
+      {"merged_4bit", "4-bit export is not implemented"}, {"merged_4bit_forced", "4-bit export is not implemented"}};
+  return methods;
+}
+inline constexpr const char* kGgufSaveMethodPrefix = "gguf";
+
+}  // namespace finetune

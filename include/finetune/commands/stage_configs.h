@@ -1,0 +1,70 @@
+// The option set, parsed once (config/options.h), cut into each stage's own small config by pure
+// functions: no stage below the commands sees `Options`, so each one's dependencies are visible in
+// its config type, and each conversion is unit-tested (tests/commands/test_stage_configs.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "finetune/config/options.h"
+#include "finetune/checkpoint/model_export.h"
+#include "finetune/data/dataset.h"
+#include "finetune/data/micro_batch_stream.h"
+#include "finetune/ddp/communicator.h"
+#include "finetune/launch/launch_env.h"
+#include "finetune/lora/lora_config.h"
+#include "finetune/train/trainer.h"
+
+namespace finetune {
+
+// Where the base model comes from and in which dtype it runs.
+struct ModelSource {
+  std::string model_name;  // directory or hub id
+  std::string dtype = "auto";
+  std::string device = "auto";
+};
+ModelSource model_source_from(const Options& options);
+
+// The adapter to train: a fresh LoRA from the options, or --init_adapter's (whose own
+// adapter_config.json then decides r, alpha and targets).
+struct AdapterSetup {
+  LoraConfig lora;           // from the options (r, alpha, dropout, rsLoRA, targets, bias)
+  std::string init_adapter;  // empty: fresh
+  uint64_t random_state = 3407;
+};
+AdapterSetup adapter_setup_from(const Options& options);
+
+// The datasets and how their rows are tokenized (the chat format is resolved later, against the
+// tokenizer's own template).
+struct DataSetup {
+  std::string dataset;
+  std::string eval_dataset;
+  double eval_split = 0;
+  uint64_t seed = 3407;      // for the --eval_split hold-out
+  std::string chat_template = "auto";
+  int64_t max_seq_length = 2048;
+  bool train_on_completions = true;
+  bool skip_bad_rows = false;
+};
+DataSetup data_setup_from(const Options& options);
+
+CommunicatorOptions communicator_options_from(const Options& options);
+
+// Sampling, batching and accumulation for this rank.
+MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id);
+
+// Total optimizer steps: --max_steps when > 0, else ceil(num_train_epochs x steps per epoch);
+// a count beyond 2^53 (a double's integer range) is a UsageError.
+int64_t total_steps_from(const Options& options, int64_t steps_per_epoch);
+
+// The trainer's settings for `total_steps` steps.
+TrainerConfig trainer_config_from(const Options& options, int64_t total_steps);
+
+// What to write after training besides the adapter in --output_dir.
+struct ExportSetup {
+  bool save_model = false;  // export at all
+  ExportConfig export_config;
+};
+ExportSetup export_setup_from(const Options& options);
+
+}  // namespace finetune

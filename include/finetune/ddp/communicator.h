@@ -1,0 +1,57 @@
+// One interface for the collectives the trainer needs, with three backends:
+//   LocalCommunicator  world_size 1: every operation is the identity (no threads, no sockets)
+//   GlooCommunicator   CPU tensors, through LibTorch's c10d ProcessGroupGloo
+//   NcclCommunicator   CUDA tensors, through the NCCL C API on its own stream, ordered after the
+//                      compute stream with CUDA events (no host synchronisation in the hot path)
+// All are bootstrapped through a c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it, or
+// torchrun's agent does), or, for NCCL under MPI builds, an MPI broadcast of the unique id.
+// A watchdog aborts the communicator and raises DistributedError naming the rank and operation
+// when an operation makes no progress for `timeout_seconds` or NCCL reports an async error, so a
+// dead or stuck peer never hangs the job.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "finetune/ddp/ddp_defaults.h"
+#include "finetune/launch/launch_env.h"
+
+namespace finetune {
+
+// A launched collective; wait() makes the current device stream wait for it (no host sync on CUDA;
+// on CPU it blocks until done). Throws DistributedError on failure/timeout.
+class CollectiveWork {
+ public:
+  virtual ~CollectiveWork() = default;
+  virtual void wait() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // Sum over the ranks, in place. `what` names the operation in timeout / failure messages
+  // (e.g. "grad bucket 3").
+  virtual std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) = 0;
+  void all_reduce(at::Tensor& tensor, const std::string& what) { all_reduce_async(tensor, what)->wait(); }
+  virtual void broadcast(at::Tensor& tensor, int root, const std::string& what) = 0;
+  virtual void barrier(const std::string& what) = 0;
+  // Stops all outstanding communication (used on fatal errors so peers are released).
+  virtual void abort() = 0;
+};
+
+struct CommunicatorOptions {
+  std::string backend = "auto";  // auto (nccl for CUDA, gloo for CPU)|nccl|gloo
+  double timeout_seconds = kDefaultDdpTimeoutSeconds;
+};
+
+std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const at::Device& device,
+                                                const CommunicatorOptions& options);
+
+}  // namespace finetune

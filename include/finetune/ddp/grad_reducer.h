@@ -1,0 +1,68 @@
+// Bucketed gradient all-reduce for the trainable (LoRA) parameters, after PyTorch's C++ DDP
+// reducer (torch/csrc/distributed/c10d/reducer.cpp), reduced to what a LoRA trainer needs.
+//
+//  - Buckets are assigned by byte size in reverse registration order (backward produces the
+//    last layers' gradients first): the first bucket is small (first_bucket_bytes), the rest up
+//    to bucket_cap_bytes (pure function: assign_buckets, unit-tested).
+//  - Each bucket owns one flat buffer; every parameter's .grad is a view into it, so no copy is
+//    needed before or after the all-reduce.
+//  - A post-accumulate-grad hook per parameter marks it ready; when a bucket's last gradient has
+//    landed its all-reduce (SUM: the loss is already normalised by the global token count, see
+//    Note [Global token normalisation] in the trainer) is launched, strictly in bucket order so
+//    every rank issues collectives in the same order, overlapping the rest of backward.
+//  - prepare_for_backward(sync=false) is no_sync: hooks only accumulate (gradient accumulation
+//    micro-steps communicate nothing).
+//  - finalize() launches what is left, waits via events (no device-wide sync), and reports any
+//    parameter that got no gradient (unless find_unused_parameters, which then all-reduces zeros).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "finetune/ddp/communicator.h"
+#include "finetune/ddp/ddp_defaults.h"
+
+namespace finetune {
+
+// Pure: parameter byte sizes in registration order -> buckets (lists of parameter indices), in
+// the order they will be reduced. Parameters are taken in reverse order.
+std::vector<std::vector<size_t>> assign_buckets(const std::vector<int64_t>& parameter_bytes,
+                                                int64_t first_bucket_bytes, int64_t bucket_cap_bytes);
+
+struct GradReducerOptions {
+  int64_t first_bucket_bytes = kFirstBucketBytes;
+  int64_t bucket_cap_bytes = kDefaultBucketCapMb << 20;
+  bool find_unused_parameters = false;
+};
+
+class GradReducer {
+ public:
+  GradReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, Communicator& communicator,
+              GradReducerOptions options);
+  ~GradReducer();
+
+  // Call before each micro-step's backward. sync=false: accumulate locally only.
+  void prepare_for_backward(bool sync);
+  // After the last micro-step's backward: every bucket reduced, grads hold the global sum.
+  void finalize();
+  // Zeroes the flat buffers (the grads stay views into them).
+  void zero_grad();
+
+  // Broadcast parameter values from rank 0 (initial adapter; call once before training), after
+  // verifying that every rank holds the same parameter names and shapes (param_verification.h).
+  void broadcast_parameters();
+  // Checksum all-gather; throws DistributedError naming the first parameter that differs.
+  void check_parameters_consistent(const std::string& when);
+
+  const std::vector<std::vector<size_t>>& buckets() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace finetune

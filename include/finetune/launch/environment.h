@@ -1,0 +1,16 @@
+// The process environment as a value. current_environment() is the one place that reads it, so
+// everything downstream (launch detection, option layering, cache lookup) is a pure function of
+// an EnvMap and testable without touching the real environment.
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace finetune {
+
+using EnvMap = std::map<std::string, std::string>;
+
+// Snapshot of the process environment.
+EnvMap current_environment();
+
+}  // namespace finetune

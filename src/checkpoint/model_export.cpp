@@ -1,0 +1,23 @@
+#include "finetune/checkpoint/model_export.h"
+
+#include "finetune/checkpoint/adapter_io.h"
+#include "finetune/checkpoint/merged_export.h"
+#include "finetune/checkpoint/save_methods.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/text.h"
+
+namespace finetune {
+
+void export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
+                  const std::string& base_model_dir) {
+  if (config.save_method == "lora") {
+    save_adapter(model, lora, config.base_model_name, config.save_path);
+  } else if (config.save_method == "merged_16bit") {
+    export_merged(model, base_model_dir, config.save_path);
+  } else {
+    throw UsageError("--save_method: '" + config.save_method + "' is not supported (" +
+                     join(supported_save_methods(), ", ") + ")");
+  }
+}
+
+}  // namespace finetune

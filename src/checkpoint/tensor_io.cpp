@@ -1,0 +1,66 @@
+#include "finetune/checkpoint/tensor_io.h"
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+at::ScalarType scalar_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::F64: return at::kDouble;
+    case DType::F32: return at::kFloat;
+    case DType::F16: return at::kHalf;
+    case DType::BF16: return at::kBFloat16;
+    case DType::I64: return at::kLong;
+    case DType::I32: return at::kInt;
+    case DType::I16: return at::kShort;
+    case DType::I8: return at::kChar;
+    case DType::U8: return at::kByte;
+    case DType::BOOL: return at::kBool;
+  }
+  throw Error("unknown safetensors dtype");
+}
+
+DType dtype_of(at::ScalarType type, const std::string& context) {
+  switch (type) {
+    case at::kDouble: return DType::F64;
+    case at::kFloat: return DType::F32;
+    case at::kHalf: return DType::F16;
+    case at::kBFloat16: return DType::BF16;
+    case at::kLong: return DType::I64;
+    case at::kInt: return DType::I32;
+    case at::kShort: return DType::I16;
+    case at::kChar: return DType::I8;
+    case at::kByte: return DType::U8;
+    case at::kBool: return DType::BOOL;
+    default: throw Error(context + ": dtype " + std::string(c10::toString(type)) + " cannot be saved as safetensors");
+  }
+}
+
+at::Tensor tensor_view(const SafetensorsFile& file, const TensorInfo& info) {
+  auto options = at::TensorOptions().dtype(scalar_type_of(info.dtype));
+  if (info.end == info.begin) return at::empty(info.shape, options);
+  return at::from_blob(const_cast<void*>(file.data(info)), info.shape, options);
+}
+
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                  const std::map<std::string, std::string>& metadata) {
+  std::vector<at::Tensor> host;  // keeps the CPU copies alive while writing
+  std::vector<TensorView> views;
+  host.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    host.push_back(tensor.detach().to(at::kCPU).contiguous());
+    const auto& cpu = host.back();
+    views.push_back({name, dtype_of(cpu.scalar_type(), path + ": " + name),
+                     std::vector<int64_t>(cpu.sizes().begin(), cpu.sizes().end()), cpu.data_ptr()});
+  }
+  write_safetensors(path, views, metadata);
+}
+
+std::map<std::string, at::Tensor> load_tensors(const std::string& path) {
+  auto file = SafetensorsFile::open(path);
+  std::map<std::string, at::Tensor> out;
+  for (const auto& info : file.tensors()) out[info.name] = tensor_view(file, info).clone();
+  return out;
+}
+
+}  // namespace finetune

@@ -1,0 +1,47 @@
+// `finetune eval`: model + weights (+ adapter) -> data -> mean token loss / perplexity (one JSON line).
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/commands/commands.h"
+#include "finetune/commands/run_setup.h"
+#include "finetune/commands/stage_configs.h"
+#include "finetune/launch/launch_env.h"
+#include "finetune/model/device_memory.h"
+#include "finetune/model/device_selection.h"
+#include "finetune/train/evaluate.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+int run_eval(const Options& options, const EnvMap& env) {
+  const auto data_setup = data_setup_from(options);
+  const std::string data_spec = data_setup.eval_dataset.empty() ? data_setup.dataset : data_setup.eval_dataset;
+  if (data_spec.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  const auto launch = launch_env_from(env);
+  const auto source = model_source_from(options);
+  const auto device = select_device(source.device, launch.local_rank);
+  auto loaded = load_model(source, env, device);
+  check_sequence_length(loaded.model->config(), data_setup.max_seq_length);
+  const auto memory_after_load = peak_device_memory_gib(device);
+  const auto adapter_setup = adapter_setup_from(options);
+  if (!adapter_setup.init_adapter.empty()) setup_adapter(*loaded.model, adapter_setup);
+  const auto data = load_one_dataset(data_spec, data_setup, env, loaded.tokenizer.get());
+
+  std::vector<int64_t> indices(data.samples.size());
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+  const auto result = evaluate(*loaded.model, data.samples, indices, options.per_device_eval_batch_size,
+                               pad_token_id_for(*loaded.model, loaded.tokenizer.get()), options.dump_logits);
+  nlohmann::json line = {{"loss", result.mean_loss()},
+                         {"perplexity", result.perplexity()},
+                         {"tokens", result.tokens},
+                         {"rows", data.samples.size()},
+                         {"rows_skipped", data.stats.rows_no_trainable + data.stats.rows_bad},
+                         {"load_seconds", loaded.load_seconds}};
+  if (memory_after_load) line["memory_after_load_gib"] = *memory_after_load;
+  if (const auto peak = peak_device_memory_gib(device)) line["peak_memory_gib"] = *peak;
+  std::cout << line.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace finetune

@@ -1,0 +1,102 @@
+// `finetune train`: launch env -> communicator -> model + weights -> adapter -> data -> trainer ->
+// adapter save / export. Only wiring: each stage gets its own config (stage_configs.h).
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/checkpoint/adapter_io.h"
+#include "finetune/checkpoint/model_export.h"
+#include "finetune/commands/banner.h"
+#include "finetune/commands/commands.h"
+#include "finetune/commands/run_setup.h"
+#include "finetune/commands/stage_configs.h"
+#include "finetune/ddp/communicator.h"
+#include "finetune/ddp/rendezvous.h"
+#include "finetune/model/device_memory.h"
+#include "finetune/model/device_selection.h"
+#include "finetune/train/evaluate.h"
+#include "finetune/train/loss_trend.h"
+#include "finetune/train/trainer.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/log.h"
+#include "finetune/util/output_directory.h"
+
+namespace finetune {
+namespace {
+
+void save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
+                const std::string& output_dir, const std::string& model_dir) {
+  const auto& config = export_setup.export_config;
+  save_adapter(model, lora, config.base_model_name, output_dir);
+  log::info("adapter saved to " + output_dir);
+  if (!export_setup.save_model) return;
+  export_model(model, lora, config, model_dir);
+  log::info("model saved to " + config.save_path + " (" + config.save_method + ")");
+}
+
+}  // namespace
+
+int run_train(const Options& options, const EnvMap& env) {
+  const Rendezvous rendezvous(launch_env_from(env));
+  const auto& launch = rendezvous.launch();
+  log::configure(launch.rank, launch.world_size, log::level_from_name(options.log_level));
+  const auto source = model_source_from(options);
+  const auto device = select_device(source.device, launch.local_rank);
+  if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
+  auto communicator = make_communicator(launch, device, communicator_options_from(options));
+  const auto export_setup = export_setup_from(options);
+  try {
+    if (launch.rank == 0) {  // fail before hours of training, not at the final save
+      create_output_directory(options.output_dir, "--output_dir");
+      if (export_setup.save_model) create_output_directory(export_setup.export_config.save_path, "--save_path");
+    }
+    auto loaded = load_model(source, env, device);
+    auto& model = *loaded.model;
+    check_sequence_length(model.config(), options.max_seq_length);
+    const auto adapter = setup_adapter(model, adapter_setup_from(options));
+    const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get());
+
+    const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
+    MicroBatchStream stream(data.train.samples, stream_config_from(options, launch, pad_id));
+    const auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
+    if (launch.rank == 0) {
+      log_banner(loaded, adapter, data, stream, launch,
+                 {options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
+                  config.total_steps, config.schedule.warmup_steps});
+      if (const auto memory = peak_device_memory_gib(device)) log::info("GPU memory after load: " + c10::str(*memory) + " GiB");
+    }
+
+    TrainerHooks hooks;
+    if (data.eval) {
+      hooks.evaluate = [&]() {
+        return evaluate_across_ranks(model, data.eval->samples, *communicator, options.per_device_eval_batch_size, pad_id);
+      };
+    }
+    hooks.save_checkpoint = [&](const std::string& dir) {
+      save_adapter(model, adapter.config, export_setup.export_config.base_model_name, dir);
+    };
+
+    const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks);
+    if (launch.rank == 0) save_final(model, adapter.config, export_setup, options.output_dir, loaded.model_dir);
+    communicator->barrier("final save");
+    if (launch.rank == 0) {
+      nlohmann::json summary = {{"steps", config.total_steps},
+                                {"train_loss", result.step_losses.empty() ? 0.0 : result.step_losses.back()},
+                                {"tokens", result.tokens},
+                                {"elapsed_s", result.elapsed_s},
+                                {"tokens_per_s", result.tokens_per_second()}};
+      if (result.final_eval_loss) summary["eval_loss"] = *result.final_eval_loss;
+      if (const auto peak = peak_device_memory_gib(device)) summary["peak_memory_gib"] = *peak;
+      std::cout << summary.dump() << std::endl;
+    }
+    if (options.require_loss_decrease) require_loss_decrease(result.step_losses);  // same losses on every rank
+  } catch (...) {
+    communicator->abort();  // release the peers at once instead of leaving them to time out
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace finetune

@@ -1,0 +1,225 @@
+// The layered option parser: --config FILE.json < environment FINETUNE_<KEY> < command line.
+// All three sources are reduced to strings first (a JSON array becomes a comma-separated list),
+// so one conversion path (the table's bindings, option_table.cpp) validates every source and
+// reports errors the same way.
+#include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "finetune/config/options.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/text.h"
+#include "option_values.h"
+
+namespace finetune {
+namespace {
+
+std::string env_key(const std::string& name) {
+  std::string key = "FINETUNE_";
+  for (unsigned char c : name) key += static_cast<char>(std::toupper(c));
+  return key;
+}
+
+// A raw value and where it came from, for error messages.
+struct RawValue {
+  std::string text;
+  std::string origin;  // "" (command line), "FINETUNE_R", "cfg.json"
+};
+
+std::string describe_option(const std::string& name, const RawValue& raw) {
+  return "--" + name + (raw.origin.empty() ? "" : " (from " + raw.origin + ")");
+}
+
+// Config-file JSON values reduced to the string form the bindings take.
+std::string json_value_to_text(const nlohmann::json& value, const OptionRow& row, const std::string& file) {
+  const std::string where = file + ": " + row.spec.name + ": ";
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_boolean()) return value.get<bool>() ? "true" : "false";
+  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
+  if (value.is_number_float()) {
+    std::ostringstream out;
+    out.precision(17);
+    out << value.get<double>();
+    return out.str();
+  }
+  if (value.is_array() && row.spec.type == "list") {
+    std::vector<std::string> items;
+    for (const auto& item : value) {
+      if (!item.is_string()) throw UsageError(where + "expected an array of strings, got " + value.dump());
+      items.push_back(item.get<std::string>());
+    }
+    return join(items, ",");
+  }
+  throw UsageError(where + "expected a " + row.spec.type + " value, got " + value.dump());
+}
+
+void read_config_file(const std::string& file, std::map<std::string, RawValue>& values) {
+  std::ifstream in(file);
+  if (!in) throw UsageError("--config: cannot read " + in_quotes(file));
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    throw UsageError(file + ": malformed JSON: " + what);
+  }
+  if (!doc.is_object()) throw UsageError(file + ": expected a JSON object of option names to values");
+  for (const auto& [key, value] : doc.items()) {
+    const OptionRow* row = find_option_row(key);
+    if (row == nullptr) throw UsageError(file + ": unknown option " + in_quotes(key));
+    values[key] = RawValue{json_value_to_text(value, *row, file), file};
+  }
+}
+
+// Two cxxopts quirks are smoothed over before it sees the arguments:
+//  - an option with an implicit value never takes the next argument, so `--packing false` is
+//    rewritten to `--packing=false`;
+//  - cxxopts only matches long names of two or more characters, so `--r 8` / `--r=8` (Unsloth's
+//    spelling) become the short form `-r 8`.
+std::vector<std::string> normalize_args(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
+      const auto equals = arg.find('=');
+      const std::string name = arg.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+      const OptionRow* row = find_option_row(name);
+      if (equals == std::string::npos && row != nullptr && row->spec.type == "bool" && i + 1 < args.size()) {
+        // Any bare word after a boolean flag is its value (the action word can only come first),
+        // so `--packing maybe` is reported against --packing rather than as a stray argument.
+        if (args[i + 1].empty() || args[i + 1][0] != '-') arg += "=" + args[++i];
+      }
+      if (name.size() == 1) {
+        out.push_back("-" + name);
+        if (equals != std::string::npos) out.push_back(arg.substr(equals + 1));
+        continue;
+      }
+    }
+    out.push_back(arg);
+  }
+  return out;
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+}  // namespace
+
+std::string usage_text() {
+  std::ostringstream out;
+  out << "Usage: finetune [train|eval] [--config FILE.json] [--OPTION VALUE | --OPTION=VALUE]...\n"
+      << "\n"
+      << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
+      << "Every option can also be set as a key of the --config JSON file or as the environment\n"
+      << "variable FINETUNE_<OPTION> (upper case); the command line wins over the environment,\n"
+      << "which wins over the file. Lists are comma-separated (JSON arrays in the file); booleans\n"
+      << "are true/false/1/0, and a bare --FLAG means true.\n"
+      << "\n"
+      << "  -h, --help            show this text\n"
+      << "  --config FILE.json    read options from a JSON object\n";
+  for (const char* group : kOptionGroupOrder) {
+    out << "\n" << group << ":\n";
+    for (const auto& spec : option_table()) {
+      if (spec.group != group) continue;
+      std::string flag = "  --" + spec.name + " <" + spec.type + ">";
+      if (flag.size() < 40) flag.resize(40, ' ');
+      else flag += "  ";
+      out << flag << spec.help << " [default: " << (spec.default_value.empty() ? "\"\"" : spec.default_value)
+          << "]\n";
+    }
+  }
+  return out.str();
+}
+
+Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
+  Command command;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+
+  // The action is an optional first word; any other bare word is an error below.
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
+    if (args[0] != "train" && args[0] != "eval")
+      throw UsageError("unknown action " + in_quotes(args[0]) + " (expected train or eval, before any option)");
+    command.action = args[0];
+    args.erase(args.begin());
+  }
+  args = normalize_args(args);
+
+  cxxopts::Options parser("finetune");
+  auto adder = parser.add_options();
+  adder("h,help", "show usage");
+  adder("config", "options file", cxxopts::value<std::string>());
+  for (const auto& row : option_rows()) {
+    auto value = cxxopts::value<std::string>();
+    if (row.spec.type == "bool") value->implicit_value("true");
+    adder(row.spec.name, row.spec.help, value);
+  }
+
+  std::vector<const char*> cargv = {argc > 0 ? argv[0] : "finetune"};
+  for (const auto& a : args) cargv.push_back(a.c_str());
+  cxxopts::ParseResult parsed;
+  try {
+    parsed = parser.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    // cxxopts says "Option ‘x’ does not exist"; name it the way the user typed it.
+    std::string name = one_line(e.what());
+    const auto open = name.find("\xE2\x80\x98"), close = name.find("\xE2\x80\x99");
+    if (open != std::string::npos && close != std::string::npos && close > open) {
+      name = name.substr(open + 3, close - open - 3);
+      throw UsageError("--" + name + ": unknown option (see finetune --help)");
+    }
+    throw UsageError(name);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw UsageError(one_line(e.what()));
+  }
+  if (!parsed.unmatched().empty())
+    throw UsageError("unexpected argument " + in_quotes(parsed.unmatched().front()) +
+                     " (options are --NAME VALUE; the action word train|eval must come first)");
+
+  if (parsed.count("help")) {
+    command.help = true;
+    command.help_text = usage_text();
+    return command;
+  }
+  if (parsed.count("config") > 1) throw UsageError("--config: given more than once");
+  for (const auto& row : option_rows())
+    if (parsed.count(row.spec.name) > 1) throw UsageError("--" + row.spec.name + ": given more than once");
+
+  // Layer the sources: later assignments win.
+  std::map<std::string, RawValue> values;
+  if (parsed.count("config")) {
+    command.config_file = parsed["config"].as<std::string>();
+    read_config_file(command.config_file, values);
+  }
+  for (const auto& row : option_rows()) {
+    const auto it = env.find(env_key(row.spec.name));
+    if (it != env.end()) values[row.spec.name] = RawValue{it->second, it->first};
+  }
+  for (const auto& row : option_rows())
+    if (parsed.count(row.spec.name)) values[row.spec.name] = RawValue{parsed[row.spec.name].as<std::string>(), ""};
+
+  for (const auto& row : option_rows()) {
+    const auto it = values.find(row.spec.name);
+    if (it == values.end()) continue;
+    try {
+      row.bind(command.options, it->second.text);
+    } catch (const BadValue& e) {
+      throw UsageError(describe_option(row.spec.name, it->second) + ": " + e.what());
+    }
+  }
+
+  if (command.options.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
+  if (command.action == "train" && command.options.dataset.empty())
+    throw UsageError("--dataset: required for train (a .json/.jsonl file, a directory, or a hub id)");
+  return command;
+}
+
+}  // namespace finetune

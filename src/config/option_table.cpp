@@ -1,0 +1,232 @@
+// The option table: every option's name, group, type, default, help and value binding, in one
+// place. Choice lists are read from the modules that consume them (dtype_names.h,
+// chat_template.h, projection_names.h, save_methods.h), so the parser, the help text and the
+// consumers cannot disagree (tests/commands/test_option_consumers.cpp checks both directions).
+#include <algorithm>
+
+#include "finetune/checkpoint/save_methods.h"
+#include "finetune/data/chat_template.h"
+#include "finetune/model/dtype_names.h"
+#include "finetune/model/projection_names.h"
+#include "finetune/train/lr_schedule.h"
+#include "finetune/util/log.h"
+#include "finetune/util/text.h"
+#include "option_values.h"
+
+namespace finetune {
+namespace {
+
+OptionSpec spec(const std::string& name, const std::string& group, const std::string& type,
+                const std::string& default_value, const std::string& help,
+                const std::vector<std::string>& choices = {}) {
+  return OptionSpec{name, group, type, default_value, help, choices};
+}
+
+OptionRow int_row(const std::string& name, const std::string& group, int64_t Options::*field,
+                  int64_t min_value, const std::string& help) {
+  return {spec(name, group, "int", std::to_string(Options{}.*field), help),
+          [=](Options& o, const std::string& v) { o.*field = parse_int(v, min_value); }};
+}
+
+OptionRow any_int_row(const std::string& name, const std::string& group, int64_t Options::*field,
+                      const std::string& help) {
+  return int_row(name, group, field, std::numeric_limits<int64_t>::min(), help);
+}
+
+OptionRow float_row(const std::string& name, const std::string& group, double Options::*field,
+                    const Interval& interval, const std::string& help) {
+  return {spec(name, group, "float", format_double(Options{}.*field), help),
+          [=](Options& o, const std::string& v) { o.*field = parse_float(v, interval); }};
+}
+
+OptionRow bool_row(const std::string& name, const std::string& group, bool Options::*field,
+                   const std::string& help, const std::vector<std::string>& extra_true_words = {}) {
+  return {spec(name, group, "bool", Options{}.*field ? "true" : "false", help),
+          [=](Options& o, const std::string& v) { o.*field = parse_bool(v, extra_true_words); }};
+}
+
+// A flag kept for compatibility with Unsloth's CLI whose `true` we cannot honour.
+OptionRow unsupported_true_row(const std::string& name, const std::string& group, bool Options::*field,
+                               const std::string& reason, const std::string& help) {
+  return {spec(name, group, "bool", Options{}.*field ? "true" : "false", help),
+          [=](Options& o, const std::string& v) {
+            const bool value = parse_bool(v);
+            if (value) throw BadValue("true is not supported (" + reason + ")");
+            o.*field = value;
+          }};
+}
+
+OptionRow string_row(const std::string& name, const std::string& group, std::string Options::*field,
+                     bool allow_empty, const std::string& help) {
+  return {spec(name, group, "string", Options{}.*field, help),
+          [=](Options& o, const std::string& v) {
+            if (!allow_empty && trim(v).empty()) throw BadValue("expected a non-empty value");
+            o.*field = v;
+          }};
+}
+
+OptionRow choice_row(const std::string& name, const std::string& group, std::string Options::*field,
+                     const ChoiceSet& set, const std::string& help) {
+  return {spec(name, group, "string", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
+          [=](Options& o, const std::string& v) { o.*field = parse_choice(v, set); }};
+}
+
+OptionRow target_modules_row() {
+  const auto& projections = projection_names();
+  return {spec("target_modules", "LoRA", "list", join(Options{}.target_modules, ","),
+               "linear layers that get LoRA adapters (" + join(projections, ",") + ", or all-linear)", projections),
+          [&projections](Options& o, const std::string& v) {
+            std::vector<std::string> modules = parse_list(v);
+            if (modules.size() == 1 && lowercase(modules[0]) == "all-linear") {
+              o.target_modules = projections;  // PEFT's shorthand: every linear layer but lm_head
+              return;
+            }
+            for (const auto& m : modules)
+              if (std::find(projections.begin(), projections.end(), m) == projections.end())
+                throw BadValue("unknown module " + in_quotes(m) + "; supported: " + join(projections, ", ") +
+                               " or all-linear");
+            o.target_modules = modules;
+          }};
+}
+
+std::vector<OptionRow> build_option_table() {
+  const ChoiceSet dtype{dtype_names(), dtype_aliases()};
+  const ChoiceSet device{{"auto", "cpu", "cuda"}};
+  const ChoiceSet bias{{"none"},
+                       {},
+                       {{"all", "only none is supported"}, {"lora_only", "only none is supported"}}};
+  // adamw_torch_fused computes the same update as adamw_torch; the fused kernel is an HF detail.
+  const ChoiceSet optim{{"adamw_torch"},
+                        {{"adamw_torch_fused", "adamw_torch"}},
+                        {{"adamw_8bit", "8-bit optimizers are not implemented"},
+                         {"paged_adamw_8bit", "8-bit optimizers are not implemented"},
+                         {"paged_adamw_32bit", "paged optimizers are not implemented"}}};
+  const ChoiceSet scheduler{lr_scheduler_types()};
+  const ChoiceSet chat_template{chat_template_names(), chat_template_aliases()};
+  const ChoiceSet save_method{supported_save_methods(), {}, unsupported_save_methods(), kGgufSaveMethodPrefix,
+                              "GGUF export is not implemented"};
+  const ChoiceSet report_to{{"none", "jsonl"}};
+  const ChoiceSet ddp_backend{{"auto", "nccl", "gloo"}};
+
+  return {
+      // --- model
+      string_row("model_name", "model", &Options::model_name, false,
+                 "model directory, or hub id ORG/NAME found in the local Hugging Face cache"),
+      int_row("max_seq_length", "model", &Options::max_seq_length, 2, "longest training sequence in tokens"),
+      choice_row("dtype", "model", &Options::dtype, dtype,
+                 "compute dtype; auto = bfloat16 on CUDA, float32 on CPU"),
+      unsupported_true_row("load_in_4bit", "model", &Options::load_in_4bit,
+                           "4-bit quantized base weights are not implemented",
+                           "accepted for Unsloth compatibility; must be false"),
+      choice_row("device", "model", &Options::device, device, "where to train"),
+
+      // --- LoRA
+      int_row("r", "LoRA", &Options::r, 1, "LoRA rank"),
+      float_row("lora_alpha", "LoRA", &Options::lora_alpha, kPositive, "LoRA scaling numerator (scale = alpha/r)"),
+      float_row("lora_dropout", "LoRA", &Options::lora_dropout, kUnitHalfOpen, "dropout on the LoRA input"),
+      choice_row("bias", "LoRA", &Options::bias, bias, "which biases to train"),
+      bool_row("use_gradient_checkpointing", "LoRA", &Options::use_gradient_checkpointing,
+               "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
+      int_row("random_state", "LoRA", &Options::random_state, 0, "seed for the LoRA A initialisation"),
+      bool_row("use_rslora", "LoRA", &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
+      target_modules_row(),
+      string_row("init_adapter", "LoRA", &Options::init_adapter, true,
+                 "existing PEFT adapter directory to start from"),
+
+      // --- training
+      int_row("per_device_train_batch_size", "training", &Options::per_device_train_batch_size, 1,
+              "sequences per micro-batch on each process"),
+      int_row("per_device_eval_batch_size", "training", &Options::per_device_eval_batch_size, 1,
+              "sequences per evaluation batch on each process"),
+      int_row("gradient_accumulation_steps", "training", &Options::gradient_accumulation_steps, 1,
+              "micro-batches per optimizer step"),
+      int_row("warmup_steps", "training", &Options::warmup_steps, 0, "linear warmup steps (overrides warmup_ratio when > 0)"),
+      float_row("warmup_ratio", "training", &Options::warmup_ratio, kUnitHalfOpen,
+                "warmup as a fraction of the total steps"),
+      any_int_row("max_steps", "training", &Options::max_steps, "optimizer steps; <= 0 uses num_train_epochs"),
+      float_row("num_train_epochs", "training", &Options::num_train_epochs, kPositive,
+                "epochs when max_steps <= 0"),
+      float_row("learning_rate", "training", &Options::learning_rate, kPositive, "peak learning rate"),
+      choice_row("optim", "training", &Options::optim, optim, "optimizer (adamw_torch_fused is an alias)"),
+      float_row("weight_decay", "training", &Options::weight_decay, kNonNegative, "AdamW decoupled weight decay"),
+      float_row("adam_beta1", "training", &Options::adam_beta1, kUnitHalfOpen, "AdamW beta1"),
+      float_row("adam_beta2", "training", &Options::adam_beta2, kUnitHalfOpen, "AdamW beta2"),
+      float_row("adam_epsilon", "training", &Options::adam_epsilon, kPositive, "AdamW epsilon"),
+      float_row("max_grad_norm", "training", &Options::max_grad_norm, kAnyNumber,
+                "gradient clipping norm; <= 0 disables clipping"),
+      choice_row("lr_scheduler_type", "training", &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
+      int_row("seed", "training", &Options::seed, 0, "seed for data order and dropout"),
+
+      // --- data
+      string_row("dataset", "data", &Options::dataset, true,
+                 ".json/.jsonl file or directory, or hub id in the local Hugging Face datasets cache"),
+      string_row("eval_dataset", "data", &Options::eval_dataset, true, "evaluation data, same forms as --dataset"),
+      float_row("eval_split", "data", &Options::eval_split, kUnitHalfOpen,
+                "fraction of the training rows held out for evaluation"),
+      int_row("eval_steps", "data", &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
+      choice_row("chat_template", "data", &Options::chat_template, chat_template, "prompt format"),
+      bool_row("train_on_completions", "data", &Options::train_on_completions,
+               "compute the loss on assistant replies only"),
+      bool_row("skip_bad_rows", "data", &Options::skip_bad_rows, "skip malformed rows instead of failing"),
+      bool_row("group_by_length", "data", &Options::group_by_length, "batch sequences of similar length"),
+      bool_row("packing", "data", &Options::packing, "pack several short sequences into one"),
+      bool_row("shuffle", "data", &Options::shuffle, "shuffle the training rows every epoch"),
+      bool_row("dataloader_drop_last", "data", &Options::dataloader_drop_last, "drop the last incomplete batch"),
+
+      // --- saving
+      string_row("output_dir", "saving", &Options::output_dir, false, "checkpoints, adapter and metrics go here"),
+      int_row("save_steps", "saving", &Options::save_steps, 0, "checkpoint every N steps; 0 = only the final save"),
+      bool_row("save_model", "saving", &Options::save_model, "also export per --save_method into --save_path"),
+      choice_row("save_method", "saving", &Options::save_method, save_method, "export format"),
+      string_row("save_path", "saving", &Options::save_path, false, "export directory"),
+
+      // --- logging
+      choice_row("report_to", "logging", &Options::report_to, report_to,
+                 "extra metrics sink (metrics.jsonl is always written)"),
+      int_row("logging_steps", "logging", &Options::logging_steps, 1, "log every N optimizer steps"),
+      choice_row("log_level", "logging", &Options::log_level, ChoiceSet{log::level_names()},
+                 "least severe messages shown on stderr"),
+      bool_row("require_loss_decrease", "logging", &Options::require_loss_decrease,
+               "smoke test: exit 1 (after saving) unless the mean loss of the last quarter of the steps is below "
+               "that of the first quarter"),
+      string_row("dump_logits", "logging", &Options::dump_logits, true,
+                 "eval: write logits to this .safetensors file"),
+      int_row("profile_start_step", "logging", &Options::profile_start_step, 0,
+              "profile optimizer steps from this one (Chrome trace and kernel time breakdown in output_dir); 0 = off"),
+      int_row("profile_steps", "logging", &Options::profile_steps, 1, "number of optimizer steps to profile"),
+
+      // --- distributed
+      float_row("ddp_timeout", "distributed", &Options::ddp_timeout, kPositive,
+                "seconds without progress before aborting"),
+      int_row("ddp_bucket_cap_mb", "distributed", &Options::ddp_bucket_cap_mb, 1, "gradient bucket size in MiB"),
+      bool_row("ddp_find_unused_parameters", "distributed", &Options::ddp_find_unused_parameters,
+               "tolerate trainable parameters without gradients"),
+      int_row("ddp_check_consistency_steps", "distributed", &Options::ddp_check_consistency_steps, 0,
+              "every N steps verify all ranks hold identical LoRA weights; 0 = never"),
+      choice_row("ddp_backend", "distributed", &Options::ddp_backend, ddp_backend, "collective backend"),
+  };
+}
+
+}  // namespace
+
+const std::vector<OptionRow>& option_rows() {
+  static const std::vector<OptionRow> table = build_option_table();  // immutable after first use
+  return table;
+}
+
+const OptionRow* find_option_row(const std::string& name) {
+  for (const auto& row : option_rows())
+    if (row.spec.name == name) return &row;
+  return nullptr;
+}
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> specs = [] {
+    std::vector<OptionSpec> out;
+    for (const auto& row : option_rows()) out.push_back(row.spec);
+    return out;
+  }();
+  return specs;
+}
+
+}  // namespace finetune

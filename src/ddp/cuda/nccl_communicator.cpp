@@ -1,0 +1,302 @@
+// CUDA collectives through the NCCL C API (compiled only in CUDA builds).
+//
+// Note [NCCL stream ordering]
+// Collectives run on the communicator's own stream. Launch: record an event on the caller's
+// current (compute) stream, make the comm stream wait on it, enqueue the NCCL op, record a "done"
+// event on the comm stream. CollectiveWork::wait() makes the caller's current stream wait on
+// "done": the host never blocks in the hot path. Only barrier() waits on the host, polling so that
+// the watchdog's failure is seen.
+//
+// The communicator is created non-blocking (ncclConfig_t::blocking = 0) so that ncclCommAbort
+// from the watchdog thread can release a collective stuck on a dead peer; see watchdog.h.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "finetune/ddp/backends.h"
+#include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/store_bootstrap.h"
+#include "finetune/ddp/watchdog.h"
+#include "finetune/util/log.h"
+
+namespace finetune {
+
+namespace {
+
+using Milliseconds = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+void cuda_check(cudaError_t status, int rank, const std::string& operation) {
+  if (status != cudaSuccess) throw distributed_error(rank, operation, std::string("CUDA error: ") + cudaGetErrorString(status));
+}
+
+ncclDataType_t nccl_dtype(at::ScalarType type, int rank, const std::string& operation) {
+  switch (type) {
+    case at::kFloat: return ncclFloat32;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kHalf: return ncclFloat16;
+    case at::kDouble: return ncclFloat64;
+    case at::kLong: return ncclInt64;
+    case at::kInt: return ncclInt32;
+    default:
+      throw distributed_error(rank, operation, std::string("has no NCCL type for dtype ") + c10::toString(type));
+  }
+}
+
+// A CUDA event without timing, shared between the work object and the watchdog's probe.
+std::shared_ptr<cudaEvent_t> make_event(int rank, const std::string& operation) {
+  auto event = std::shared_ptr<cudaEvent_t>(new cudaEvent_t, [](cudaEvent_t* e) {
+    cudaEventDestroy(*e);
+    delete e;
+  });
+  cuda_check(cudaEventCreateWithFlags(event.get(), cudaEventDisableTiming), rank, operation);
+  return event;
+}
+
+class NcclWork : public CollectiveWork {
+ public:
+  NcclWork(std::shared_ptr<Watchdog> watchdog, std::shared_ptr<cudaEvent_t> done, at::Device device, int rank,
+           std::string operation)
+      : watchdog_(std::move(watchdog)), done_(std::move(done)), device_(device), rank_(rank),
+        operation_(std::move(operation)) {}
+
+  void wait() override {
+    watchdog_->throw_if_failed();
+    c10::cuda::CUDAGuard guard(device_);
+    cuda_check(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_.index()).stream(), *done_, 0), rank_,
+               operation_);
+  }
+
+ private:
+  std::shared_ptr<Watchdog> watchdog_;
+  std::shared_ptr<cudaEvent_t> done_;
+  at::Device device_;
+  int rank_;
+  std::string operation_;
+};
+
+class NcclCommunicator : public Communicator {
+ public:
+  NcclCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& launch, const at::Device& device,
+                   Milliseconds timeout)
+      : rank_(launch.rank), world_size_(launch.world_size), device_(device), timeout_(timeout),
+        comm_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {
+    c10::cuda::CUDAGuard guard(device_);
+    const ncclUniqueId id = exchange_unique_id(*store);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // abortable: see the note at the top
+    const std::string init = "NCCL communicator init (" + std::to_string(world_size_) + " ranks)";
+    ncclResult_t status = ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config);
+    if (status != ncclSuccess && status != ncclInProgress) {
+      throw distributed_error(rank_, init, std::string("failed: ") + ncclGetErrorString(status));
+    }
+    const auto started = Clock::now();
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress || Clock::now() - started > timeout_) {
+        const std::string detail = state != ncclInProgress
+                                       ? std::string("failed: ") + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + ")"
+                                       : "timed out after " + seconds_text(timeout_);
+        ncclCommAbort(comm_);
+        throw distributed_error(rank_, init, detail);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    WatchdogOptions options;
+    options.timeout = timeout_;
+    watchdog_ = std::make_shared<Watchdog>(
+        rank_, options, [this] { return async_error(); }, [this] { abort_comm(); });
+  }
+
+  ~NcclCommunicator() override {
+    const bool healthy = !watchdog_->failed();
+    watchdog_.reset();  // stops the watchdog thread before the comm goes away
+    std::lock_guard<std::timed_mutex> lock(nccl_mutex_);
+    if (!healthy || comm_ == nullptr) return;  // already aborted
+    // Finalize flushes outstanding operations; bounded so a dead peer cannot hang shutdown.
+    ncclResult_t state = ncclCommFinalize(comm_);
+    const auto started = Clock::now();
+    while (state == ncclInProgress && Clock::now() - started < timeout_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ncclCommGetAsyncError(comm_, &state);
+    }
+    if (state == ncclSuccess) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) override {
+    check_tensor(tensor, what);
+    if (!tensor.is_contiguous()) throw distributed_error(rank_, what, "needs a contiguous tensor");
+    const ncclDataType_t dtype = nccl_dtype(tensor.scalar_type(), rank_, what);
+    auto done = launch(tensor, what, [&](cudaStream_t stream) {
+      return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), dtype, ncclSum, comm_, stream);
+    });
+    return std::make_unique<NcclWork>(watchdog_, done, device_, rank_, what);
+  }
+
+  void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
+    check_tensor(tensor, what);
+    if (root < 0 || root >= world_size_) throw distributed_error(rank_, what, "has no rank " + std::to_string(root));
+    at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    const ncclDataType_t dtype = nccl_dtype(buffer.scalar_type(), rank_, what);
+    auto done = launch(buffer, what, [&](cudaStream_t stream) {
+      return ncclBroadcast(buffer.data_ptr(), buffer.data_ptr(), buffer.numel(), dtype, root, comm_, stream);
+    });
+    NcclWork(watchdog_, done, device_, rank_, what).wait();
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  void barrier(const std::string& what) override {
+    at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device_));
+    auto done = launch(token, what, [&](cudaStream_t stream) {
+      return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm_, stream);
+    });
+    wait_on_host(*done, what);
+  }
+
+  void abort() override { watchdog_->fail("rank " + std::to_string(rank_) + ": communication aborted"); }
+
+ private:
+  ncclUniqueId exchange_unique_id(c10d::Store& store) {
+    // Rank 0 creates the id, everyone else reads it from the store (nccl-tests do this over MPI).
+    const std::string key = "nccl_unique_id";
+    ncclUniqueId id;
+    if (rank_ == 0) {
+      const ncclResult_t status = ncclGetUniqueId(&id);
+      if (status != ncclSuccess) throw distributed_error(rank_, "ncclGetUniqueId", std::string("failed: ") + ncclGetErrorString(status));
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+      store.set(key, std::vector<uint8_t>(bytes, bytes + sizeof(id)));
+    } else {
+      const std::vector<uint8_t> bytes = store_get(store, key, timeout_, rank_, "NCCL unique id exchange");
+      if (bytes.size() != sizeof(id)) {
+        throw distributed_error(rank_, "NCCL unique id exchange", "got " + std::to_string(bytes.size()) + " bytes, expected " + std::to_string(sizeof(id)));
+      }
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+    return id;
+  }
+
+  void check_tensor(const at::Tensor& tensor, const std::string& what) const {
+    if (!tensor.defined() || tensor.device() != device_) {
+      throw distributed_error(rank_, what, "needs a tensor on " + device_.str() + " for the nccl backend");
+    }
+  }
+
+  // Note [NCCL stream ordering]. Returns the "done" event, already tracked by the watchdog.
+  template <typename Enqueue>
+  std::shared_ptr<cudaEvent_t> launch(const at::Tensor& tensor, const std::string& what, Enqueue&& enqueue) {
+    watchdog_->throw_if_failed();
+    c10::cuda::CUDAGuard guard(device_);
+    const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    auto ready = make_event(rank_, what);
+    cuda_check(cudaEventRecord(*ready, compute), rank_, what);
+    cuda_check(cudaStreamWaitEvent(comm_stream_.stream(), *ready, 0), rank_, what);
+    std::string failure;
+    {
+      std::lock_guard<std::timed_mutex> lock(nccl_mutex_);
+      if (comm_ == nullptr) throw distributed_error(rank_, what, "was requested after the communicator was aborted");
+      ncclResult_t status = enqueue(comm_stream_.stream());
+      const auto started = Clock::now();
+      while (status == ncclInProgress) {  // non-blocking communicator: wait until enqueued
+        if (Clock::now() - started > timeout_) break;
+        std::this_thread::yield();
+        ncclCommGetAsyncError(comm_, &status);
+      }
+      if (status == ncclInProgress) {
+        failure = distributed_error(rank_, what, "could not be enqueued within " + seconds_text(timeout_)).what();
+      } else if (status != ncclSuccess) {
+        failure = distributed_error(rank_, what, std::string("NCCL error: ") + ncclGetErrorString(status) + " (" +
+                                                     ncclGetLastError(comm_) + ")").what();
+      }
+    }
+    if (!failure.empty()) throw_failure(failure);  // outside the lock: the abort takes it
+    // The caching allocator must not hand this memory to the compute stream while NCCL uses it.
+    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), comm_stream_);
+    auto done = make_event(rank_, what);
+    cuda_check(cudaEventRecord(*done, comm_stream_.stream()), rank_, what);
+    watchdog_->track(what, [done] {
+      const cudaError_t state = cudaEventQuery(*done);
+      if (state == cudaErrorNotReady) return false;
+      if (state != cudaSuccess) throw std::runtime_error(std::string("CUDA error: ") + cudaGetErrorString(state));
+      return true;
+    });
+    return done;
+  }
+
+  [[noreturn]] void throw_failure(const std::string& message) {
+    watchdog_->fail(message);
+    watchdog_->throw_if_failed();
+    throw DistributedError(message);
+  }
+
+  // Polls instead of cudaEventSynchronize so that a watchdog abort is noticed.
+  void wait_on_host(cudaEvent_t done, const std::string& what) {
+    while (true) {
+      watchdog_->throw_if_failed();
+      const cudaError_t state = cudaEventQuery(done);
+      if (state == cudaSuccess) return;
+      if (state != cudaErrorNotReady) throw_failure(distributed_error(rank_, what, std::string("CUDA error: ") + cudaGetErrorString(state)).what());
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  std::optional<std::string> async_error() {
+    std::unique_lock<std::timed_mutex> lock(nccl_mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || comm_ == nullptr) return std::nullopt;  // busy enqueueing: next poll
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &state);
+    if (state == ncclSuccess || state == ncclInProgress) return std::nullopt;
+    return std::string("NCCL error: ") + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + ")";
+  }
+
+  // Called by the watchdog on failure. A thread stuck inside an NCCL call may hold the mutex;
+  // abort anyway after a short wait, since releasing that thread is the point.
+  void abort_comm() {
+    std::unique_lock<std::timed_mutex> lock(nccl_mutex_, std::defer_lock);
+    const bool locked = lock.try_lock_for(std::chrono::seconds(1));
+    if (comm_ == nullptr) return;
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    if (!locked) log::warn("rank " + std::to_string(rank_) + ": aborted the NCCL communicator while a call was in flight");
+  }
+
+  int rank_;
+  int world_size_;
+  at::Device device_;
+  Milliseconds timeout_;
+  c10::cuda::CUDAStream comm_stream_;
+  ncclComm_t comm_ = nullptr;
+  std::timed_mutex nccl_mutex_;
+  std::shared_ptr<Watchdog> watchdog_;
+};
+
+}  // namespace
+
+bool nccl_compiled_in() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const LaunchEnv& launch, const at::Device& device,
+                                                     double timeout_seconds) {
+  if (!device.is_cuda() || !device.has_index()) {
+    throw UsageError("the nccl backend needs a CUDA device with an index (cuda:LOCAL_RANK), got " + device.str());
+  }
+  return std::make_unique<NcclCommunicator>(store, launch, device, timeout_from_seconds(timeout_seconds));
+}
+
+}  // namespace finetune

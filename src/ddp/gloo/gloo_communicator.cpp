@@ -1,0 +1,152 @@
+// CPU collectives through c10d::ProcessGroupGloo. Every wait is bounded by the timeout (Gloo's
+// own context timeout covers the transfer, Work::wait(timeout) covers the host wait); a peer that
+// died surfaces as an exception or a timeout and is rethrown as DistributedError naming the rank
+// and the operation.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include "finetune/ddp/backends.h"
+#include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/store_bootstrap.h"
+
+namespace finetune {
+
+namespace {
+
+using Milliseconds = std::chrono::milliseconds;
+
+// Waits for `work`; any failure becomes a DistributedError naming rank and operation.
+void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds timeout, int rank,
+                   const std::string& operation) {
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    work->wait(timeout);
+  } catch (const std::exception& e) {
+    const bool timed_out = std::chrono::steady_clock::now() - started >= timeout;
+    if (timed_out) {
+      throw distributed_error(rank, operation,
+                              "timed out after " + seconds_text(timeout) + " (a peer is missing or stuck): " +
+                                  first_line(e.what()));
+    }
+    throw distributed_error(rank, operation, "failed (a peer died or disconnected?): " + first_line(e.what()));
+  }
+}
+
+void check_cpu_tensor(const at::Tensor& tensor, int rank, const std::string& operation) {
+  if (!tensor.defined() || !tensor.device().is_cpu()) {
+    throw distributed_error(rank, operation, "needs a CPU tensor for the gloo backend");
+  }
+}
+
+class GlooWork : public CollectiveWork {
+ public:
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor tensor, at::Tensor result, Milliseconds timeout,
+           int rank, std::string operation)
+      : work_(std::move(work)), tensor_(std::move(tensor)), result_(std::move(result)), timeout_(timeout),
+        rank_(rank), operation_(std::move(operation)) {}
+
+  void wait() override {
+    if (done_) return;
+    wait_for_work(work_, timeout_, rank_, operation_);  // a failed work throws again on every wait
+    done_ = true;
+    if (!result_.is_same(tensor_)) tensor_.copy_(result_);
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  at::Tensor tensor_;  // the caller's tensor
+  at::Tensor result_;  // what Gloo reduced: tensor_ itself, or a contiguous copy of it
+  Milliseconds timeout_;
+  int rank_;
+  std::string operation_;
+  bool done_ = false;
+};
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                   const std::string& gloo_hostname, Milliseconds timeout)
+      : rank_(rank), world_size_(world_size), timeout_(timeout) {
+    try {
+      auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+      options->devices.push_back(gloo_hostname.empty()
+                                     ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                     : c10d::ProcessGroupGloo::createDeviceForHostname(gloo_hostname));
+      options->threads = 2;
+      // Gloo's rendezvous reads the store with the store's timeout.
+      store->setTimeout(timeout);
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
+    } catch (const std::exception& e) {
+      throw distributed_error(rank, "gloo rendezvous of " + std::to_string(world_size) + " ranks",
+                              "failed (timeout " + seconds_text(timeout) + "): " + first_line(e.what()));
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) override {
+    check_cpu_tensor(tensor, rank_, what);
+    at::Tensor result = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    std::vector<at::Tensor> tensors{result};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    options.timeout = timeout_;
+    auto work = launch(what, [&] { return group_->allreduce(tensors, options); });
+    return std::make_unique<GlooWork>(std::move(work), tensor, result, timeout_, rank_, what);
+  }
+
+  void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
+    check_cpu_tensor(tensor, rank_, what);
+    if (root < 0 || root >= world_size_) throw distributed_error(rank_, what, "has no rank " + std::to_string(root));
+    at::Tensor buffer = tensor.is_contiguous() ? tensor : tensor.contiguous();
+    std::vector<at::Tensor> tensors{buffer};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    options.timeout = timeout_;
+    wait_for_work(launch(what, [&] { return group_->broadcast(tensors, options); }), timeout_, rank_, what);
+    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+  }
+
+  void barrier(const std::string& what) override {
+    c10d::BarrierOptions options;
+    options.timeout = timeout_;
+    wait_for_work(launch(what, [&] { return group_->barrier(options); }), timeout_, rank_, what);
+  }
+
+  void abort() override {
+    aborted_ = true;
+    group_->abort();
+  }
+
+ private:
+  template <typename Launch>
+  c10::intrusive_ptr<c10d::Work> launch(const std::string& what, Launch&& launch_collective) {
+    if (aborted_) throw distributed_error(rank_, what, "was requested after the communicator was aborted");
+    try {
+      return launch_collective();
+    } catch (const std::exception& e) {
+      throw distributed_error(rank_, what, "could not be launched: " + first_line(e.what()));
+    }
+  }
+
+  int rank_;
+  int world_size_;
+  Milliseconds timeout_;
+  std::atomic<bool> aborted_{false};  // abort() may come from another thread
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, const std::string& gloo_hostname,
+                                                     double timeout_seconds) {
+  return std::make_unique<GlooCommunicator>(store, rank, world_size, gloo_hostname,
+                                            timeout_from_seconds(timeout_seconds));
+}
+
+}  // namespace finetune

@@ -1,0 +1,292 @@
+// GradReducer: see grad_reducer.h for the design.
+//
+// Note [Gradients are views into bucket buffers]
+// Before the first backward every parameter's .grad is set to a view into its bucket's flat
+// buffer. AccumulateGrad then adds in place (grad mode is off during backward), so a bucket's
+// buffer already holds its gradients when the last of them lands: the all-reduce runs on the
+// buffer itself and the reduced values are the .grad tensors, with no copy either way. This
+// holds as long as nobody replaces .grad (zero_grad(set_to_none), create_graph=true): finalize()
+// checks it and names the parameter otherwise.
+#include "finetune/ddp/grad_reducer.h"
+
+#include <mutex>
+#include <sstream>
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/param_verification.h"
+#include "finetune/util/text.h"
+
+namespace finetune {
+
+struct GradReducer::State {
+  struct Parameter {
+    std::string name;
+    at::Tensor tensor;
+    size_t bucket = 0;
+    at::Tensor grad_view;     // into buckets[bucket].buffer, Note [Gradients are views into bucket buffers]
+    bool ready = false;       // its gradient landed in this synchronised backward
+    bool got_gradient = false;  // ... in any micro-step since the last finalize()
+  };
+  struct Bucket {
+    std::vector<size_t> parameters;
+    at::Tensor buffer;  // (sum of numels,) flat
+    size_t pending = 0;
+    std::unique_ptr<CollectiveWork> work;
+  };
+
+  class MarkGradientReady : public torch::autograd::PostAccumulateGradHook {
+   public:
+    MarkGradientReady(State* state, size_t index) : state_(state), index_(index) {}
+    void operator()(const torch::autograd::Variable&) override { state_->mark_ready(index_); }
+
+   private:
+    State* state_;
+    size_t index_;
+  };
+
+  State(Communicator& communicator, GradReducerOptions options) : communicator(communicator), options(options) {}
+
+  Communicator& communicator;
+  GradReducerOptions options;
+  std::vector<Parameter> parameters;
+  std::vector<std::vector<size_t>> bucket_indices;
+  std::vector<Bucket> buckets;
+
+  std::mutex mutex;  // hooks may run on autograd's device threads
+  bool prepared = false;
+  bool sync = true;
+  size_t next_bucket = 0;  // buckets before this one are launched
+
+  void mark_ready(size_t index);
+  void launch_ready_buckets_in_order();
+  std::string bucket_description(size_t b) const {
+    return "gradient all-reduce of bucket " + std::to_string(b) + " (" + std::to_string(buckets[b].parameters.size()) +
+           " parameters, first " + parameters[buckets[b].parameters.front()].name + ")";
+  }
+};
+
+void GradReducer::State::mark_ready(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex);
+  Parameter& parameter = parameters[index];
+  if (!prepared) {
+    throw Error("GradReducer: gradient of " + parameter.name + " arrived without prepare_for_backward()");
+  }
+  parameter.got_gradient = true;
+  if (!sync) return;  // no_sync: accumulate locally only
+  if (parameter.ready) {
+    // Its bucket may already be in flight: a second accumulation would race with the all-reduce.
+    throw distributed_error(communicator.rank(), "gradient reduction",
+                            "got the gradient of " + parameter.name +
+                                " twice in one synchronised backward (two backward passes per micro-step?)");
+  }
+  parameter.ready = true;
+  if (--buckets[parameter.bucket].pending == 0) launch_ready_buckets_in_order();
+}
+
+// Strictly in bucket order, so every rank issues the same sequence of collectives even when
+// gradients land in a different order.
+void GradReducer::State::launch_ready_buckets_in_order() {
+  while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
+    Bucket& bucket = buckets[next_bucket];
+    bucket.work = communicator.all_reduce_async(bucket.buffer, bucket_description(next_bucket));
+    ++next_bucket;
+  }
+}
+
+GradReducer::GradReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, Communicator& communicator,
+                         GradReducerOptions options)
+    : state_(std::make_unique<State>(communicator, options)) {
+  std::vector<int64_t> bytes;
+  for (auto& [name, tensor] : parameters) {
+    if (!tensor.defined() || !tensor.requires_grad() || !tensor.is_leaf()) {
+      throw Error("GradReducer: parameter " + name + " must be a leaf tensor that requires grad");
+    }
+    const at::Tensor& first = parameters.front().second;
+    if (tensor.scalar_type() != first.scalar_type() || tensor.device() != first.device()) {
+      throw Error("GradReducer: parameter " + name + " is " + c10::toString(tensor.scalar_type()) + " on " +
+                  tensor.device().str() + " but " + parameters.front().first + " is " +
+                  c10::toString(first.scalar_type()) + " on " + first.device().str() +
+                  " (one dtype and device per reducer)");
+    }
+    bytes.push_back(tensor.numel() * static_cast<int64_t>(tensor.element_size()));
+    State::Parameter parameter;
+    parameter.name = name;
+    parameter.tensor = tensor;
+    state_->parameters.push_back(std::move(parameter));
+  }
+  state_->bucket_indices = assign_buckets(bytes, options.first_bucket_bytes, options.bucket_cap_bytes);
+
+  for (size_t b = 0; b < state_->bucket_indices.size(); ++b) {
+    State::Bucket bucket;
+    bucket.parameters = state_->bucket_indices[b];
+    int64_t total = 0;
+    for (size_t index : bucket.parameters) total += state_->parameters[index].tensor.numel();
+    bucket.buffer = at::zeros({total}, state_->parameters[bucket.parameters.front()].tensor.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t index : bucket.parameters) {
+      State::Parameter& parameter = state_->parameters[index];
+      const int64_t numel = parameter.tensor.numel();
+      parameter.bucket = b;
+      parameter.grad_view = bucket.buffer.narrow(0, offset, numel).view(parameter.tensor.sizes());
+      offset += numel;
+      if (parameter.tensor.grad().defined()) parameter.grad_view.copy_(parameter.tensor.grad());
+      parameter.tensor.mutable_grad() = parameter.grad_view;
+    }
+    state_->buckets.push_back(std::move(bucket));
+  }
+
+  for (size_t index = 0; index < state_->parameters.size(); ++index) {
+    const State::Parameter& parameter = state_->parameters[index];
+    if (torch::autograd::impl::post_acc_grad_hooks(parameter.tensor)) {
+      throw Error("GradReducer: parameter " + parameter.name + " already has a post-accumulate-grad hook");
+    }
+    torch::autograd::impl::set_post_acc_grad_hooks(parameter.tensor,
+                                                   std::make_unique<State::MarkGradientReady>(state_.get(), index));
+  }
+}
+
+GradReducer::~GradReducer() {
+  for (auto& parameter : state_->parameters) {
+    if (torch::autograd::impl::post_acc_grad_hooks(parameter.tensor)) {
+      torch::autograd::impl::set_post_acc_grad_hooks(parameter.tensor, nullptr);
+    }
+  }
+}
+
+void GradReducer::prepare_for_backward(bool sync) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->prepared && state_->sync && state_->next_bucket > 0) {
+    throw Error("GradReducer: prepare_for_backward() before finalize() of the previous synchronised micro-step");
+  }
+  state_->prepared = true;
+  state_->sync = sync;
+  state_->next_bucket = 0;
+  for (auto& parameter : state_->parameters) parameter.ready = false;
+  for (auto& bucket : state_->buckets) {
+    bucket.pending = bucket.parameters.size();
+    bucket.work.reset();
+  }
+}
+
+void GradReducer::finalize() {
+  State& state = *state_;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.prepared) throw Error("GradReducer: finalize() without prepare_for_backward()");
+  if (!state.sync) {
+    throw Error("GradReducer: finalize() after a no_sync micro-step; call prepare_for_backward(true) before the "
+                "last micro-step's backward");
+  }
+  const int rank = state.communicator.rank();
+
+  std::vector<std::string> unused;
+  for (const auto& parameter : state.parameters) {
+    if (!parameter.got_gradient) unused.push_back(parameter.name);
+  }
+  if (!unused.empty() && !state.options.find_unused_parameters) {
+    throw distributed_error(rank, "gradient reduction",
+                            "found " + std::to_string(unused.size()) + " parameter(s) that received no gradient: " +
+                                join(unused, ", ") +
+                                " (not part of the loss? enable find_unused_parameters to reduce zeros for them)");
+  }
+  // Note [Gradients are views into bucket buffers]: the reduction only reaches .grad through the view.
+  for (const auto& parameter : state.parameters) {
+    const at::Tensor grad = parameter.tensor.grad();
+    if (!grad.defined() || grad.data_ptr() != parameter.grad_view.data_ptr()) {
+      throw Error("GradReducer: the .grad of " + parameter.name +
+                  " is no longer a view into its gradient bucket (set to None, or replaced by create_graph?)");
+    }
+  }
+  for (auto& parameter : state.parameters) {
+    if (!parameter.got_gradient) parameter.grad_view.zero_();  // find_unused_parameters: contribute zeros
+    if (!parameter.ready) {
+      // Unused here, or its gradient came in an earlier no_sync micro-step only.
+      parameter.ready = true;
+      --state.buckets[parameter.bucket].pending;
+    }
+  }
+  state.launch_ready_buckets_in_order();
+  for (auto& bucket : state.buckets) {
+    bucket.work->wait();
+    bucket.work.reset();
+  }
+  state.prepared = false;
+  state.next_bucket = 0;
+  for (auto& parameter : state.parameters) parameter.got_gradient = false;
+}
+
+void GradReducer::zero_grad() {
+  for (auto& bucket : state_->buckets) bucket.buffer.zero_();
+}
+
+void GradReducer::broadcast_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& parameter : state_->parameters) named.emplace_back(parameter.name, parameter.tensor);
+  // Same names and shapes everywhere first: a broadcast of different sizes would hang or corrupt.
+  verify_params_across_processes(named, state_->communicator);
+  if (state_->parameters.empty()) return;
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& parameter : state_->parameters) flat_parts.push_back(parameter.tensor.detach().reshape({-1}));
+  at::Tensor flat = at::cat(flat_parts);  // (total numel,)
+  state_->communicator.broadcast(flat, 0, "broadcast of the initial parameters from rank 0");
+  int64_t offset = 0;
+  for (auto& parameter : state_->parameters) {
+    const int64_t numel = parameter.tensor.numel();
+    parameter.tensor.detach().copy_(flat.narrow(0, offset, numel).view(parameter.tensor.sizes()));
+    offset += numel;
+  }
+}
+
+void GradReducer::check_parameters_consistent(const std::string& when) {
+  const auto& parameters = state_->parameters;
+  if (parameters.empty()) return;
+  Communicator& communicator = state_->communicator;
+  const int rank = communicator.rank();
+  const int world_size = communicator.world_size();
+  const int64_t count = static_cast<int64_t>(parameters.size());
+  at::NoGradGuard no_grad;
+
+  // An all-gather through all_reduce: each rank fills its own row, the others stay zero.
+  const auto options = parameters.front().tensor.options().dtype(at::kDouble).requires_grad(false);
+  at::Tensor checksums = at::zeros({world_size, count, 2}, options);  // (world, P, [sum, sum of squares])
+  for (int64_t i = 0; i < count; ++i) {
+    const at::Tensor values = parameters[i].tensor.detach().to(at::kDouble);
+    checksums[rank][i][0].copy_(values.sum());
+    checksums[rank][i][1].copy_(values.square().sum());
+  }
+  communicator.all_reduce(checksums, "parameter checksum all-gather (" + when + ")");
+  const at::Tensor host = checksums.cpu();
+  const auto table = host.accessor<double, 3>();
+
+  std::vector<std::string> differing;
+  std::string first_detail;
+  for (int64_t i = 0; i < count; ++i) {
+    std::vector<int> ranks;
+    for (int r = 1; r < world_size; ++r) {
+      if (table[r][i][0] != table[0][i][0] || table[r][i][1] != table[0][i][1]) ranks.push_back(r);
+    }
+    if (ranks.empty()) continue;
+    differing.push_back(parameters[i].name);
+    if (first_detail.empty()) {
+      std::ostringstream detail;
+      detail.precision(17);
+      detail << parameters[i].name << " differs from rank 0 on rank(s)";
+      for (int r : ranks) detail << " " << r;
+      detail << " (rank 0: sum " << table[0][i][0] << ", sum of squares " << table[0][i][1] << "; rank " << ranks[0]
+             << ": sum " << table[ranks[0]][i][0] << ", sum of squares " << table[ranks[0]][i][1] << ")";
+      first_detail = detail.str();
+    }
+  }
+  if (!differing.empty()) {
+    throw distributed_error(rank, "parameter consistency check (" + when + ")",
+                            "failed: " + first_detail + "; " + std::to_string(differing.size()) +
+                                " parameter(s) differ in total: " + join(differing, ", "));
+  }
+}
+
+const std::vector<std::vector<size_t>>& GradReducer::buckets() const { return state_->bucket_indices; }
+
+}  // namespace finetune

@@ -1,0 +1,66 @@
+#include "finetune/lora/attach_lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <set>
+
+#include "finetune/lora/lora_adapter.h"
+#include "finetune/model/projection_names.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/text.h"
+
+namespace finetune {
+namespace {
+
+const std::string kPeftPrefix = "base_model.model.";
+
+std::string leaf_name(const std::string& module_name) {
+  return module_name.substr(module_name.rfind('.') + 1);
+}
+
+}  // namespace
+
+NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t random_state) {
+  const std::set<std::string> targets(config.target_modules.begin(), config.target_modules.end());
+  std::set<std::string> matched;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(random_state);
+  const auto fp32_cpu = at::TensorOptions().dtype(at::kFloat);
+  const double scaling = lora_scaling(config);
+  for (auto& [name, linear] : model.named_linears()) {
+    const auto leaf = leaf_name(name);
+    if (targets.count(leaf) == 0) continue;
+    matched.insert(leaf);
+    auto adapter = std::make_unique<LoraAdapter>();
+    // kaiming_uniform_(a=sqrt(5)) on (r, in): gain sqrt(2/(1+5)), bound gain*sqrt(3/fan_in) = 1/sqrt(fan_in).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(linear->in_features()));
+    auto lora_A = at::empty({config.r, linear->in_features()}, fp32_cpu);
+    lora_A.uniform_(-bound, bound, generator);
+    adapter->lora_A = lora_A.to(model.device()).requires_grad_(true);
+    adapter->lora_B = at::zeros({linear->out_features(), config.r}, fp32_cpu.device(model.device())).requires_grad_(true);
+    adapter->scaling = scaling;
+    adapter->dropout = config.lora_dropout;
+    adapter->kernels = model.kernel_policy();
+    linear->adapter = std::move(adapter);
+  }
+  for (const auto& target : targets) {
+    if (matched.count(target) == 0) {
+      throw UsageError("--target_modules: '" + target + "' matches no linear layer of " + model.config().architecture +
+                       " (valid: " + join(projection_names(), ", ") + ")");
+    }
+  }
+  return lora_parameters(model);
+}
+
+NamedTensors lora_parameters(const CausalLM& model) {
+  NamedTensors out;
+  for (const auto& [name, linear] : model.named_linears()) {
+    if (!linear->adapter) continue;
+    for (auto& [suffix, tensor] : linear->adapter->named_parameters()) {
+      out.emplace_back(kPeftPrefix + name + "." + suffix, tensor);
+    }
+  }
+  return out;
+}
+
+}  // namespace finetune

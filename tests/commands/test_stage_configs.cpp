@@ -1,0 +1,127 @@
+// The per-stage configs cut from the option set: every field each stage reads comes from the
+// option of the same meaning, and the step count is derived as HF Trainer derives it.
+#include <gtest/gtest.h>
+
+#include "command_test_helpers.h"
+#include "finetune/commands/stage_configs.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using testing::parse_train_args;
+
+Options non_default_options() {
+  return parse_train_args({"--dtype", "bf16", "--device", "cpu", "--r", "8", "--lora_alpha", "32", "--lora_dropout",
+                           "0.1", "--use_rslora", "--target_modules", "q_proj,v_proj", "--random_state", "9",
+                           "--init_adapter", "adapters/a", "--seed", "11", "--eval_dataset", "e.jsonl", "--eval_split",
+                           "0.25", "--chat_template", "qwen2.5", "--max_seq_length", "512", "--train_on_completions",
+                           "false", "--skip_bad_rows", "--ddp_backend", "gloo", "--ddp_timeout", "7.5",
+                           "--per_device_train_batch_size", "3", "--gradient_accumulation_steps", "5",
+                           "--group_by_length", "--packing", "--shuffle", "false", "--dataloader_drop_last",
+                           "--logging_steps", "4", "--save_steps", "6", "--eval_steps", "8", "--learning_rate", "3e-5",
+                           "--lr_scheduler_type", "cosine", "--warmup_ratio", "0.1", "--warmup_steps", "0",
+                           "--adam_beta1", "0.8", "--adam_beta2", "0.95", "--adam_epsilon", "1e-6", "--weight_decay",
+                           "0.05", "--max_grad_norm", "0.5", "--use_gradient_checkpointing", "false", "--output_dir",
+                           "out", "--ddp_check_consistency_steps", "10", "--ddp_bucket_cap_mb", "4",
+                           "--ddp_find_unused_parameters", "--profile_start_step", "2", "--profile_steps", "5",
+                           "--save_model", "--save_method", "merged_16bit", "--save_path", "merged"})
+      .options;
+}
+
+TEST(StageConfigs, ModelSourceAndCommunicator) {
+  const auto options = non_default_options();
+  const auto source = model_source_from(options);
+  EXPECT_EQ(source.model_name, "m");
+  EXPECT_EQ(source.dtype, "bfloat16");
+  EXPECT_EQ(source.device, "cpu");
+  const auto communicator = communicator_options_from(options);
+  EXPECT_EQ(communicator.backend, "gloo");
+  EXPECT_DOUBLE_EQ(communicator.timeout_seconds, 7.5);
+}
+
+TEST(StageConfigs, AdapterSetup) {
+  const auto setup = adapter_setup_from(non_default_options());
+  EXPECT_EQ(setup.lora.r, 8);
+  EXPECT_DOUBLE_EQ(setup.lora.lora_alpha, 32);
+  EXPECT_DOUBLE_EQ(setup.lora.lora_dropout, 0.1);
+  EXPECT_TRUE(setup.lora.use_rslora);
+  EXPECT_EQ(setup.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(setup.lora.bias, "none");
+  EXPECT_EQ(setup.init_adapter, "adapters/a");
+  EXPECT_EQ(setup.random_state, 9u);
+}
+
+TEST(StageConfigs, DataSetup) {
+  const auto setup = data_setup_from(non_default_options());
+  EXPECT_EQ(setup.dataset, "d.jsonl");
+  EXPECT_EQ(setup.eval_dataset, "e.jsonl");
+  EXPECT_DOUBLE_EQ(setup.eval_split, 0.25);
+  EXPECT_EQ(setup.seed, 11u);
+  EXPECT_EQ(setup.chat_template, "qwen2.5");
+  EXPECT_EQ(setup.max_seq_length, 512);
+  EXPECT_FALSE(setup.train_on_completions);
+  EXPECT_TRUE(setup.skip_bad_rows);
+}
+
+TEST(StageConfigs, StreamConfigTakesTheRankFromTheLaunch) {
+  LaunchEnv launch;
+  launch.rank = 2;
+  launch.world_size = 4;
+  const auto config = stream_config_from(non_default_options(), launch, /*pad_token_id=*/17);
+  EXPECT_EQ(config.sampler.rank, 2);
+  EXPECT_EQ(config.sampler.world_size, 4);
+  EXPECT_EQ(config.sampler.seed, 11u);
+  EXPECT_FALSE(config.sampler.shuffle);
+  EXPECT_TRUE(config.sampler.drop_last);
+  EXPECT_EQ(config.batch_size, 3);
+  EXPECT_EQ(config.gradient_accumulation_steps, 5);
+  EXPECT_TRUE(config.group_by_length);
+  EXPECT_TRUE(config.packing);
+  EXPECT_EQ(config.max_seq_length, 512);
+  EXPECT_EQ(config.pad_token_id, 17);
+}
+
+TEST(StageConfigs, TrainerConfig) {
+  const auto config = trainer_config_from(non_default_options(), 40);
+  EXPECT_EQ(config.total_steps, 40);
+  EXPECT_EQ(config.logging_steps, 4);
+  EXPECT_EQ(config.save_steps, 6);
+  EXPECT_EQ(config.eval_steps, 8);
+  EXPECT_DOUBLE_EQ(config.learning_rate, 3e-5);
+  EXPECT_EQ(config.schedule.type, "cosine");
+  EXPECT_EQ(config.schedule.total_steps, 40);
+  EXPECT_EQ(config.schedule.warmup_steps, 4);  // ceil(40 * 0.1), warmup_steps 0
+  EXPECT_DOUBLE_EQ(config.adamw.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(config.adamw.beta2, 0.95);
+  EXPECT_DOUBLE_EQ(config.adamw.eps, 1e-6);
+  EXPECT_DOUBLE_EQ(config.adamw.weight_decay, 0.05);
+  EXPECT_DOUBLE_EQ(config.max_grad_norm, 0.5);
+  EXPECT_FALSE(config.gradient_checkpointing);
+  EXPECT_EQ(config.output_dir, "out");
+  EXPECT_EQ(config.ddp_check_consistency_steps, 10);
+  EXPECT_EQ(config.ddp_bucket_cap_mb, 4);
+  EXPECT_TRUE(config.ddp_find_unused_parameters);
+  EXPECT_EQ(config.profile_start_step, 2);
+  EXPECT_EQ(config.profile_steps, 5);
+}
+
+TEST(StageConfigs, ExportSetup) {
+  const auto setup = export_setup_from(non_default_options());
+  EXPECT_TRUE(setup.save_model);
+  EXPECT_EQ(setup.export_config.save_method, "merged_16bit");
+  EXPECT_EQ(setup.export_config.save_path, "merged");
+  EXPECT_EQ(setup.export_config.base_model_name, "m");
+}
+
+TEST(StageConfigs, TotalStepsFromMaxStepsOrEpochs) {
+  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps", "7"}).options, 100), 7);
+  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps", "0", "--num_train_epochs", "2.5"}).options, 10), 25);
+  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps=-1", "--num_train_epochs", "0.01"}).options, 10), 1);
+  // An absurd epoch count is refused instead of overflowing into a negative step count.
+  EXPECT_THROW(total_steps_from(parse_train_args({"--max_steps", "0", "--num_train_epochs", "1e300"}).options, 10),
+               UsageError);
+}
+
+}  // namespace
+}  // namespace finetune

@@ -1,0 +1,109 @@
+// LoRA as PEFT sets it up: which layers get adapters, the initialisation, scaling, dtypes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../model/tiny_config.h"
+#include "finetune/lora/attach_lora.h"
+#include "finetune/lora/lora_adapter.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+ModelConfig small_config() { return tiny_llama_config({32, 256, 512, 2, 4, 2, 64}); }
+
+LoraConfig lora_config(std::vector<std::string> targets, int64_t r = 8, bool rslora = false) {
+  LoraConfig config;
+  config.r = r;
+  config.lora_alpha = 16;
+  config.use_rslora = rslora;
+  config.target_modules = std::move(targets);
+  return config;
+}
+
+TEST(LoraModel, AdaptersFollowTargetModulesWithPeftNamesShapesAndDtypes) {
+  CausalLM model(small_config(), at::kBFloat16, at::kCPU);
+  const auto trainable = attach_lora(model, lora_config({"q_proj", "down_proj"}), 1);
+  ASSERT_EQ(trainable.size(), 2u * 2u * 2u);  // 2 layers x 2 targets x (A, B)
+  EXPECT_EQ(trainable[0].first, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ(trainable[1].first, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+  EXPECT_EQ(trainable[2].first, "base_model.model.model.layers.0.mlp.down_proj.lora_A.weight");
+  EXPECT_EQ(trainable[0].second.sizes(), (std::vector<int64_t>{8, 256}));   // (r, in)
+  EXPECT_EQ(trainable[1].second.sizes(), (std::vector<int64_t>{256, 8}));   // (out, r)
+  EXPECT_EQ(trainable[2].second.sizes(), (std::vector<int64_t>{8, 512}));
+  for (const auto& [name, tensor] : trainable) {
+    EXPECT_EQ(tensor.scalar_type(), at::kFloat) << name;  // fp32 adapters on a bf16 base, as PEFT
+    EXPECT_TRUE(tensor.requires_grad()) << name;
+  }
+}
+
+TEST(LoraModel, InitIsKaimingUniformA_ZeroB_SeededByRandomState) {
+  CausalLM model(small_config(), at::kFloat, at::kCPU);
+  const auto trainable = attach_lora(model, lora_config({"q_proj", "gate_proj", "down_proj"}), 3407);
+  for (const auto& [name, tensor] : trainable) {
+    if (name.find("lora_B") != std::string::npos) {
+      EXPECT_EQ(tensor.abs().max().item<float>(), 0.0f) << name;
+      continue;
+    }
+    // kaiming_uniform_(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)), variance bound^2 / 3.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(tensor.size(1)));
+    EXPECT_LE(tensor.abs().max().item<double>(), bound) << name;
+    EXPECT_GT(tensor.abs().max().item<double>(), 0.95 * bound) << name;
+    EXPECT_NEAR(tensor.mean().item<double>(), 0.0, 0.05 * bound) << name;
+    EXPECT_NEAR(tensor.var().item<double>(), bound * bound / 3.0, 0.08 * bound * bound / 3.0) << name;
+  }
+  CausalLM same(small_config(), at::kFloat, at::kCPU);
+  CausalLM other(small_config(), at::kFloat, at::kCPU);
+  const auto again = attach_lora(same, lora_config({"q_proj", "gate_proj", "down_proj"}), 3407);
+  const auto different = attach_lora(other, lora_config({"q_proj", "gate_proj", "down_proj"}), 1);
+  EXPECT_TRUE(at::equal(trainable[0].second, again[0].second));
+  EXPECT_FALSE(at::equal(trainable[0].second, different[0].second));
+}
+
+TEST(LoraModel, ScalingIsAlphaOverRankOrOverSqrtRankWithRsLora) {
+  EXPECT_DOUBLE_EQ(lora_scaling(lora_config({"q_proj"}, 8)), 2.0);
+  EXPECT_DOUBLE_EQ(lora_scaling(lora_config({"q_proj"}, 16, /*rslora=*/true)), 4.0);
+  CausalLM model(small_config(), at::kFloat, at::kCPU);
+  attach_lora(model, lora_config({"v_proj"}, 4, true), 1);
+  for (auto& [name, linear] : model.named_linears()) {
+    if (name.find("v_proj") != std::string::npos) {
+      const auto* lora = dynamic_cast<const LoraAdapter*>(linear->adapter.get());
+      ASSERT_NE(lora, nullptr);
+      EXPECT_DOUBLE_EQ(lora->scaling, 8.0);  // 16 / sqrt(4)
+    } else {
+      EXPECT_FALSE(linear->adapter) << name;
+    }
+  }
+}
+
+TEST(LoraModel, UnknownTargetModuleIsAUsageError) {
+  CausalLM model(small_config(), at::kFloat, at::kCPU);
+  try {
+    attach_lora(model, lora_config({"q_proj", "qkv_proj"}), 1);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_proj"), std::string::npos);
+  }
+}
+
+TEST(LoraModel, AdapterConfigRoundTripsAndRejectsUnsupportedSettings) {
+  auto config = lora_config({"q_proj", "v_proj"}, 4, true);
+  const auto json = adapter_config_json(config, "base");
+  EXPECT_EQ(json["peft_type"], "LORA");
+  EXPECT_EQ(json["task_type"], "CAUSAL_LM");
+  const auto back = lora_config_from_adapter_json(json, "adapter_config.json");
+  EXPECT_EQ(back.r, 4);
+  EXPECT_DOUBLE_EQ(back.lora_alpha, 16);
+  EXPECT_TRUE(back.use_rslora);
+  EXPECT_EQ(back.target_modules, config.target_modules);
+  auto dora = json;
+  dora["use_dora"] = true;
+  EXPECT_THROW(lora_config_from_adapter_json(dora, "adapter_config.json"), Error);
+  auto bias = json;
+  bias["bias"] = "all";
+  EXPECT_THROW(lora_config_from_adapter_json(bias, "adapter_config.json"), Error);
+}
+
+}  // namespace
+}  // namespace finetune

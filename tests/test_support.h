@@ -1,0 +1,65 @@
+// Helpers shared by every C++ test suite: a self-removing temporary directory and the message of
+// an expected finetune::Error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "finetune/util/errors.h"
+
+namespace finetune::testing {
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag = "test") {
+    std::string pattern = (std::filesystem::temp_directory_path() / ("finetune_" + tag + "_XXXXXX")).string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  // Writes `content` to the file `name` inside the directory.
+  void write(const std::string& name, const std::string& content) const {
+    std::ofstream(path_ / name, std::ios::binary) << content;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The message of the finetune::Error (or subclass) that `action` throws; any other outcome fails
+// the test and returns "".
+template <typename Action>
+std::string error_message(Action&& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a finetune::Error";
+  return "";
+}
+
+// Every part occurs in `message`.
+inline void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  }
+}
+
+}  // namespace finetune::testing
