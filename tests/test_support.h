@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <ftw.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,9 +26,11 @@ class TempDir {
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     path_ = pattern;
   }
+  // nftw, not std::filesystem::remove_all: libtorch.so exports a copy of remove_all that crashes
+  // when a LibTorch test binary resolves to it.
   ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    ::nftw(path_.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
+           FTW_DEPTH | FTW_PHYS);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

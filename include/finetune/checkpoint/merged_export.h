@@ -1,5 +1,6 @@
 // merged_16bit export: a full Hugging Face model directory with every adapter folded into its
-// base weight as PEFT's merge does (LoRA: W += (B @ A * scaling).to(W.dtype)), saved in the model's
+// base weight as PEFT's merge_and_unload does (LoRA: W += B @ A * scaling, summed in fp32 and
+// rounded once to W's dtype), saved in the model's
 // dtype (bf16/fp16 on GPU; a CPU fp32 run stays fp32 rather than losing precision), sharded like
 // transformers (model-0000i-of-0000N.safetensors + index above 5 GB), with config.json and the
 // tokenizer / generation files copied from the base model. transformers.from_pretrained loads it.

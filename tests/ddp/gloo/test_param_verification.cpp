@@ -47,7 +47,9 @@ void expect_every_rank_fails(const std::function<Named(int)>& parameters_of_rank
     ASSERT_TRUE(errors[rank]) << "rank " << rank << " did not fail";
     const auto message = describe(errors[rank]);
     EXPECT_NE(message.find("ranks " + std::to_string(bad_rank) + " differ from rank 0"), std::string::npos) << message;
-    if (rank == bad_rank) EXPECT_NE(message.find(detail), std::string::npos) << message;
+    if (rank == bad_rank) {
+      EXPECT_NE(message.find(detail), std::string::npos) << message;
+    }
   }
 }
 
