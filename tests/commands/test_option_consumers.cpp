@@ -7,7 +7,7 @@
 #include <set>
 
 #include "../model/tiny_config.h"
-#include "command_test_helpers.h"
+#include "../config/option_test_helpers.h"
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/lora/attach_lora.h"
@@ -22,7 +22,7 @@
 namespace finetune {
 namespace {
 
-using testing::parse_train_args;
+using testing::parse_train;
 
 const OptionSpec& spec_of(const std::string& name) {
   for (const auto& spec : option_table()) {
@@ -34,12 +34,12 @@ const OptionSpec& spec_of(const std::string& name) {
 TEST(OptionConsumers, DtypeSpellingsMeanTheSameToParserAndModel) {
   EXPECT_EQ(spec_of("dtype").choices, dtype_names());
   for (const auto& name : dtype_names()) {
-    const auto parsed = parse_train_args({"--dtype", name}).options.dtype;
+    const auto parsed = parse_train({"--dtype", name}).options.dtype;
     EXPECT_EQ(parsed, name);
     EXPECT_NO_THROW(select_dtype(parsed, at::kCPU)) << name;
   }
   for (const auto& [alias, name] : dtype_aliases()) {
-    const auto parsed = parse_train_args({"--dtype", alias}).options.dtype;
+    const auto parsed = parse_train({"--dtype", alias}).options.dtype;
     EXPECT_EQ(parsed, name);
     EXPECT_EQ(select_dtype(alias, at::kCPU), select_dtype(name, at::kCPU)) << alias;
   }
@@ -48,34 +48,34 @@ TEST(OptionConsumers, DtypeSpellingsMeanTheSameToParserAndModel) {
   EXPECT_EQ(select_dtype("float32", at::kCPU), at::kFloat);
   EXPECT_EQ(select_dtype("auto", at::kCPU), at::kFloat);
   EXPECT_THROW(select_dtype("float8", at::kCPU), UsageError);
-  EXPECT_THROW(parse_train_args({"--dtype", "float8"}), UsageError);
+  EXPECT_THROW(parse_train({"--dtype", "float8"}), UsageError);
 }
 
 TEST(OptionConsumers, ChatTemplateNamesMeanTheSameToParserAndData) {
   EXPECT_EQ(spec_of("chat_template").choices, chat_template_names());
   for (const auto& name : chat_template_names()) {
-    const auto parsed = parse_train_args({"--chat_template", name}).options.chat_template;  // qwen2.5 included
+    const auto parsed = parse_train({"--chat_template", name}).options.chat_template;  // qwen2.5 included
     EXPECT_EQ(parsed, name);
     EXPECT_NO_THROW(chat_format_from_name(parsed, "")) << name;
   }
   for (const auto& [alias, name] : chat_template_aliases()) {
-    EXPECT_EQ(parse_train_args({"--chat_template", alias}).options.chat_template, name);
+    EXPECT_EQ(parse_train({"--chat_template", alias}).options.chat_template, name);
     EXPECT_EQ(chat_format_from_name(alias, ""), chat_format_from_name(name, "")) << alias;
   }
   // Every format has a name the parser accepts.
   for (const auto format :
        {ChatFormat::ChatMl, ChatFormat::ChatMlQwen, ChatFormat::Llama3, ChatFormat::Mistral, ChatFormat::Alpaca}) {
     const auto name = chat_format_name(format);
-    EXPECT_EQ(chat_format_from_name(parse_train_args({"--chat_template", name}).options.chat_template, ""), format);
+    EXPECT_EQ(chat_format_from_name(parse_train({"--chat_template", name}).options.chat_template, ""), format);
   }
-  EXPECT_THROW(parse_train_args({"--chat_template", "vicuna"}), UsageError);
+  EXPECT_THROW(parse_train({"--chat_template", "vicuna"}), UsageError);
   EXPECT_THROW(chat_format_from_name("vicuna", ""), UsageError);
 }
 
 TEST(OptionConsumers, TargetModulesAreTheModelsProjections) {
   EXPECT_EQ(spec_of("target_modules").choices, projection_names());
   EXPECT_EQ(Options{}.target_modules, projection_names());
-  EXPECT_EQ(parse_train_args({"--target_modules", "all-linear"}).options.target_modules, projection_names());
+  EXPECT_EQ(parse_train({"--target_modules", "all-linear"}).options.target_modules, projection_names());
   CausalLM model(tiny_llama_config({16, 8, 12, 1, 2, 1, 4}), at::kFloat, at::kCPU);
   std::set<std::string> leaves;
   for (const auto& [name, linear] : model.named_linears()) leaves.insert(name.substr(name.rfind('.') + 1));
@@ -84,45 +84,45 @@ TEST(OptionConsumers, TargetModulesAreTheModelsProjections) {
     CausalLM fresh(tiny_llama_config({16, 8, 12, 1, 2, 1, 4}), at::kFloat, at::kCPU);
     LoraConfig lora;
     lora.r = 2;
-    lora.target_modules = parse_train_args({"--target_modules", name}).options.target_modules;
+    lora.target_modules = parse_train({"--target_modules", name}).options.target_modules;
     EXPECT_EQ(attach_lora(fresh, lora, 1).size(), 2u) << name;
   }
-  EXPECT_THROW(parse_train_args({"--target_modules", "lm_head"}), UsageError);
+  EXPECT_THROW(parse_train({"--target_modules", "lm_head"}), UsageError);
 }
 
 TEST(OptionConsumers, SchedulesAreTheOnesTheScheduleComputes) {
   EXPECT_EQ(spec_of("lr_scheduler_type").choices, lr_scheduler_types());
   for (const auto& type : lr_scheduler_types()) {
     LrSchedule schedule;
-    schedule.type = parse_train_args({"--lr_scheduler_type", type}).options.lr_scheduler_type;
+    schedule.type = parse_train({"--lr_scheduler_type", type}).options.lr_scheduler_type;
     schedule.total_steps = 10;
     EXPECT_NO_THROW(lr_multiplier(schedule, 3)) << type;
   }
   LrSchedule unknown;
   unknown.type = "polynomial";
   EXPECT_THROW(lr_multiplier(unknown, 0), UsageError);
-  EXPECT_THROW(parse_train_args({"--lr_scheduler_type", "polynomial"}), UsageError);
+  EXPECT_THROW(parse_train({"--lr_scheduler_type", "polynomial"}), UsageError);
 }
 
 TEST(OptionConsumers, SaveMethodsAreTheOnesTheExportWrites) {
   EXPECT_EQ(spec_of("save_method").choices, supported_save_methods());
   for (const auto& method : supported_save_methods()) {
-    EXPECT_EQ(parse_train_args({"--save_method", method}).options.save_method, method);
+    EXPECT_EQ(parse_train({"--save_method", method}).options.save_method, method);
   }
   for (const auto& [method, reason] : unsupported_save_methods()) {
-    EXPECT_THROW(parse_train_args({"--save_method", method}), UsageError) << method;
+    EXPECT_THROW(parse_train({"--save_method", method}), UsageError) << method;
   }
-  EXPECT_THROW(parse_train_args({"--save_method", "gguf_q8_0"}), UsageError);
+  EXPECT_THROW(parse_train({"--save_method", "gguf_q8_0"}), UsageError);
 }
 
 TEST(OptionConsumers, LogLevelsAreTheLoggersLevels) {
   EXPECT_EQ(spec_of("log_level").choices, log::level_names());
   for (const auto& name : log::level_names()) {
-    EXPECT_NO_THROW(log::level_from_name(parse_train_args({"--log_level", name}).options.log_level)) << name;
+    EXPECT_NO_THROW(log::level_from_name(parse_train({"--log_level", name}).options.log_level)) << name;
   }
   EXPECT_EQ(log::level_from_name("warn"), log::Level::Warn);
-  EXPECT_EQ(parse_train_args({}, {{"FINETUNE_LOG_LEVEL", "debug"}}).options.log_level, "debug");
-  EXPECT_THROW(parse_train_args({"--log_level", "verbose"}), UsageError);
+  EXPECT_EQ(parse_train({}, {{"FINETUNE_LOG_LEVEL", "debug"}}).options.log_level, "debug");
+  EXPECT_THROW(parse_train({"--log_level", "verbose"}), UsageError);
 }
 
 }  // namespace

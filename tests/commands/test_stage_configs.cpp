@@ -2,17 +2,17 @@
 // option of the same meaning, and the step count is derived as HF Trainer derives it.
 #include <gtest/gtest.h>
 
-#include "command_test_helpers.h"
+#include "../config/option_test_helpers.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
 
-using testing::parse_train_args;
+using testing::parse_train;
 
 Options non_default_options() {
-  return parse_train_args({"--dtype", "bf16", "--device", "cpu", "--r", "8", "--lora_alpha", "32", "--lora_dropout",
+  return parse_train({"--dtype", "bf16", "--device", "cpu", "--r", "8", "--lora_alpha", "32", "--lora_dropout",
                            "0.1", "--use_rslora", "--target_modules", "q_proj,v_proj", "--random_state", "9",
                            "--init_adapter", "adapters/a", "--seed", "11", "--eval_dataset", "e.jsonl", "--eval_split",
                            "0.25", "--chat_template", "qwen2.5", "--max_seq_length", "512", "--train_on_completions",
@@ -115,11 +115,11 @@ TEST(StageConfigs, ExportSetup) {
 }
 
 TEST(StageConfigs, TotalStepsFromMaxStepsOrEpochs) {
-  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps", "7"}).options, 100), 7);
-  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps", "0", "--num_train_epochs", "2.5"}).options, 10), 25);
-  EXPECT_EQ(total_steps_from(parse_train_args({"--max_steps=-1", "--num_train_epochs", "0.01"}).options, 10), 1);
+  EXPECT_EQ(total_steps_from(parse_train({"--max_steps", "7"}).options, 100), 7);
+  EXPECT_EQ(total_steps_from(parse_train({"--max_steps", "0", "--num_train_epochs", "2.5"}).options, 10), 25);
+  EXPECT_EQ(total_steps_from(parse_train({"--max_steps=-1", "--num_train_epochs", "0.01"}).options, 10), 1);
   // An absurd epoch count is refused instead of overflowing into a negative step count.
-  EXPECT_THROW(total_steps_from(parse_train_args({"--max_steps", "0", "--num_train_epochs", "1e300"}).options, 10),
+  EXPECT_THROW(total_steps_from(parse_train({"--max_steps", "0", "--num_train_epochs", "1e300"}).options, 10),
                UsageError);
 }
 

@@ -9,24 +9,14 @@
 #include <vector>
 
 #include "finetune/config/options.h"
+#include "option_test_helpers.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
 
-// Calls parse_command with argv = {"finetune", args...}.
-Command parse_args(std::vector<std::string> args, const EnvMap& env = {}) {
-  std::vector<const char*> argv = {"finetune"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  return parse_command(static_cast<int>(argv.size()), argv.data(), env);
-}
-
-// The minimal valid training command plus `extra`.
-Command parse_train(std::vector<std::string> extra, const EnvMap& env = {}) {
-  std::vector<std::string> args = {"--model_name", "m", "--dataset", "d.jsonl"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return parse_args(args, env);
-}
+using testing::parse_args;
+using testing::parse_train;
 
 // Message of the UsageError thrown by `fn`, or a failure.
 template <typename Fn>
