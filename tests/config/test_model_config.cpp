@@ -215,6 +215,25 @@ TEST(ModelConfigTest, MistralSlidingWindowIsRecorded) {
   EXPECT_TRUE(contains(error_of(c), "sliding_window"));
 }
 
+TEST(ModelConfigTest, SequencesLongerThanTheSlidingWindowAreRefused) {
+  json c = base_config();
+  c["architectures"] = {"MistralForCausalLM"};
+  c["model_type"] = "mistral";
+  c["sliding_window"] = 512;
+  const ModelConfig mistral = model_config_from_json(c, "x");
+  EXPECT_NO_THROW(check_sequence_length(mistral, 512));  // fits: identical to full attention
+  try {
+    check_sequence_length(mistral, 513);
+    ADD_FAILURE() << "a sequence past the window was accepted";
+  } catch (const UsageError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "--max_seq_length") && contains(msg, "513") && contains(msg, "sliding_window (512")) << msg;
+  }
+  c["sliding_window"] = nullptr;  // no window: any length
+  EXPECT_NO_THROW(check_sequence_length(model_config_from_json(c, "x"), 1 << 20));
+  EXPECT_NO_THROW(check_sequence_length(model_config_from_json(base_config(), "x"), 1 << 20));  // Llama
+}
+
 TEST(ModelConfigTest, HeadsMustDivide) {
   json c = base_config();
   c["num_key_value_heads"] = 3;
