@@ -90,7 +90,23 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.ddp_find_unused_parameters = options.ddp_find_unused_parameters;
   config.profile_start_step = options.profile_start_step;
   config.profile_steps = options.profile_steps;
+  config.seed = static_cast<uint64_t>(options.seed);
   return config;
+}
+
+RunDirectorySetup run_directory_setup_from(const Options& options) {
+  return {options.output_dir, options.overwrite_output_dir, options.resume_from_checkpoint, options.save_total_limit};
+}
+
+RunIdentity run_identity_from(const Options& options, const LaunchEnv& launch, const LoraConfig& lora) {
+  RunIdentity identity;
+  identity.base_model = options.model_name;
+  identity.adapter_config = adapter_config_json(lora, options.model_name);
+  identity.world_size = launch.world_size;
+  identity.per_device_train_batch_size = options.per_device_train_batch_size;
+  identity.gradient_accumulation_steps = options.gradient_accumulation_steps;
+  identity.seed = options.seed;
+  return identity;
 }
 
 ExportSetup export_setup_from(const Options& options) {

@@ -1,5 +1,6 @@
 // `finetune train`: launch env -> communicator -> model + weights -> adapter -> data -> trainer ->
-// adapter save / export. Only wiring: each stage gets its own config (stage_configs.h).
+// adapter save / export, with checkpoints to resume from. Only wiring: each stage gets its own
+// config (stage_configs.h).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <iostream>
@@ -8,6 +9,8 @@
 
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/model_export.h"
+#include "finetune/checkpoint/run_checkpoint.h"
+#include "finetune/checkpoint/run_directory.h"
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/run_setup.h"
@@ -19,6 +22,7 @@
 #include "finetune/train/evaluate.h"
 #include "finetune/train/loss_trend.h"
 #include "finetune/train/trainer.h"
+#include "finetune/util/atomic_directory.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 #include "finetune/util/output_directory.h"
@@ -26,14 +30,34 @@
 namespace finetune {
 namespace {
 
+// The adapter into --output_dir, then the export; a failure keeps the checkpoints and says where
+// the newest one is.
 void save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
-                const std::string& output_dir, const std::string& model_dir) {
+                const std::string& output_dir, const std::string& model_dir, const std::string& last_checkpoint) {
   const auto& config = export_setup.export_config;
-  save_adapter(model, lora, config.base_model_name, output_dir);
-  log::info("adapter saved to " + output_dir);
-  if (!export_setup.save_model) return;
-  export_model(model, lora, config, model_dir);
-  log::info("model saved to " + config.save_path + " (" + config.save_method + ")");
+  try {
+    save_adapter(model, lora, config.base_model_name, output_dir);
+    log::info("adapter saved to " + output_dir);
+    if (!export_setup.save_model) return;
+    export_model(model, lora, config, model_dir);
+    log::info("model saved to " + config.save_path + " (" + config.save_method + ")");
+  } catch (const std::exception& e) {
+    throw Error(std::string("final save failed: ") + e.what() + "; " +
+                (last_checkpoint.empty() ? "no checkpoint was written (--save_steps)"
+                                         : "the last checkpoint, " + last_checkpoint + ", is intact"));
+  }
+}
+
+// --output_dir's reuse rule on every rank (a read-only look, so all ranks agree), then rank 0
+// clears or tidies it.
+void prepare_output_dir(const RunDirectorySetup& setup, const LaunchEnv& launch) {
+  check_output_dir_reuse(setup.output_dir, setup.overwrite_output_dir, !setup.resume_from_checkpoint.empty());
+  if (launch.rank != 0) return;
+  create_output_directory(setup.output_dir, "--output_dir");
+  if (setup.overwrite_output_dir) clear_run_artifacts(setup.output_dir);
+  for (const auto& name : remove_stale_temp_directories(setup.output_dir)) {
+    log::info("removed " + name + ", left in " + setup.output_dir + " by a run that stopped while saving");
+  }
 }
 
 }  // namespace
@@ -47,20 +71,34 @@ int run_train(const Options& options, const EnvMap& env) {
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
   const auto export_setup = export_setup_from(options);
+  const auto run_directory = run_directory_setup_from(options);
   try {
-    if (launch.rank == 0) {  // fail before hours of training, not at the final save
-      create_output_directory(options.output_dir, "--output_dir");
-      if (export_setup.save_model) create_output_directory(export_setup.export_config.save_path, "--save_path");
+    prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
+    if (launch.rank == 0 && export_setup.save_model) {
+      create_output_directory(export_setup.export_config.save_path, "--save_path");
     }
     auto loaded = load_model(source, env, device);
     auto& model = *loaded.model;
     check_sequence_length(model.config(), options.max_seq_length);
     const auto adapter = setup_adapter(model, adapter_setup_from(options));
+    const auto identity = run_identity_from(options, launch, adapter.config);
+    std::optional<TrainingState> resume;
+    if (!run_directory.resume_from_checkpoint.empty()) {
+      const auto checkpoint = resolve_resume_checkpoint(run_directory.resume_from_checkpoint, run_directory.output_dir);
+      resume = read_training_state(checkpoint, adapter.trainable);
+      if (const auto notice = check_resume_compatible(resume->identity, identity)) log::warn(*notice);
+      load_adapter_weights(model, checkpoint);
+      log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
+    }
     const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get());
 
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
     MicroBatchStream stream(data.train.samples, stream_config_from(options, launch, pad_id));
     const auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
+    if (resume && resume->global_step >= config.total_steps) {
+      throw UsageError("--resume_from_checkpoint: the checkpoint is at step " + std::to_string(resume->global_step) +
+                       ", and this run has " + std::to_string(config.total_steps) + " steps (raise --max_steps)");
+    }
     if (launch.rank == 0) {
       log_banner(loaded, adapter, data, stream, launch,
                  {options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
@@ -74,13 +112,28 @@ int run_train(const Options& options, const EnvMap& env) {
         return evaluate_across_ranks(model, data.eval->samples, *communicator, options.per_device_eval_batch_size, pad_id);
       };
     }
-    hooks.save_checkpoint = [&](const std::string& dir) {
-      save_adapter(model, adapter.config, export_setup.export_config.base_model_name, dir);
+    hooks.save_checkpoint = [&](const std::string& dir, TrainingState state) {
+      state.identity = identity;
+      write_checkpoint(dir, model, adapter.config, state);
+      for (const auto& removed : prune_checkpoints(run_directory.output_dir, run_directory.save_total_limit)) {
+        log::info("removed " + removed + " (--save_total_limit " + std::to_string(run_directory.save_total_limit) + ")");
+      }
     };
 
-    const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks);
-    if (launch.rank == 0) save_final(model, adapter.config, export_setup, options.output_dir, loaded.model_dir);
-    communicator->barrier("final save");
+    const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
+    std::string save_failure;
+    if (launch.rank == 0) {
+      try {
+        save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir,
+                   result.last_checkpoint);
+      } catch (const std::exception& e) {
+        save_failure = e.what();
+      }
+    }
+    // Every rank learns the outcome (this is also the final barrier), so all exit alike.
+    auto failed = at::full({1}, save_failure.empty() ? 0.0 : 1.0, at::TensorOptions().dtype(at::kDouble).device(device));
+    communicator->all_reduce(failed, "final save");
+    if (failed.item<double>() != 0) throw Error(save_failure.empty() ? "final save failed on rank 0" : save_failure);
     if (launch.rank == 0) {
       nlohmann::json summary = {{"steps", config.total_steps},
                                 {"train_loss", result.step_losses.empty() ? 0.0 : result.step_losses.back()},

@@ -176,6 +176,12 @@ std::vector<OptionRow> build_option_table() {
       // --- saving
       string_row("output_dir", "saving", &Options::output_dir, false, "checkpoints, adapter and metrics go here"),
       int_row("save_steps", "saving", &Options::save_steps, 0, "checkpoint every N steps; 0 = only the final save"),
+      int_row("save_total_limit", "saving", &Options::save_total_limit, 0,
+              "keep only the newest N checkpoints; 0 = keep all"),
+      string_row("resume_from_checkpoint", "saving", &Options::resume_from_checkpoint, true,
+                 "continue a run from a checkpoint directory, or true: the newest checkpoint in output_dir"),
+      bool_row("overwrite_output_dir", "saving", &Options::overwrite_output_dir,
+               "replace an earlier run's files in output_dir (otherwise such a directory is refused)"),
       bool_row("save_model", "saving", &Options::save_model, "also export per --save_method into --save_path"),
       choice_row("save_method", "saving", &Options::save_method, save_method, "export format"),
       string_row("save_path", "saving", &Options::save_path, false, "export directory"),

@@ -1,5 +1,7 @@
 #include "finetune/data/micro_batch_stream.h"
 
+#include <algorithm>
+
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -69,6 +71,18 @@ void MicroBatchStream::start_epoch(int64_t epoch) {
     for (int64_t index : batch) rows.push_back({index});
     epoch_batches_.push_back(std::move(rows));
   }
+}
+
+int64_t MicroBatchStream::steps_into_epoch() const {
+  const auto accumulation = static_cast<size_t>(config_.gradient_accumulation_steps);
+  return static_cast<int64_t>((cursor_ + accumulation - 1) / accumulation);
+}
+
+void MicroBatchStream::seek(int64_t epoch, int64_t steps_into_epoch) {
+  if (epoch < 0 || steps_into_epoch < 0) throw Error("data position: negative epoch or step");
+  start_epoch(epoch);
+  const auto wanted = static_cast<uint64_t>(steps_into_epoch) * static_cast<uint64_t>(config_.gradient_accumulation_steps);
+  cursor_ = static_cast<size_t>(std::min<uint64_t>(wanted, epoch_batches_.size()));
 }
 
 std::vector<HostBatch> MicroBatchStream::next_step() {

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "finetune/util/errors.h"
+
 namespace finetune {
 
 AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fused)
@@ -11,6 +13,24 @@ AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fuse
     exp_avg_sq_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
     state_steps_.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
   }
+}
+
+void AdamW::load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq,
+                       int64_t steps) {
+  if (exp_avg.size() != parameters_.size() || exp_avg_sq.size() != parameters_.size()) {
+    throw Error("AdamW state: " + std::to_string(exp_avg.size()) + " moments for " + std::to_string(parameters_.size()) +
+                " parameters");
+  }
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    if (!exp_avg[i].sizes().equals(exp_avg_[i].sizes()) || !exp_avg_sq[i].sizes().equals(exp_avg_sq_[i].sizes())) {
+      throw Error("AdamW state: the moments of parameter " + std::to_string(i) + " have another shape");
+    }
+    exp_avg_[i].copy_(exp_avg[i]);
+    exp_avg_sq_[i].copy_(exp_avg_sq[i]);
+    state_steps_[i].fill_(static_cast<double>(steps));
+  }
+  step_count_ = steps;
 }
 
 void AdamW::step(double lr) {

@@ -5,8 +5,10 @@
 
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/train/device_batch.h"
+#include "finetune/train/finite_guard.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/loss.h"
+#include "finetune/train/rng_state.h"
 #include "finetune/train/step_profiler.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -22,10 +24,21 @@ double seconds_since(Clock::time_point start) {
 
 bool every(int64_t interval, int64_t step) { return interval > 0 && step % interval == 0; }
 
+std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
+  return output_dir + "/checkpoint-" + std::to_string(step);
+}
+
+// Where the last good state is, for an error that stops the run.
+std::string last_good_state(const std::string& last_checkpoint) {
+  return last_checkpoint.empty() ? "no checkpoint was written (--save_steps)"
+                                 : "the last good checkpoint is " + last_checkpoint;
+}
+
 }  // namespace
 
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
-                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks) {
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
+                  const TrainingState* resume) {
   const bool is_main = communicator.rank() == 0;
   const auto device = model.device();
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
@@ -40,11 +53,37 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
   AdamW optimizer(parameters, config.adamw, model.kernel_policy().fused_adamw);
 
+  TrainResult result;
+  seed_generators(config.seed);
+  int64_t start_step = 0;
+  int64_t logged_steps = 0;  // steps whose loss went into result.step_losses through a log line
+  std::vector<nlohmann::json> log_history;
+  std::vector<at::Tensor> window_losses;  // per-step global mean loss (device scalars) since the last log
+  auto window_tokens = at::zeros({}, f64);  // non-padding tokens since the last log, all ranks
+  if (resume) {
+    start_step = resume->global_step;
+    optimizer.load_state(resume->exp_avg, resume->exp_avg_sq, resume->optimizer_steps);
+    stream.seek(resume->position.epoch, resume->position.steps_into_epoch);
+    log_history = resume->log_history;
+    logged_steps = log_history.empty() ? 0 : log_history.back().value("step", int64_t{0});
+    result.step_losses.assign(resume->step_losses.begin(), resume->step_losses.begin() + logged_steps);
+    for (size_t i = static_cast<size_t>(logged_steps); i < resume->step_losses.size(); ++i) {
+      window_losses.push_back(at::scalar_tensor(resume->step_losses[i], f64));
+    }
+    result.tokens = log_history.empty() ? 0 : log_history.back().value("tokens", int64_t{0});
+    window_tokens.fill_(static_cast<double>(resume->tokens - result.tokens));
+    const auto rank = static_cast<size_t>(communicator.rank());
+    if (resume->identity.world_size == communicator.world_size()) {
+      restore_generators(device, {resume->cpu_rng_states.at(rank), resume->device_rng_states.at(rank)});
+    }
+  }
+
   std::optional<MetricsWriter> metrics;
   std::optional<ProgressReporter> progress;
   if (is_main) {
     std::filesystem::create_directories(config.output_dir);
-    metrics.emplace(config.output_dir + "/metrics.jsonl");
+    metrics.emplace(config.output_dir + "/metrics.jsonl");  // rewritten from the history on resume
+    for (const auto& line : log_history) metrics->write_line(line.dump());
     progress.emplace(config.total_steps, stderr_is_terminal());
   }
 
@@ -54,15 +93,13 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
 
   StepProfiler profiler(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(),
                         device);
-  TrainResult result;
+  FiniteGuard finite(device);
   const auto start = Clock::now();
   auto window_start = start;
-  auto window_tokens = at::zeros({}, f64);  // non-padding tokens since the last log, all ranks
-  std::vector<at::Tensor> window_losses;  // per-step global mean loss (device scalars)
   at::Tensor grad_norm;
   double lr = 0;
 
-  for (int64_t step = 0; step < config.total_steps; ++step) {
+  for (int64_t step = start_step; step < config.total_steps; ++step) {
     profiler.before_step(step + 1);
     auto micro_batches = stream.next_step();
     double local_trainable = 0, local_real = 0;
@@ -96,6 +133,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     communicator.all_reduce(step_loss_sum, "loss of step " + std::to_string(step + 1));
     window_losses.push_back(step_loss_sum / counts[0]);
     window_tokens += counts[1];
+    finite.record(step + 1, window_losses.back(), grad_norm);
     profiler.after_step(step + 1);
 
     const int64_t done = step + 1;
@@ -109,6 +147,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     }
     const bool log_now = every(config.logging_steps, done) || done == config.total_steps || eval_loss;
     if (log_now) {
+      finite.check(last_good_state(result.last_checkpoint));  // the losses are read here anyway
       auto losses = at::stack(window_losses).cpu();
       StepMetrics m;
       m.step = done;
@@ -123,6 +162,8 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       m.elapsed_s = seconds_since(start);
       m.eval_loss = eval_loss;
       for (int64_t i = 0; i < losses.size(0); ++i) result.step_losses.push_back(losses[i].item<double>());
+      logged_steps = done;
+      log_history.push_back(metrics_json(m));
       if (is_main) {
         metrics->write(m);
         progress->report(m);
@@ -132,11 +173,44 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       window_start = Clock::now();
     }
     if (every(config.save_steps, done) && done != config.total_steps && hooks.save_checkpoint) {
-      if (is_main) hooks.save_checkpoint(config.output_dir + "/checkpoint-" + std::to_string(done));
-      communicator.barrier("checkpoint save at step " + std::to_string(done));
+      finite.check(last_good_state(result.last_checkpoint));  // never write a diverged adapter
+      TrainingState state;
+      state.global_step = done;
+      state.total_steps = config.total_steps;
+      state.position = {stream.epoch(), stream.steps_into_epoch()};
+      state.log_history = log_history;
+      state.step_losses = result.step_losses;
+      for (const auto& loss : window_losses) state.step_losses.push_back(loss.item<double>());
+      state.tokens = result.tokens + static_cast<int64_t>(window_tokens.item<double>());
+      state.exp_avg = optimizer.exp_avg();
+      state.exp_avg_sq = optimizer.exp_avg_sq();
+      state.optimizer_steps = optimizer.steps_taken();
+      for (const auto& states : gather_generators(capture_generators(device), communicator, device)) {
+        state.cpu_rng_states.push_back(states.cpu);
+        state.device_rng_states.push_back(states.device);
+      }
+      const std::string dir = checkpoint_dir(config.output_dir, done);
+      std::string failure;
+      if (is_main) {
+        try {
+          hooks.save_checkpoint(dir, std::move(state));
+        } catch (const std::exception& e) {
+          failure = e.what();
+        }
+      }
+      // Every rank learns the outcome, so all stop together when the save failed.
+      auto failed = at::full({1}, failure.empty() ? 0.0 : 1.0, f64);
+      communicator.all_reduce(failed, "checkpoint save at step " + std::to_string(done));
+      if (failed.item<double>() != 0) {
+        throw Error("checkpoint at step " + std::to_string(done) + " could not be saved" +
+                    (failure.empty() ? " (rank 0 failed)" : ": " + failure) + "; " +
+                    last_good_state(result.last_checkpoint));
+      }
+      result.last_checkpoint = dir;
     }
   }
   if (progress) progress->finish();
+  finite.check(last_good_state(result.last_checkpoint));
   result.elapsed_s = seconds_since(start);
   if (hooks.evaluate && !every(config.eval_steps, config.total_steps)) result.final_eval_loss = hooks.evaluate();
   return result;

@@ -8,6 +8,7 @@
 
 #include "finetune/config/options.h"
 #include "finetune/checkpoint/model_export.h"
+#include "finetune/checkpoint/training_state.h"
 #include "finetune/data/dataset.h"
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
@@ -59,6 +60,18 @@ int64_t total_steps_from(const Options& options, int64_t steps_per_epoch);
 
 // The trainer's settings for `total_steps` steps.
 TrainerConfig trainer_config_from(const Options& options, int64_t total_steps);
+
+// Where the run lives and how it continues: --output_dir's reuse rule, checkpoints kept, resume.
+struct RunDirectorySetup {
+  std::string output_dir;
+  bool overwrite_output_dir = false;
+  std::string resume_from_checkpoint;  // "" (fresh), "true" or a checkpoint directory
+  int64_t save_total_limit = 0;
+};
+RunDirectorySetup run_directory_setup_from(const Options& options);
+
+// The settings a checkpoint records and a resumed run must share (checkpoint/training_state.h).
+RunIdentity run_identity_from(const Options& options, const LaunchEnv& launch, const LoraConfig& lora);
 
 // What to write after training besides the adapter in --output_dir.
 struct ExportSetup {

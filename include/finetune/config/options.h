@@ -72,6 +72,9 @@ struct Options {
   // --- saving
   std::string output_dir = "outputs";
   int64_t save_steps = 0;            // 0: only the final save
+  int64_t save_total_limit = 0;      // keep the newest K checkpoints; 0: all
+  std::string resume_from_checkpoint;  // checkpoint dir, or "true": the newest in output_dir
+  bool overwrite_output_dir = false;   // replace an earlier run's files in output_dir
   bool save_model = false;           // also export per --save_method into --save_path
   std::string save_method = "lora";  // checkpoint/save_methods.h
   std::string save_path = "model";

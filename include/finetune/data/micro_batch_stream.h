@@ -39,6 +39,13 @@ class MicroBatchStream {
   // The next optimizer step's micro-batches (1..gradient_accumulation_steps of them).
   std::vector<HostBatch> next_step();
 
+  // Where the next step starts: the epoch, and the optimizer steps already taken in it.
+  int64_t epoch() const { return epoch_; }
+  int64_t steps_into_epoch() const;
+  // Continues from a position (resume): the next step is the one after `steps_into_epoch` steps
+  // of `epoch`. Past the epoch's end, the next step starts the following epoch.
+  void seek(int64_t epoch, int64_t steps_into_epoch);
+
  private:
   void start_epoch(int64_t epoch);
   std::vector<std::vector<std::vector<int64_t>>> packed_micro_batches(int64_t epoch) const;

@@ -26,6 +26,12 @@ class AdamW {
   void step(double lr);
   int64_t steps_taken() const { return step_count_; }
 
+  // The moments (views of the optimizer's own tensors, parameter order) for checkpoints.
+  const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
+  // Continues from saved moments and step count (copied in; shapes must match the parameters).
+  void load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq, int64_t steps);
+
  private:
   std::vector<at::Tensor> parameters_;
   std::vector<at::Tensor> exp_avg_;

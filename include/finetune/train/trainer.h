@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "finetune/checkpoint/training_state.h"
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/ddp_defaults.h"
@@ -43,13 +44,15 @@ struct TrainerConfig {
   bool ddp_find_unused_parameters = false;
   int64_t profile_start_step = 0;  // 0: no profile (step_profiler.h)
   int64_t profile_steps = 3;
+  uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
 };
 
 struct TrainerHooks {
   // The global mean eval loss (a collective: every rank calls it); unset when there is no eval data.
   std::function<double()> evaluate;
-  // Writes an adapter checkpoint into a directory (called on rank 0 only).
-  std::function<void(const std::string& dir)> save_checkpoint;
+  // Writes a checkpoint of the adapter and `state` (whose identity the hook fills in) into `dir`;
+  // called on rank 0 only, and every rank learns whether it succeeded.
+  std::function<void(const std::string& dir, TrainingState state)> save_checkpoint;
 };
 
 struct TrainResult {
@@ -58,9 +61,13 @@ struct TrainResult {
   double elapsed_s = 0;
   int64_t tokens = 0;
   double tokens_per_second() const { return static_cast<double>(tokens) / (elapsed_s > 0 ? elapsed_s : 1e-9); }
+  std::string last_checkpoint;  // the newest checkpoint written, or "" (for error messages)
 };
 
+// `resume`: continue from a checkpoint's state (parameters already loaded into the model): the
+// optimizer, the data position, the generators, the losses and metrics so far.
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
-                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks);
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
+                  const TrainingState* resume = nullptr);
 
 }  // namespace finetune

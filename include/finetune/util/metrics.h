@@ -18,6 +18,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace finetune {
 
 struct StepMetrics {
@@ -33,11 +35,13 @@ struct StepMetrics {
 };
 
 std::string metrics_json_line(const StepMetrics& metrics);
+nlohmann::json metrics_json(const StepMetrics& metrics);
 
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);  // truncates; throws naming the path
   void write(const StepMetrics& metrics);            // appends one line and flushes
+  void write_line(const std::string& json_line);     // an already formatted line (resume)
 
  private:
   std::string path_;

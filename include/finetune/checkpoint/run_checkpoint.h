@@ -1,0 +1,47 @@
+// A resumable checkpoint, `OUTPUT_DIR/checkpoint-N/`, written whole or not at all
+// (util/atomic_directory.h):
+//   adapter_config.json, adapter_model.safetensors   the PEFT adapter (peft loads the directory)
+//   optimizer.safetensors   AdamW moments "exp_avg/<name>", "exp_avg_sq/<name>"; metadata "step"
+//   rng_state.safetensors   "rank<R>/cpu", "rank<R>/device": every rank's generator states
+//   trainer_state.json      HF Trainer's fields (global_step, epoch, max_steps, log_history, ...)
+//                           plus "finetune": the data position, losses, tokens and run identity
+// `--resume_from_checkpoint true` takes the newest complete one (HF Trainer's meaning).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "finetune/checkpoint/training_state.h"
+#include "finetune/lora/attach_lora.h"
+#include "finetune/lora/lora_config.h"
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+// "checkpoint-<step>" inside `output_dir`.
+std::string checkpoint_path(const std::string& output_dir, int64_t step);
+
+// Writes a checkpoint of `model`'s adapter and `state` atomically at `dir`.
+void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraConfig& lora,
+                      const TrainingState& state);
+
+// Reads a checkpoint's training state (the adapter is loaded with checkpoint/adapter_io.h);
+// `trainable` names the tensors whose moments must be there. Errors name the file and field.
+TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable);
+
+// The complete checkpoint-N directories of `output_dir`, by ascending step.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& output_dir);
+
+// Keeps the newest `keep` checkpoints (keep <= 0: all); returns the removed directories.
+std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep);
+
+// The directory --resume_from_checkpoint names: "true" = the newest checkpoint in output_dir
+// (UsageError when there is none), otherwise the path itself, which must hold a checkpoint.
+std::string resolve_resume_checkpoint(const std::string& option, const std::string& output_dir);
+
+// UsageError naming the first setting that differs between the checkpoint's run and this one;
+// returns a notice when only the world size differs (the data order then differs too).
+std::optional<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current);
+
+}  // namespace finetune

@@ -1,0 +1,29 @@
+// The random number generators that affect training (LoRA dropout draws from the default
+// generator of the model's device, and of the CPU): seeded from --seed at the start as HF's
+// set_seed does, captured on every rank for a checkpoint, restored on resume.
+#pragma once
+
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "finetune/ddp/communicator.h"
+
+namespace finetune {
+
+struct GeneratorStates {
+  at::Tensor cpu;     // uint8, the CPU generator's state
+  at::Tensor device;  // uint8, the model device's generator state (the CPU's again on a CPU run)
+};
+
+// Seeds the CPU generator and every CUDA device's (at::manual_seed).
+void seed_generators(uint64_t seed);
+
+GeneratorStates capture_generators(const at::Device& device);
+void restore_generators(const at::Device& device, const GeneratorStates& states);
+
+// Every rank's states, in rank order, on every rank (a collective: all ranks call it).
+std::vector<GeneratorStates> gather_generators(const GeneratorStates& local, Communicator& communicator,
+                                               const at::Device& device);
+
+}  // namespace finetune

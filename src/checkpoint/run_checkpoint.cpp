@@ -1,0 +1,275 @@
+#include "finetune/checkpoint/run_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "finetune/checkpoint/adapter_io.h"
+#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/util/atomic_directory.h"
+#include "finetune/util/atomic_file.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* const kCheckpointPrefix = "checkpoint-";
+const char* const kOptimizerFile = "optimizer.safetensors";
+const char* const kRngFile = "rng_state.safetensors";
+const char* const kTrainerStateFile = "trainer_state.json";
+
+bool is_file(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
+}
+
+// A checkpoint is complete when every file is there (a directory only ever appears whole, but one
+// written by another tool or an older version may lack the training state).
+bool is_complete_checkpoint(const std::string& dir) {
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors", kOptimizerFile, kRngFile,
+                           kTrainerStateFile}) {
+    if (!is_file(dir + "/" + file)) return false;
+  }
+  return true;
+}
+
+std::optional<int64_t> checkpoint_step(const std::string& name) {
+  const std::string prefix = kCheckpointPrefix;
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  return std::stoll(digits);
+}
+
+template <typename T>
+T field(const json& object, const char* key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key)) throw Error(where + ": missing field '" + key + "'");
+  try {
+    return object.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw Error(where + ": field '" + std::string(key) + "' has the wrong type");
+  }
+}
+
+json identity_json(const RunIdentity& identity) {
+  return {{"base_model", identity.base_model},
+          {"adapter_config", identity.adapter_config},
+          {"world_size", identity.world_size},
+          {"per_device_train_batch_size", identity.per_device_train_batch_size},
+          {"gradient_accumulation_steps", identity.gradient_accumulation_steps},
+          {"seed", identity.seed}};
+}
+
+RunIdentity identity_from(const json& object, const std::string& where) {
+  RunIdentity identity;
+  identity.base_model = field<std::string>(object, "base_model", where);
+  if (!object.contains("adapter_config") || !object.at("adapter_config").is_object()) {
+    throw Error(where + ": missing field 'adapter_config'");
+  }
+  identity.adapter_config = object.at("adapter_config");
+  identity.world_size = field<int64_t>(object, "world_size", where);
+  identity.per_device_train_batch_size = field<int64_t>(object, "per_device_train_batch_size", where);
+  identity.gradient_accumulation_steps = field<int64_t>(object, "gradient_accumulation_steps", where);
+  identity.seed = field<int64_t>(object, "seed", where);
+  if (identity.world_size < 1 || identity.per_device_train_batch_size < 1 || identity.gradient_accumulation_steps < 1) {
+    throw Error(where + ": world_size, per_device_train_batch_size and gradient_accumulation_steps must be >= 1");
+  }
+  return identity;
+}
+
+json trainer_state_json(const TrainingState& state) {
+  const double epoch = static_cast<double>(state.position.epoch);  // HF's fractional epoch is in log_history
+  return {{"global_step", state.global_step},
+          {"max_steps", state.total_steps},
+          {"epoch", epoch},
+          {"train_batch_size", state.identity.per_device_train_batch_size},
+          {"log_history", state.log_history},
+          {"best_metric", nullptr},
+          {"best_model_checkpoint", nullptr},
+          {"finetune",
+           {{"epoch_index", state.position.epoch},
+            {"steps_into_epoch", state.position.steps_into_epoch},
+            {"tokens", state.tokens},
+            {"step_losses", state.step_losses},
+            {"optimizer_steps", state.optimizer_steps},
+            {"run", identity_json(state.identity)}}}};
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& output_dir, int64_t step) {
+  return output_dir + "/" + kCheckpointPrefix + std::to_string(step);
+}
+
+void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraConfig& lora,
+                      const TrainingState& state) {
+  AtomicDirectory staged(dir);
+  save_adapter(model, lora, state.identity.base_model, staged.path());
+  const auto trainable = lora_parameters(model);
+  if (state.exp_avg.size() != trainable.size() || state.exp_avg_sq.size() != trainable.size()) {
+    throw Error(dir + ": optimizer state holds " + std::to_string(state.exp_avg.size()) + " tensors for " +
+                std::to_string(trainable.size()) + " trainable tensors");
+  }
+  std::vector<std::pair<std::string, at::Tensor>> moments;
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    moments.emplace_back("exp_avg/" + trainable[i].first, state.exp_avg[i]);
+    moments.emplace_back("exp_avg_sq/" + trainable[i].first, state.exp_avg_sq[i]);
+  }
+  save_tensors(staged.path() + "/" + kOptimizerFile, moments, {{"step", std::to_string(state.optimizer_steps)}});
+  std::vector<std::pair<std::string, at::Tensor>> rng;
+  for (size_t rank = 0; rank < state.cpu_rng_states.size(); ++rank) {
+    rng.emplace_back("rank" + std::to_string(rank) + "/cpu", state.cpu_rng_states[rank]);
+    rng.emplace_back("rank" + std::to_string(rank) + "/device", state.device_rng_states.at(rank));
+  }
+  save_tensors(staged.path() + "/" + kRngFile, rng, {{"world_size", std::to_string(state.cpu_rng_states.size())}});
+  write_file_atomically(staged.path() + "/" + kTrainerStateFile, trainer_state_json(state).dump(1) + "\n");
+  staged.commit();
+}
+
+TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable) {
+  if (!is_complete_checkpoint(dir)) {
+    throw UsageError("--resume_from_checkpoint: " + dir + " is not a complete finetune checkpoint (it needs " +
+                     kOptimizerFile + ", " + kRngFile + " and " + kTrainerStateFile + " beside the adapter)");
+  }
+  TrainingState state;
+  const std::string state_path = dir + "/" + kTrainerStateFile;
+  json document;
+  {
+    std::ifstream in(state_path);
+    try {
+      document = json::parse(in);
+    } catch (const json::exception& e) {
+      throw Error(state_path + ": invalid JSON: " + e.what());
+    }
+  }
+  state.global_step = field<int64_t>(document, "global_step", state_path);
+  state.total_steps = field<int64_t>(document, "max_steps", state_path);
+  if (!document.contains("log_history") || !document.at("log_history").is_array()) {
+    throw Error(state_path + ": missing field 'log_history'");
+  }
+  for (const auto& line : document.at("log_history")) state.log_history.push_back(line);
+  if (!document.contains("finetune")) throw Error(state_path + ": missing field 'finetune'");
+  const auto& ours = document.at("finetune");
+  const std::string ours_where = state_path + " (finetune)";
+  state.position.epoch = field<int64_t>(ours, "epoch_index", ours_where);
+  state.position.steps_into_epoch = field<int64_t>(ours, "steps_into_epoch", ours_where);
+  state.tokens = field<int64_t>(ours, "tokens", ours_where);
+  state.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
+  state.optimizer_steps = field<int64_t>(ours, "optimizer_steps", ours_where);
+  if (!ours.contains("run")) throw Error(ours_where + ": missing field 'run'");
+  state.identity = identity_from(ours.at("run"), ours_where + ".run");
+  if (state.global_step < 0 || state.position.epoch < 0 || state.position.steps_into_epoch < 0 ||
+      state.optimizer_steps < 0 || static_cast<int64_t>(state.step_losses.size()) != state.global_step) {
+    throw Error(state_path + ": inconsistent state (global_step " + std::to_string(state.global_step) + ", " +
+                std::to_string(state.step_losses.size()) + " step losses)");
+  }
+
+  const std::string optimizer_path = dir + "/" + kOptimizerFile;
+  auto moments = load_tensors(optimizer_path);
+  for (const auto& [name, parameter] : trainable) {
+    for (auto* target : {&state.exp_avg, &state.exp_avg_sq}) {
+      const std::string key = (target == &state.exp_avg ? "exp_avg/" : "exp_avg_sq/") + name;
+      auto it = moments.find(key);
+      if (it == moments.end()) throw Error(optimizer_path + ": missing tensor '" + key + "'");
+      if (!it->second.sizes().equals(parameter.sizes())) {
+        throw Error(optimizer_path + ": tensor '" + key + "' has shape " + shape_to_string(it->second.sizes().vec()) +
+                    ", the adapter's is " + shape_to_string(parameter.sizes().vec()));
+      }
+      target->push_back(it->second);
+      moments.erase(it);
+    }
+  }
+  if (!moments.empty()) throw Error(optimizer_path + ": unexpected tensor '" + moments.begin()->first + "'");
+
+  const std::string rng_path = dir + "/" + kRngFile;
+  const auto rng = load_tensors(rng_path);
+  for (int64_t rank = 0;; ++rank) {
+    const auto cpu = rng.find("rank" + std::to_string(rank) + "/cpu");
+    const auto device = rng.find("rank" + std::to_string(rank) + "/device");
+    if (cpu == rng.end() || device == rng.end()) break;
+    state.cpu_rng_states.push_back(cpu->second);
+    state.device_rng_states.push_back(device->second);
+  }
+  if (static_cast<int64_t>(state.cpu_rng_states.size()) != state.identity.world_size) {
+    throw Error(rng_path + ": holds the generator states of " + std::to_string(state.cpu_rng_states.size()) +
+                " ranks, the run had " + std::to_string(state.identity.world_size));
+  }
+  return state;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code error;
+  for (fs::directory_iterator it(output_dir, error), end; !error && it != end; it.increment(error)) {
+    const auto step = checkpoint_step(it->path().filename().string());
+    if (step && is_complete_checkpoint(it->path().string())) out.emplace_back(*step, it->path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep) {
+  std::vector<std::string> removed;
+  if (keep <= 0) return removed;
+  const auto checkpoints = list_checkpoints(output_dir);
+  for (size_t i = 0; i + static_cast<size_t>(keep) < checkpoints.size(); ++i) {
+    remove_directory_tree(checkpoints[i].second);
+    removed.push_back(checkpoints[i].second);
+  }
+  return removed;
+}
+
+std::string resolve_resume_checkpoint(const std::string& option, const std::string& output_dir) {
+  if (option == "true") {
+    const auto checkpoints = list_checkpoints(output_dir);
+    if (checkpoints.empty()) {
+      throw UsageError("--resume_from_checkpoint true: no complete checkpoint-N directory in " + output_dir);
+    }
+    return checkpoints.back().second;
+  }
+  if (!is_complete_checkpoint(option)) {
+    throw UsageError("--resume_from_checkpoint: " + option + " is not a complete finetune checkpoint directory");
+  }
+  return option;
+}
+
+std::optional<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current) {
+  auto differs = [](const std::string& what, const std::string& saved_value, const std::string& current_value) {
+    throw UsageError("--resume_from_checkpoint: the checkpoint was written with " + what + " " + saved_value +
+                     ", this run has " + current_value + " (they must match to resume)");
+  };
+  if (saved.base_model != current.base_model) differs("--model_name", saved.base_model, current.base_model);
+  for (const char* key : {"r", "lora_alpha", "use_rslora", "target_modules", "lora_dropout", "bias", "peft_type"}) {
+    const auto saved_value = saved.adapter_config.value(key, json());
+    const auto current_value = current.adapter_config.value(key, json());
+    if (saved_value != current_value) differs(std::string("adapter ") + key, saved_value.dump(), current_value.dump());
+  }
+  if (saved.global_batch() != current.global_batch()) {
+    differs("a global batch (world size x per-device batch x accumulation) of",
+            std::to_string(saved.global_batch()) + " (" + std::to_string(saved.world_size) + " x " +
+                std::to_string(saved.per_device_train_batch_size) + " x " +
+                std::to_string(saved.gradient_accumulation_steps) + ")",
+            std::to_string(current.global_batch()) + " (" + std::to_string(current.world_size) + " x " +
+                std::to_string(current.per_device_train_batch_size) + " x " +
+                std::to_string(current.gradient_accumulation_steps) + ")");
+  }
+  if (saved.seed != current.seed) differs("--seed", std::to_string(saved.seed), std::to_string(current.seed));
+  if (saved.world_size != current.world_size || saved.per_device_train_batch_size != current.per_device_train_batch_size) {
+    return "resuming on " + std::to_string(current.world_size) + " rank(s) x batch " +
+           std::to_string(current.per_device_train_batch_size) + " from a checkpoint of " +
+           std::to_string(saved.world_size) + " x " + std::to_string(saved.per_device_train_batch_size) +
+           ": same global batch, so the optimizer and schedule continue exactly, but the samples each step sees "
+           "differ from the original run's";
+  }
+  return std::nullopt;
+}
+
+}  // namespace finetune
