@@ -103,7 +103,34 @@ json trainer_state_json(const TrainingState& state) {
             {"run", identity_json(state.identity)}}}};
 }
 
+json read_trainer_state(const std::string& dir) {
+  if (!is_complete_checkpoint(dir)) {
+    throw UsageError("--resume_from_checkpoint: " + dir + " is not a complete finetune checkpoint (it needs " +
+                     kOptimizerFile + ", " + kRngFile + " and " + kTrainerStateFile + " beside the adapter)");
+  }
+  const std::string path = dir + "/" + kTrainerStateFile;
+  std::ifstream in(path);
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(path + ": invalid JSON: " + e.what());
+  }
+}
+
+const json& finetune_section(const json& document, const std::string& path) {
+  if (!document.is_object() || !document.contains("finetune")) throw Error(path + ": missing field 'finetune'");
+  return document.at("finetune");
+}
+
 }  // namespace
+
+RunIdentity read_run_identity(const std::string& dir) {
+  const std::string path = dir + "/" + kTrainerStateFile;
+  const json document = read_trainer_state(dir);
+  const auto& ours = finetune_section(document, path);
+  if (!ours.contains("run")) throw Error(path + " (finetune): missing field 'run'");
+  return identity_from(ours.at("run"), path + " (finetune).run");
+}
 
 std::string checkpoint_path(const std::string& output_dir, int64_t step) {
   return output_dir + "/" + kCheckpointPrefix + std::to_string(step);
@@ -135,29 +162,17 @@ void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraC
 }
 
 TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable) {
-  if (!is_complete_checkpoint(dir)) {
-    throw UsageError("--resume_from_checkpoint: " + dir + " is not a complete finetune checkpoint (it needs " +
-                     kOptimizerFile + ", " + kRngFile + " and " + kTrainerStateFile + " beside the adapter)");
-  }
   TrainingState state;
+  state.source_dir = dir;
   const std::string state_path = dir + "/" + kTrainerStateFile;
-  json document;
-  {
-    std::ifstream in(state_path);
-    try {
-      document = json::parse(in);
-    } catch (const json::exception& e) {
-      throw Error(state_path + ": invalid JSON: " + e.what());
-    }
-  }
+  const json document = read_trainer_state(dir);
   state.global_step = field<int64_t>(document, "global_step", state_path);
   state.total_steps = field<int64_t>(document, "max_steps", state_path);
   if (!document.contains("log_history") || !document.at("log_history").is_array()) {
     throw Error(state_path + ": missing field 'log_history'");
   }
   for (const auto& line : document.at("log_history")) state.log_history.push_back(line);
-  if (!document.contains("finetune")) throw Error(state_path + ": missing field 'finetune'");
-  const auto& ours = document.at("finetune");
+  const auto& ours = finetune_section(document, state_path);
   const std::string ours_where = state_path + " (finetune)";
   state.position.epoch = field<int64_t>(ours, "epoch_index", ours_where);
   state.position.steps_into_epoch = field<int64_t>(ours, "steps_into_epoch", ours_where);
@@ -221,7 +236,7 @@ std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_
   if (keep <= 0) return removed;
   const auto checkpoints = list_checkpoints(output_dir);
   for (size_t i = 0; i + static_cast<size_t>(keep) < checkpoints.size(); ++i) {
-    remove_directory_tree(checkpoints[i].second);
+    remove_atomically(checkpoints[i].second);  // never a half-deleted checkpoint-N
     removed.push_back(checkpoints[i].second);
   }
   return removed;

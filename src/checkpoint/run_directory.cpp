@@ -16,6 +16,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 bool is_run_artifact(const std::string& name) {
+  // Temporaries of a run that stopped while saving are not a run's files: the start removes them.
+  for (const char* marker : {".tmp-", ".old-", ".tmp."}) {
+    if (name.find(marker) != std::string::npos) return false;
+  }
   for (const char* file : {"metrics.jsonl", "adapter_model.safetensors", "adapter_config.json", "trainer_state.json"}) {
     if (name == file) return true;
   }
@@ -40,15 +44,17 @@ void check_output_dir_reuse(const std::string& output_dir, bool overwrite_output
   if (overwrite_output_dir || resuming) return;
   const auto found = run_artifacts(output_dir);
   if (found.empty()) return;
-  std::vector<std::string> shown(found.begin(), found.begin() + std::min<size_t>(found.size(), 6));
-  if (found.size() > shown.size()) shown.push_back("... (" + std::to_string(found.size()) + " in all)");
+  std::vector<std::string> shown, checkpoints;
+  for (const auto& name : found) (starts_with(name, "checkpoint-") ? checkpoints : shown).push_back(name);
+  if (checkpoints.size() == 1) shown.push_back(checkpoints.front());
+  if (checkpoints.size() > 1) shown.push_back(std::to_string(checkpoints.size()) + " checkpoint-N directories");
   throw UsageError("--output_dir: " + output_dir + " holds another run's files (" + join(shown, ", ") +
                    "); pass --resume_from_checkpoint true to continue that run, --overwrite_output_dir to "
                    "replace it, or choose another --output_dir");
 }
 
 void clear_run_artifacts(const std::string& output_dir) {
-  for (const auto& name : run_artifacts(output_dir)) remove_directory_tree(output_dir + "/" + name);
+  for (const auto& name : run_artifacts(output_dir)) remove_atomically(output_dir + "/" + name);
 }
 
 }  // namespace finetune

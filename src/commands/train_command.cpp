@@ -85,8 +85,8 @@ int run_train(const Options& options, const EnvMap& env) {
     std::optional<TrainingState> resume;
     if (!run_directory.resume_from_checkpoint.empty()) {
       const auto checkpoint = resolve_resume_checkpoint(run_directory.resume_from_checkpoint, run_directory.output_dir);
+      if (const auto notice = check_resume_compatible(read_run_identity(checkpoint), identity)) log::warn(*notice);
       resume = read_training_state(checkpoint, adapter.trainable);
-      if (const auto notice = check_resume_compatible(resume->identity, identity)) log::warn(*notice);
       load_adapter_weights(model, checkpoint);
       log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
     }

@@ -189,9 +189,9 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
     command.help_text = usage_text();
     return command;
   }
-  if (parsed.count("config") > 1) throw UsageError("--config: given more than once");
-  for (const auto& row : option_rows())
-    if (parsed.count(row.spec.name) > 1) throw UsageError("--" + row.spec.name + ": given more than once");
+  // A repeated flag takes its last value (argparse's rule, which launch scripts rely on when they
+  // append overrides to a fixed command line); cxxopts keeps the last one.
+  if (parsed.count("config") > 1) throw UsageError("--config: given more than once (one options file per run)");
 
   // Layer the sources: later assignments win.
   std::map<std::string, RawValue> values;
@@ -203,8 +203,20 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
     const auto it = env.find(env_key(row.spec.name));
     if (it != env.end()) values[row.spec.name] = RawValue{it->second, it->first};
   }
-  for (const auto& row : option_rows())
-    if (parsed.count(row.spec.name)) values[row.spec.name] = RawValue{parsed[row.spec.name].as<std::string>(), ""};
+  // Command-line occurrences in order: each is validated (as argparse converts every one), the
+  // last one wins.
+  for (const auto& argument : parsed.arguments()) {
+    const OptionRow* row = find_option_row(argument.key());
+    if (row == nullptr) continue;  // --config, --help
+    const RawValue raw{argument.value(), ""};
+    try {
+      Options scratch;
+      row->bind(scratch, raw.text);
+    } catch (const BadValue& e) {
+      throw UsageError(describe_option(row->spec.name, raw) + ": " + e.what());
+    }
+    values[row->spec.name] = raw;
+  }
 
   for (const auto& row : option_rows()) {
     const auto it = values.find(row.spec.name);

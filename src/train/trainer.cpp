@@ -62,6 +62,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   auto window_tokens = at::zeros({}, f64);  // non-padding tokens since the last log, all ranks
   if (resume) {
     start_step = resume->global_step;
+    result.last_checkpoint = resume->source_dir;
     optimizer.load_state(resume->exp_avg, resume->exp_avg_sq, resume->optimizer_steps);
     stream.seek(resume->position.epoch, resume->position.steps_into_epoch);
     log_history = resume->log_history;

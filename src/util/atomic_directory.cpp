@@ -55,6 +55,15 @@ void remove_directory_tree(const std::string& path) {
          FTW_DEPTH | FTW_PHYS);
 }
 
+void remove_atomically(const std::string& path) {
+  const std::string doomed = path + kOldMarker + std::to_string(::getpid());
+  remove_directory_tree(doomed);
+  if (::rename(path.c_str(), doomed.c_str()) != 0) {
+    throw Error(path + ": cannot remove (rename to '" + doomed + "' failed: " + std::strerror(errno) + ")");
+  }
+  remove_directory_tree(doomed);
+}
+
 AtomicDirectory::AtomicDirectory(std::string final_path)
     : final_path_(std::move(final_path)), temp_path_(final_path_ + kTempMarker + std::to_string(::getpid())) {
   remove_directory_tree(temp_path_);  // a leftover of an earlier attempt by this very process

@@ -188,11 +188,15 @@ TEST(OptionsTest, EnvironmentAlone) {
   EXPECT_TRUE(contains(msg, "FINETUNE_R")) << msg;
 }
 
-TEST(OptionsTest, DuplicateFlagIsAnError) {
-  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--learning_rate", "1", "--learning_rate=2"}); }),
-                       "--learning_rate"));
-  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--r", "1", "--r=2"}); }), "--r"));
-  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--packing", "--packing"}); }), "--packing"));
+TEST(OptionsTest, RepeatedFlagTakesTheLastValue) {  // argparse's rule
+  EXPECT_DOUBLE_EQ(parse_train({"--learning_rate", "1", "--learning_rate=2"}).options.learning_rate, 2.0);
+  EXPECT_EQ(parse_train({"--r", "1", "--r=2"}).options.r, 2);
+  EXPECT_EQ(parse_train({"--r=2", "--r", "1"}).options.r, 1);
+  EXPECT_TRUE(parse_train({"--packing", "false", "--packing"}).options.packing);
+  EXPECT_FALSE(parse_train({"--packing", "--packing", "false"}).options.packing);
+  // Each value is still validated, also the ones a later flag replaces.
+  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--r", "0", "--r", "2"}); }), "--r"));
+  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--config", "a.json", "--config", "b.json"}); }), "--config"));
 }
 
 TEST(OptionsTest, UnknownFlag) {

@@ -176,3 +176,44 @@ TEST(MicroBatchStreamPacking, ShuffledRowsCoverEverySampleOnceAndAreNotLongestFi
 
 }  // namespace
 }  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// Resuming: a stream moved to (epoch, steps into it) yields exactly what the uninterrupted
+// stream yields from that point on, across an epoch boundary, packed or not.
+TEST(MicroBatchStream, SeekContinuesExactlyWhereTheStreamWas) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < 23; ++i) {
+    const int length = 3 + (i * 7) % 11;
+    samples.push_back({std::vector<int32_t>(length, i + 1), std::vector<int32_t>(length, i + 1)});
+  }
+  for (bool packing : {false, true}) {
+    MicroBatchStreamConfig config;
+    config.sampler = {0, 2, 1, /*seed=*/5, /*shuffle=*/true, /*drop_last=*/false};
+    config.batch_size = 2;
+    config.gradient_accumulation_steps = 2;
+    config.packing = packing;
+    config.max_seq_length = 24;
+    MicroBatchStream reference(samples, config);
+    const int64_t total = 3 * reference.steps_per_epoch() + 1;
+    for (int64_t stop = 0; stop < total; ++stop) {
+      MicroBatchStream original(samples, config);
+      for (int64_t s = 0; s < stop; ++s) original.next_step();
+      MicroBatchStream resumed(samples, config);
+      resumed.seek(original.epoch(), original.steps_into_epoch());
+      for (int64_t s = stop; s < total; ++s) {
+        const auto want = original.next_step();
+        const auto got = resumed.next_step();
+        ASSERT_EQ(got.size(), want.size()) << "packing " << packing << " stop " << stop << " step " << s;
+        for (size_t m = 0; m < want.size(); ++m) {
+          ASSERT_EQ(got[m].input_ids, want[m].input_ids) << "packing " << packing << " stop " << stop << " step " << s;
+          ASSERT_EQ(got[m].labels, want[m].labels);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace finetune

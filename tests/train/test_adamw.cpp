@@ -13,6 +13,7 @@
 
 #include "../reference/tensor_fixtures.h"
 #include "finetune/train/adamw.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -61,6 +62,40 @@ TEST(AdamW, CpuStepsMatchTorchAdamWBitForBit) {
     }
   }
   RecordProperty("max_abs_error", std::to_string(worst));
+}
+
+// Resuming: an optimizer loaded with another's moments and step count continues bit for bit.
+TEST(AdamW, LoadedStateContinuesBitForBit) {
+  at::manual_seed(4);
+  const std::vector<at::Tensor> initial = {at::randn({3, 5}), at::randn({7})};
+  std::vector<std::vector<at::Tensor>> grads;
+  for (int step = 0; step < 6; ++step) grads.push_back({at::randn({3, 5}), at::randn({7})});
+  auto run = [&](std::vector<at::Tensor>& parameters, AdamW& optimizer, int from, int to) {
+    for (int step = from; step < to; ++step) {
+      for (size_t i = 0; i < parameters.size(); ++i) parameters[i].mutable_grad() = grads[step][i].clone();
+      optimizer.step(1e-2 * (step + 1));
+    }
+  };
+  auto make = [&] {
+    std::vector<at::Tensor> parameters;
+    for (const auto& t : initial) parameters.push_back(t.clone().set_requires_grad(true));
+    return parameters;
+  };
+  auto straight = make();
+  AdamW uninterrupted(straight, AdamWOptions{}, false);
+  run(straight, uninterrupted, 0, 6);
+
+  auto first = make();
+  AdamW before(first, AdamWOptions{}, false);
+  run(first, before, 0, 3);
+  std::vector<at::Tensor> continued;
+  for (const auto& p : first) continued.push_back(p.detach().clone().set_requires_grad(true));
+  AdamW after(continued, AdamWOptions{}, false);
+  after.load_state(before.exp_avg(), before.exp_avg_sq(), before.steps_taken());
+  run(continued, after, 3, 6);
+  for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(at::equal(continued[i], straight[i])) << i;
+  EXPECT_EQ(after.steps_taken(), 6);
+  EXPECT_THROW(after.load_state({}, {}, 1), Error);
 }
 
 }  // namespace

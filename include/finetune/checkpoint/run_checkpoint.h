@@ -26,6 +26,9 @@ std::string checkpoint_path(const std::string& output_dir, int64_t step);
 void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraConfig& lora,
                       const TrainingState& state);
 
+// The identity of the run that wrote a checkpoint (to compare before reading anything else).
+RunIdentity read_run_identity(const std::string& dir);
+
 // Reads a checkpoint's training state (the adapter is loaded with checkpoint/adapter_io.h);
 // `trainable` names the tensors whose moments must be there. Errors name the file and field.
 TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable);

@@ -43,6 +43,7 @@ struct TrainingState {
   // (equal to the CPU one on a CPU run): LoRA dropout draws from them.
   std::vector<at::Tensor> cpu_rng_states, device_rng_states;
   RunIdentity identity;
+  std::string source_dir;  // the checkpoint it was read from ("" when captured by the trainer)
 };
 
 }  // namespace finetune

@@ -34,6 +34,11 @@ class AtomicDirectory {
 // removed; returns their names.
 std::vector<std::string> remove_stale_temp_directories(const std::string& parent);
 
+// Removes a directory (or file) so that it disappears whole: renamed to "<path>.old-<pid>" first
+// (atomic), then deleted; a crash mid-way leaves only the ".old-" name, which
+// remove_stale_temp_directories() finishes. Throws Error naming `path` when the rename fails.
+void remove_atomically(const std::string& path);
+
 // Removes a directory tree without std::filesystem::remove_all (which libtorch.so also exports,
 // in a copy that crashes when a LibTorch binary resolves to it). Best effort; errors are ignored.
 void remove_directory_tree(const std::string& path);
