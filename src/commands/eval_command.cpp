@@ -26,7 +26,7 @@ int run_eval(const Options& options, const EnvMap& env) {
   const auto memory_after_load = peak_device_memory_gib(device);
   const auto adapter_setup = adapter_setup_from(options);
   if (!adapter_setup.init_adapter.empty()) setup_adapter(*loaded.model, adapter_setup);
-  const auto data = load_one_dataset(data_spec, data_setup, env, loaded.tokenizer.get());
+  const auto data = load_one_dataset(data_spec, data_setup, env, loaded.tokenizer.get(), loaded.model->config().vocab_size);
 
   std::vector<int64_t> indices(data.samples.size());
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <tuple>
 
 #include "finetune/config/hf_hub.h"
 #include "finetune/config/model_config.h"
@@ -11,6 +12,7 @@
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 
@@ -24,16 +26,82 @@ LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::D
   const std::filesystem::path dir(loaded.model_dir);
   if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model")) {
     loaded.tokenizer = load_tokenizer(loaded.model_dir);
+    // Every id the tokenizer can produce must index the embedding.
+    const int64_t vocab_size = loaded.model->config().vocab_size;
+    if (loaded.tokenizer->max_token_id() >= vocab_size) {
+      throw Error(loaded.model_dir + ": the tokenizer has token id " + std::to_string(loaded.tokenizer->max_token_id()) +
+                  ", outside the model's embedding (vocab_size " + std::to_string(vocab_size) + " in config.json)");
+    }
   }
   loaded.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return loaded;
 }
+
+namespace {
+
+std::string last_component(std::string path) {
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  return path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
+}
+
+// An adapter trained on another model must not load silently onto this one (shapes can agree by
+// chance): its base model's config.json, when that is a local directory, must describe the same
+// architecture and sizes; otherwise a differing name is worth a warning.
+void check_adapter_base(const LoraConfig& adapter, const std::string& adapter_dir, const CausalLM& model,
+                        const std::string& model_name) {
+  const std::string& base = adapter.base_model_name_or_path;
+  const std::string where = adapter_dir + "/adapter_config.json";
+  if (base.empty()) return;
+  if (std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
+    const auto theirs = load_model_config(base);
+    const auto& ours = model.config();
+    const std::vector<std::tuple<const char*, std::string, std::string>> fields = {
+        {"architecture", theirs.architecture, ours.architecture},
+        {"hidden_size", std::to_string(theirs.hidden_size), std::to_string(ours.hidden_size)},
+        {"num_hidden_layers", std::to_string(theirs.num_hidden_layers), std::to_string(ours.num_hidden_layers)},
+        {"intermediate_size", std::to_string(theirs.intermediate_size), std::to_string(ours.intermediate_size)},
+        {"num_key_value_heads", std::to_string(theirs.num_key_value_heads), std::to_string(ours.num_key_value_heads)},
+        {"vocab_size", std::to_string(theirs.vocab_size), std::to_string(ours.vocab_size)}};
+    for (const auto& [field, their_value, our_value] : fields) {
+      if (their_value != our_value) {
+        throw UsageError("--init_adapter: " + where + " was trained on " + base + " (" + field + " " + their_value +
+                         "), not on this model (" + field + " " + our_value + ")");
+      }
+    }
+    return;
+  }
+  if (last_component(base) != last_component(model_name)) {
+    log::warn("--init_adapter: " + where + " names " + base + " as its base model, this run loads " + model_name);
+  }
+}
+
+// With --init_adapter the adapter's own config decides its shape: a LoRA option the user set to
+// another value would be silently ignored, so it is an error.
+void check_given_lora_options(const LoraConfig& adapter, const AdapterSetup& setup) {
+  const std::string where = setup.init_adapter + "/adapter_config.json";
+  for (const auto& name : setup.given_lora_options) {
+    std::string given, theirs;
+    if (name == "r") given = std::to_string(setup.lora.r), theirs = std::to_string(adapter.r);
+    if (name == "lora_alpha") given = c10::str(setup.lora.lora_alpha), theirs = c10::str(adapter.lora_alpha);
+    if (name == "use_rslora") given = setup.lora.use_rslora ? "true" : "false", theirs = adapter.use_rslora ? "true" : "false";
+    if (name == "target_modules") given = join(setup.lora.target_modules, ","), theirs = join(adapter.target_modules, ",");
+    if (name == "bias") given = setup.lora.bias, theirs = adapter.bias;
+    if (given != theirs) {
+      throw UsageError("--" + name + ": " + given + " differs from " + theirs + " in " + where +
+                       " (--init_adapter decides the adapter's shape; drop --" + name + " or start fresh)");
+    }
+  }
+}
+
+}  // namespace
 
 AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   AttachedAdapter attached;
   attached.config = setup.lora;
   if (!setup.init_adapter.empty()) {
     attached.config = read_adapter_config(setup.init_adapter);
+    check_adapter_base(attached.config, setup.init_adapter, model, setup.base_model_name);
+    check_given_lora_options(attached.config, setup);
     attached.config.lora_dropout = setup.lora.lora_dropout;
     log::info("starting from adapter " + setup.init_adapter + " (r=" + std::to_string(attached.config.r) + ")");
   }
@@ -43,22 +111,23 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
 }
 
 TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer) {
+                                  const Tokenizer* tokenizer, int64_t vocab_size) {
   DatasetOptions dataset_options;
   dataset_options.max_seq_length = setup.max_seq_length;
   dataset_options.train_on_completions = setup.train_on_completions;
   dataset_options.skip_bad_rows = setup.skip_bad_rows;
+  dataset_options.vocab_size = vocab_size;
   dataset_options.chat_format =
       chat_format_from_name(setup.chat_template, tokenizer ? tokenizer->special_tokens().chat_template : "");
   return load_dataset(resolve_dataset_files(spec, env), tokenizer, dataset_options);
 }
 
-Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer) {
+Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size) {
   if (setup.dataset.empty()) throw UsageError("--dataset: required for training");
   Datasets datasets;
-  datasets.train = load_one_dataset(setup.dataset, setup, env, tokenizer);
+  datasets.train = load_one_dataset(setup.dataset, setup, env, tokenizer, vocab_size);
   if (!setup.eval_dataset.empty()) {
-    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer);
+    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer, vocab_size);
   } else if (setup.eval_split > 0) {
     // Hold out a seeded random subset, like datasets' train_test_split(test_size, seed).
     auto& rows = datasets.train.samples;

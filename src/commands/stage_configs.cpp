@@ -21,6 +21,10 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.bias = options.bias;
   setup.init_adapter = options.init_adapter;
   setup.random_state = static_cast<uint64_t>(options.random_state);
+  setup.base_model_name = options.model_name;
+  for (const char* name : {"r", "lora_alpha", "use_rslora", "target_modules", "bias"}) {
+    if (options.given.count(name)) setup.given_lora_options.push_back(name);
+  }
   return setup;
 }
 

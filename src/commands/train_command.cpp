@@ -90,7 +90,7 @@ int run_train(const Options& options, const EnvMap& env) {
       load_adapter_weights(model, checkpoint);
       log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
     }
-    const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get());
+    const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get(), model.config().vocab_size);
 
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
     MicroBatchStream stream(data.train.samples, stream_config_from(options, launch, pad_id));

@@ -221,6 +221,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   for (const auto& row : option_rows()) {
     const auto it = values.find(row.spec.name);
     if (it == values.end()) continue;
+    command.options.given.insert(row.spec.name);
     try {
       row.bind(command.options, it->second.text);
     } catch (const BadValue& e) {

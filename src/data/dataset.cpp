@@ -80,7 +80,7 @@ class DatasetLoader {
       }
       if (!format) format = detect_file_format(row);
       try {
-        add_sample(*format == RowFormat::PreTokenized ? pretokenized_row(row.value) : tokenize_row(*format, row.value));
+        add_sample(*format == RowFormat::PreTokenized ? pretokenized_row(row.value, options_.vocab_size) : tokenize_row(*format, row.value));
       } catch (const Error& e) {
         reject_row(row.location, e);
       }

@@ -53,20 +53,23 @@ std::vector<ChatMessage> read_messages(const json& row, const std::string& list_
   return messages;
 }
 
-std::vector<int32_t> int32_list(const json& list, const std::string& key, bool allow_ignore_index) {
+// Token ids below `vocab_size` (0: any int32), or -100 where allowed.
+std::vector<int32_t> int32_list(const json& list, const std::string& key, bool allow_ignore_index, int64_t vocab_size) {
   std::vector<int32_t> values;
   values.reserve(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
     const json& value = list[i];
     if (!value.is_number_integer()) {
       throw Error("field \"" + key + "\"[" + std::to_string(i) + "] must be an integer, got " +
-                  std::string(value.type_name()) + " " + value.dump());
+                  std::string(value.type_name()) + (value.is_primitive() ? " " + value.dump() : ""));
     }
     const int64_t id = value.get<int64_t>();
     const bool ignored = allow_ignore_index && id == kIgnoreIndex;
-    if (!ignored && (id < 0 || id > std::numeric_limits<int32_t>::max())) {
+    const int64_t limit = vocab_size > 0 ? vocab_size : int64_t{std::numeric_limits<int32_t>::max()} + 1;
+    if (!ignored && (id < 0 || id >= limit)) {
       throw Error("field \"" + key + "\"[" + std::to_string(i) + "] = " + std::to_string(id) +
-                  " is not a token id" + (allow_ignore_index ? " or -100" : ""));
+                  " is not a token id" + (allow_ignore_index ? " or -100" : "") +
+                  (vocab_size > 0 ? " (the model's vocab_size is " + std::to_string(vocab_size) + ")" : ""));
     }
     values.push_back(static_cast<int32_t>(id));
   }
@@ -120,13 +123,13 @@ std::vector<TextSegment> render_row(RowFormat format, const json& row, ChatForma
   throw Error("render_row: pre-tokenized rows have no text to render");
 }
 
-Sample pretokenized_row(const json& row) {
+Sample pretokenized_row(const json& row, int64_t vocab_size) {
   if (!row.is_object()) throw Error("row must be a JSON object, got " + std::string(row.type_name()));
   Sample sample;
-  sample.input_ids = int32_list(array_field(row, "input_ids"), "input_ids", /*allow_ignore_index=*/false);
+  sample.input_ids = int32_list(array_field(row, "input_ids"), "input_ids", /*allow_ignore_index=*/false, vocab_size);
   if (sample.input_ids.empty()) throw Error("field \"input_ids\" is an empty list");
   if (row.contains("labels")) {
-    sample.labels = int32_list(array_field(row, "labels"), "labels", /*allow_ignore_index=*/true);
+    sample.labels = int32_list(array_field(row, "labels"), "labels", /*allow_ignore_index=*/true, vocab_size);
     if (sample.labels.size() != sample.input_ids.size()) {
       throw Error("field \"labels\" has " + std::to_string(sample.labels.size()) + " entries but \"input_ids\" has " +
                   std::to_string(sample.input_ids.size()));

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -27,6 +28,17 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
   auto generator = at::make_generator<at::CPUGeneratorImpl>(random_state);
   const auto fp32_cpu = at::TensorOptions().dtype(at::kFloat);
   const double scaling = lora_scaling(config);
+  // The rank bounds every allocation below: check it against every target before allocating.
+  for (const auto& [name, linear] : model.named_linears()) {
+    if (targets.count(leaf_name(name)) == 0) continue;
+    const int64_t smaller = std::min(linear->in_features(), linear->out_features());
+    if (config.r > smaller) {
+      throw UsageError("--r: " + std::to_string(config.r) + " is larger than " + name + "'s smaller dimension (" +
+                       std::to_string(linear->in_features()) + " x " + std::to_string(linear->out_features()) +
+                       "): a LoRA of that rank adds nothing a rank-" + std::to_string(smaller) +
+                       " one cannot; use --r <= " + std::to_string(smaller));
+    }
+  }
   for (auto& [name, linear] : model.named_linears()) {
     const auto leaf = leaf_name(name);
     if (targets.count(leaf) == 0) continue;

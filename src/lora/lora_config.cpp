@@ -46,6 +46,17 @@ T required(const nlohmann::json& json, const char* key, const std::string& sourc
   }
 }
 
+// An optional field of type T (null counts as absent); errors name the source and the field.
+template <typename T>
+T optional_field(const nlohmann::json& json, const char* key, T fallback, const std::string& source) {
+  if (!json.contains(key) || json.at(key).is_null()) return fallback;
+  try {
+    return json.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(source + ": field '" + std::string(key) + "' has the wrong type (" + json.at(key).type_name() + ")");
+  }
+}
+
 void require_absent_or_empty(const nlohmann::json& json, const char* key, const std::string& source) {
   if (json.contains(key) && !json.at(key).is_null() && !json.at(key).empty()) {
     throw Error(source + ": '" + std::string(key) + "' is not supported");
@@ -56,26 +67,33 @@ void require_absent_or_empty(const nlohmann::json& json, const char* key, const 
 
 LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::string& source) {
   if (!json.is_object()) throw Error(source + ": not a JSON object");
-  if (json.value("peft_type", std::string("LORA")) != "LORA") {
-    throw Error(source + ": peft_type '" + json.value("peft_type", std::string()) + "' is not LORA");
-  }
+  const auto peft_type = optional_field<std::string>(json, "peft_type", "LORA", source);
+  if (peft_type != "LORA") throw Error(source + ": peft_type '" + peft_type + "' is not LORA");
   LoraConfig config;
   config.r = required<int64_t>(json, "r", source);
   config.lora_alpha = required<double>(json, "lora_alpha", source);
-  config.lora_dropout = json.value("lora_dropout", 0.0);
-  config.use_rslora = json.value("use_rslora", false);
-  config.bias = json.value("bias", std::string("none"));
+  config.lora_dropout = optional_field<double>(json, "lora_dropout", 0.0, source);
+  config.use_rslora = optional_field<bool>(json, "use_rslora", false, source);
+  config.bias = optional_field<std::string>(json, "bias", "none", source);
+  config.base_model_name_or_path = optional_field<std::string>(json, "base_model_name_or_path", "", source);
+  if (!(config.lora_dropout >= 0 && config.lora_dropout < 1)) throw Error(source + ": field 'lora_dropout' must be in [0, 1)");
+  if (!std::isfinite(config.lora_alpha) || config.lora_alpha <= 0) throw Error(source + ": field 'lora_alpha' must be > 0");
   if (config.r < 1) throw Error(source + ": field 'r' must be >= 1");
   if (config.bias != "none") throw Error(source + ": bias '" + config.bias + "' is not supported (only none)");
-  if (json.value("use_dora", false)) throw Error(source + ": 'use_dora' is not supported");
-  if (json.value("fan_in_fan_out", false)) throw Error(source + ": 'fan_in_fan_out' is not supported");
+  if (optional_field<bool>(json, "use_dora", false, source)) throw Error(source + ": 'use_dora' is not supported");
+  if (optional_field<bool>(json, "fan_in_fan_out", false, source)) {
+    throw Error(source + ": 'fan_in_fan_out' is not supported");
+  }
   require_absent_or_empty(json, "rank_pattern", source);
   require_absent_or_empty(json, "alpha_pattern", source);
   require_absent_or_empty(json, "modules_to_save", source);
   require_absent_or_empty(json, "layers_to_transform", source);
   const auto& targets = json.contains("target_modules") ? json.at("target_modules") : nlohmann::json();
   if (targets.is_array()) {
-    for (const auto& t : targets) config.target_modules.push_back(t.get<std::string>());
+    for (const auto& t : targets) {
+      if (!t.is_string()) throw Error(source + ": field 'target_modules' must list module names (strings)");
+      config.target_modules.push_back(t.get<std::string>());
+    }
   } else {
     throw Error(source + ": 'target_modules' must be a list of module names");
   }

@@ -57,7 +57,6 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
     const auto value = id.get<int32_t>();
     vocab.emplace(token, value);
     if (value < 0) throw Error(path + ": field 'model.vocab' has a negative id for '" + token + "'");
-    if (static_cast<size_t>(value) >= id_to_token_.size()) id_to_token_.resize(value + 1);
     id_to_token_[value] = token;
   }
   std::vector<std::pair<std::string, std::string>> merges;
@@ -88,8 +87,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
 
   // added_tokens, then those transformers adds from tokenizer_config.json
   std::set<int32_t> ids;
-  for (int32_t id = 0; id < static_cast<int32_t>(id_to_token_.size()); ++id)
-    if (!id_to_token_[id].empty()) ids.insert(id);
+  for (const auto& [id, token] : id_to_token_) ids.insert(id);
   if (const auto* added = json_field(json, "added_tokens", path, "<root>")) {
     if (!added->is_array()) throw Error(path + ": field 'added_tokens' must be an array");
     for (size_t i = 0; i < added->size(); ++i) {
@@ -111,6 +109,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
     }
   }
   vocab_size_ = static_cast<int64_t>(ids.size());
+  max_token_id_ = ids.empty() ? -1 : *ids.rbegin();
 
   if (const auto* n = json_field(json, "normalizer", path, "<root>")) parse_normalizer(*n, "normalizer");
   if (const auto* p = json_field(json, "pre_tokenizer", path, "<root>")) parse_pre_tokenizer(*p, "pre_tokenizer");
@@ -280,8 +279,8 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spec
     if (const AddedToken* added = added_.find_by_id(id)) {
       if (skip_special_tokens && added->special) continue;
       token = added->content;
-    } else if (id >= 0 && static_cast<size_t>(id) < id_to_token_.size() && !id_to_token_[id].empty()) {
-      token = id_to_token_[id];
+    } else if (const auto it = id_to_token_.find(id); it != id_to_token_.end()) {
+      token = it->second;
     } else {
       throw Error(path_ + ": cannot decode token id " + std::to_string(id) + ": not in the vocabulary");
     }

@@ -83,6 +83,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const To
     added_.add(token);
   }
   vocab_size_ = static_cast<int64_t>(ids.size());
+  max_token_id_ = ids.empty() ? -1 : *ids.rbegin();
 
   const bool add_prefix_space = config.add_prefix_space.value_or(true);
   prepend_scheme_ = !add_prefix_space ? PrependScheme::kNever : config.legacy ? PrependScheme::kAlways : PrependScheme::kFirst;

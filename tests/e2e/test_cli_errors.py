@@ -416,3 +416,71 @@ def test_successful_run_leaves_no_temporary_files(trained):
     assert leftover_temp_files(out) == []
     # stdout carries only the result; the log lines go to stderr
     assert all(line.startswith("{") for line in proc.stdout.strip().splitlines()), proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs checked against the model before training
+
+
+def test_out_of_vocabulary_token_id_is_a_row_error(assets, tmp_path):
+    rows = tmp_path / "oov.jsonl"
+    good = assets["row_list"]
+    bad = {"input_ids": [5, 6, tiny_models.VOCAB, 7], "labels": [5, 6, tiny_models.VOCAB, 7]}
+    tiny_models.write_jsonl(rows, [good[0], bad] + good[1:])
+    base = ["--model_name", assets["model"], "--dataset", rows, "--output_dir", tmp_path / "out"] + ONE_STEP
+    expect_failure(base, 1, f"{rows}:2", "input_ids", str(tiny_models.VOCAB), f"vocab_size is {tiny_models.VOCAB}")
+    proc = expect_success(base + ["--skip_bad_rows"])
+    assert "1 malformed skipped" in proc.stderr
+
+
+def test_tokenizer_id_outside_the_embedding_is_refused(assets, tmp_path):
+    model = copy_model(assets, tmp_path)
+    vocab = {"a": 0, "b": 1, "ab": 2, "huge": 200_000_000}  # a 2e8 id must not allocate 2e8 entries
+    tokenizer = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": None,
+                 "post_processor": None, "decoder": None,
+                 "model": {"type": "BPE", "vocab": vocab, "merges": ["a b"]}}
+    (model / "tokenizer.json").write_text(json.dumps(tokenizer))
+    expect_failure(eval_args(model, assets["rows"]), 1, str(model), "token id 200000000",
+                   f"vocab_size {tiny_models.VOCAB}")
+
+
+def test_rank_larger_than_the_projections_is_refused_before_allocating(assets, tmp_path):
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", tmp_path / "out",
+                    "--r", 2_000_000] + ONE_STEP, 2, "--r", "2000000", "use --r <=")
+
+
+def test_adapter_of_another_architecture_is_refused(assets, tmp_path, trained):
+    other = tmp_path / "qwen2"
+    tiny_models.make_model("qwen2", other)  # the same sizes, another architecture
+    adapter = tmp_path / "adapter"
+    shutil.copytree(trained[0], adapter, ignore=shutil.ignore_patterns("checkpoint-*", "merged"))
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = str(other)
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    expect_failure(eval_args(assets["model"], assets["rows"]) + ["--init_adapter", adapter], 2,
+                   adapter / "adapter_config.json", "Qwen2ForCausalLM", "LlamaForCausalLM")
+
+
+def test_lora_options_that_disagree_with_the_init_adapter_are_refused(assets, tmp_path, trained):
+    r = json.loads((trained[0] / "adapter_config.json").read_text())["r"]
+    base = ["--model_name", assets["model"], "--dataset", assets["rows"], "--init_adapter", trained[0]] + ONE_STEP
+    expect_failure(base + ["--output_dir", tmp_path / "a", "--r", r // 2], 2, "--r", str(r // 2), str(r),
+                   "adapter_config.json")
+    expect_failure(base + ["--output_dir", tmp_path / "b", "--lora_alpha", 3], 2, "--lora_alpha", "3")
+    expect_success(base + ["--output_dir", tmp_path / "c", "--r", r])  # the same value is fine
+
+
+def test_adapter_config_field_of_the_wrong_type_names_the_field(assets, tmp_path, trained):
+    adapter = tmp_path / "adapter"
+    shutil.copytree(trained[0], adapter, ignore=shutil.ignore_patterns("checkpoint-*", "merged"))
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["lora_dropout"] = "a lot"
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    proc = expect_failure(eval_args(assets["model"], assets["rows"]) + ["--init_adapter", adapter], 1,
+                          adapter / "adapter_config.json", "'lora_dropout'")
+    assert "json.exception" not in proc.stderr
+
+
+def test_epochs_that_overflow_the_step_count_are_refused(assets, tmp_path):
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", tmp_path / "out",
+                    "--max_steps", 0, "--num_train_epochs", 1e300] + CPU, 2, "--num_train_epochs")

@@ -38,10 +38,11 @@ struct Datasets {
   std::optional<TokenizedDataset> eval;
 };
 
-// setup.dataset (+ eval_dataset, or eval_split held out of the training rows with setup.seed).
-Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer);
+// setup.dataset (+ eval_dataset, or eval_split held out of the training rows with setup.seed);
+// token ids are checked against the model's vocab_size.
+Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size);
 TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer);
+                                  const Tokenizer* tokenizer, int64_t vocab_size);
 
 // Padding id: the tokenizer's pad token, else its EOS, else config.json's pad_token_id, else 0.
 int64_t pad_token_id_for(const CausalLM& model, const Tokenizer* tokenizer);

@@ -32,6 +32,8 @@ struct AdapterSetup {
   LoraConfig lora;           // from the options (r, alpha, dropout, rsLoRA, targets, bias)
   std::string init_adapter;  // empty: fresh
   uint64_t random_state = 3407;
+  std::string base_model_name;                 // --model_name, to compare with the adapter's base
+  std::vector<std::string> given_lora_options;  // which of r, lora_alpha, ... the user set
 };
 AdapterSetup adapter_setup_from(const Options& options);
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,9 @@ struct Options {
   bool ddp_find_unused_parameters = false;
   int64_t ddp_check_consistency_steps = 0;
   std::string ddp_backend = "auto";  // auto|nccl|gloo
+
+  // The options set by the config file, the environment or the command line (not defaults).
+  std::set<std::string> given;
 };
 
 // One row of the option table.

@@ -35,6 +35,7 @@ struct DatasetOptions {
   ChatFormat chat_format = ChatFormat::ChatMl;
   bool train_on_completions = true;
   bool skip_bad_rows = false;
+  int64_t vocab_size = 0;  // the model's: pre-tokenized ids must be below it (0: unchecked)
 };
 
 struct DatasetStats {

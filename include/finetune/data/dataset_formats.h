@@ -35,6 +35,7 @@ std::vector<TextSegment> render_row(RowFormat format, const nlohmann::json& row,
 
 // {"input_ids": [int...], "labels": [int...]?}: labels default to input_ids; labels must have the
 // same length and hold token ids or -100. Throws Error naming the field.
-Sample pretokenized_row(const nlohmann::json& row);
+// `vocab_size` > 0: every id (and label other than -100) must be below it.
+Sample pretokenized_row(const nlohmann::json& row, int64_t vocab_size = 0);
 
 }  // namespace finetune

@@ -16,6 +16,8 @@ struct LoraConfig {
   bool use_rslora = false;
   std::vector<std::string> target_modules;  // leaf module names: q_proj, k_proj, ...
   std::string bias = "none";
+  // Where the adapter was trained (adapter_config.json's base_model_name_or_path; "" if unknown).
+  std::string base_model_name_or_path;
 };
 
 // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT's LoraLayer.update_layer).

@@ -47,7 +47,9 @@ class BpeTokenizer : public Tokenizer {
 
   std::string path_;
   std::unique_ptr<BpeModel> model_;
-  std::vector<std::string> id_to_token_;  // base vocabulary; added tokens live in added_
+  // Base vocabulary by id (a map: ids come from the file, and a huge one must not allocate);
+  // added tokens live in added_.
+  std::unordered_map<int32_t, std::string> id_to_token_;
   AddedVocabulary added_;
   bool nfc_ = false;
   std::vector<PreTokenizerStep> pre_tokenizer_;

@@ -34,11 +34,14 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
   virtual std::optional<int32_t> token_to_id(const std::string& token) const = 0;
   virtual int64_t vocab_size() const = 0;
+  // The largest id of any token (base vocabulary or added): it must index the model's embedding.
+  int32_t max_token_id() const { return max_token_id_; }
 
   const SpecialTokens& special_tokens() const { return special_; }
 
  protected:
   SpecialTokens special_;
+  int32_t max_token_id_ = -1;
 };
 
 // Loads MODEL_DIR/tokenizer.json if present, else MODEL_DIR/tokenizer.model; errors name the file.
