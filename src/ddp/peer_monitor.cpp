@@ -8,7 +8,6 @@
 #include <iomanip>
 #include <mutex>
 #include <sstream>
-#include <stdexcept>
 
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/util/log.h"
@@ -372,8 +371,8 @@ PeerMonitor::PeerMonitor(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                          std::optional<int> store_host, PeerMonitorOptions options, OnPeerLost on_lost)
     : state_(std::make_shared<PeerMonitorState>()) {
   if (world_size < 2 || rank < 0 || rank >= world_size) {
-    throw std::invalid_argument("PeerMonitor needs a rank of a world of 2 or more, got rank " + std::to_string(rank) +
-                                " of " + std::to_string(world_size));
+    throw Error("a peer monitor needs a rank of a world of 2 or more, got rank " + std::to_string(rank) + " of " +
+                std::to_string(world_size));
   }
   state_->rank = rank;
   state_->world_size = world_size;

@@ -22,6 +22,8 @@ TEST(MakeCommunicator, WorldSizeOneIsLocal) {
   communicator->all_reduce(t, "identity");
   EXPECT_TRUE(t.equal(at::full({3}, 2.5)));
   EXPECT_THROW(communicator->broadcast(t, 1, "broadcast"), DistributedError);
+  communicator->finish();  // no peers, no monitor: nothing to tell anyone
+  communicator->abort("an error");
 }
 
 TEST(MakeCommunicator, RejectsBadOptions) {
