@@ -16,6 +16,7 @@
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/ddp/communicator.h"
+#include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/rendezvous.h"
 #include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
@@ -134,6 +135,7 @@ int run_train(const Options& options, const EnvMap& env) {
     auto failed = at::full({1}, save_failure.empty() ? 0.0 : 1.0, at::TensorOptions().dtype(at::kDouble).device(device));
     communicator->all_reduce(failed, "final save");
     if (failed.item<double>() != 0) throw Error(save_failure.empty() ? "final save failed on rank 0" : save_failure);
+    communicator->finish();  // after the last collective: Note [Clean exit] in ddp/peer_monitor.h
     if (launch.rank == 0) {
       nlohmann::json summary = {{"steps", config.total_steps},
                                 {"train_loss", result.step_losses.empty() ? 0.0 : result.step_losses.back()},
@@ -145,8 +147,11 @@ int run_train(const Options& options, const EnvMap& env) {
       std::cout << summary.dump() << std::endl;
     }
     if (options.require_loss_decrease) require_loss_decrease(result.step_losses);  // same losses on every rank
+  } catch (const std::exception& e) {
+    communicator->abort(first_line(e.what()));  // tell the peers at once instead of leaving them to time out
+    throw;
   } catch (...) {
-    communicator->abort();  // release the peers at once instead of leaving them to time out
+    communicator->abort("unknown error");
     throw;
   }
   return 0;

@@ -203,7 +203,8 @@ std::vector<OptionRow> build_option_table() {
 
       // --- distributed
       float_row("ddp_timeout", "distributed", &Options::ddp_timeout, kPositive,
-                "seconds without progress before aborting"),
+                "seconds a collective may make no progress (a stuck peer) before aborting; a peer that "
+                "died or failed ends the job within seconds regardless"),
       int_row("ddp_bucket_cap_mb", "distributed", &Options::ddp_bucket_cap_mb, 1, "gradient bucket size in MiB"),
       bool_row("ddp_find_unused_parameters", "distributed", &Options::ddp_find_unused_parameters,
                "tolerate trainable parameters without gradients"),

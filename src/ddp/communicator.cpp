@@ -27,7 +27,8 @@ class LocalCommunicator : public Communicator {
     if (root != 0) throw distributed_error(0, what, "has no rank " + std::to_string(root) + " (world size 1)");
   }
   void barrier(const std::string&) override {}
-  void abort() override {}
+  void finish() override {}
+  void abort(const std::string&) override {}
 };
 
 std::string resolve_backend(const std::string& requested, const at::Device& device) {
@@ -67,16 +68,16 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const a
             " rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
             (launch.use_agent_store ? " (torchrun agent store)" : ""));
   auto store = connect_store(launch, timeout);
-  if (backend == "nccl") return make_nccl_communicator(store, launch, device, options.timeout_seconds);
+  if (backend == "nccl") return make_nccl_communicator(store, launch, device, options);
   // One node: every peer is on this host, so bind Gloo to loopback (works without a resolvable
   // hostname). Several nodes: Gloo's default device binds to this host's address.
   const std::string gloo_hostname = launch.multi_node ? "" : "127.0.0.1";
-  return make_gloo_communicator(store, launch.rank, launch.world_size, gloo_hostname, options.timeout_seconds);
+  return make_gloo_communicator(store, launch, gloo_hostname, options);
 }
 
 #ifndef FINETUNE_WITH_GLOO
-std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                                     const std::string&, double) {
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>&, const LaunchEnv&,
+                                                     const std::string&, const CommunicatorOptions&) {
   throw UsageError("distributed backend 'gloo' (CPU) requested but this build has no Gloo headers: install "
                    "libgloo-dev (scripts/setup.sh does) and rebuild, or train on GPUs with NCCL");
 }
@@ -86,7 +87,7 @@ std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
 bool nccl_compiled_in() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>&, const LaunchEnv&,
-                                                     const at::Device&, double) {
+                                                     const at::Device&, const CommunicatorOptions&) {
   throw UsageError("distributed backend 'nccl' requested but this build has no CUDA/NCCL support");
 }
 #endif

@@ -17,6 +17,11 @@ std::chrono::milliseconds timeout_from_seconds(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000.0)));
 }
 
+std::optional<int> store_host_rank(const LaunchEnv& launch) {
+  if (launch.use_agent_store) return std::nullopt;
+  return 0;
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& launch, std::chrono::milliseconds timeout) {
   if (launch.master_port < 0 || launch.master_port > 65535) {
     throw UsageError("MASTER_PORT must be in 0..65535, got " + std::to_string(launch.master_port));
@@ -25,7 +30,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& launch, std::chro
   options.port = static_cast<uint16_t>(launch.master_port);
   // torchrun's agent already hosts the store (TORCHELASTIC_USE_AGENT_STORE): everyone is a client,
   // and we leave its worker count alone. Otherwise rank 0 hosts it, multi-tenant like env://.
-  options.isServer = !launch.use_agent_store && launch.rank == 0;
+  options.isServer = store_host_rank(launch) == launch.rank;
   if (!launch.use_agent_store) options.numWorkers = static_cast<size_t>(launch.world_size);
   options.waitWorkers = false;  // the backend rendezvous below waits for every rank anyway
   options.timeout = timeout;

@@ -1,6 +1,5 @@
 #include "finetune/ddp/watchdog.h"
 
-#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -9,28 +8,25 @@
 
 namespace finetune {
 
-namespace {
-
-void log_and_exit(const std::string& message) {
-  log::error(message + " (the main thread did not return from the stuck operation; terminating the process)");
-  std::_Exit(1);
-}
-
-}  // namespace
-
 Watchdog::Watchdog(int rank, WatchdogOptions options, ErrorProbe error_probe, std::function<void()> abort)
     : rank_(rank), options_(std::move(options)), error_probe_(std::move(error_probe)), abort_(std::move(abort)) {
-  if (!options_.terminate) options_.terminate = log_and_exit;
+  if (!options_.terminate) {
+    options_.terminate = [](const std::string& message) {
+      log_and_exit(message + " (the main thread did not return from the stuck operation; terminating the process)");
+    };
+  }
   thread_ = std::thread([this] { run(); });
 }
 
-Watchdog::~Watchdog() {
+Watchdog::~Watchdog() { stop(); }
+
+void Watchdog::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 uint64_t Watchdog::track(const std::string& operation, DoneProbe is_done) {

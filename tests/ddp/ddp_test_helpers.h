@@ -1,5 +1,6 @@
 // Multi-rank tests inside one test process: each rank is a thread with its own TCP store
-// client/server on a free localhost port and its own Gloo communicator.
+// client/server on a free localhost port and its own Gloo communicator, used as train does: a body
+// that returns is followed by finish(), one that throws by abort(reason).
 #pragma once
 
 #include <arpa/inet.h>
@@ -61,8 +62,18 @@ inline std::vector<std::exception_ptr> run_ranks_collecting(
         CommunicatorOptions options;
         options.backend = "gloo";
         options.timeout_seconds = timeout_seconds;
+        // The ranks share this process: a peer monitor must never end it.
+        options.peer_monitor.terminate = [rank](const std::string& message) {
+          ADD_FAILURE() << "rank " << rank << "'s peer monitor would have ended the process: " << message;
+        };
         auto communicator = make_communicator(thread_launch_env(rank, world_size, port), at::Device(at::kCPU), options);
-        body(rank, *communicator);
+        try {
+          body(rank, *communicator);
+          communicator->finish();
+        } catch (const std::exception& e) {
+          communicator->abort(e.what());
+          throw;
+        }
       } catch (...) {
         errors[rank] = std::current_exception();
       }

@@ -5,6 +5,7 @@ Every launch gets its own free MASTER_PORT and a clean environment: launcher var
 caller's shell would otherwise leak into the job (see Note [Launcher detection] in launch_env.cpp).
 Every wait is bounded: a distributed bug must fail a test, never hang it.
 """
+import ctypes
 import os
 import shutil
 import signal
@@ -94,6 +95,10 @@ def check_ok(proc, what):
     return proc
 
 
+_PTRACE_SEIZE, _PTRACE_INTERRUPT = 0x4206, 0x4207
+_WALL = 0x40000000  # waitpid: any child thread
+
+
 class ManualJob:
     """`world_size` finetune processes started directly with torchrun's variables (no agent store:
     rank 0 hosts the TCP store). stdout/stderr of rank r go to files in `log_dir`."""
@@ -126,6 +131,20 @@ class ManualJob:
 
     def signal(self, rank, sig):
         self.processes[rank].send_signal(sig)
+
+    def freeze_main_thread(self, rank):
+        """Stops only the main thread of `rank` (a ptrace interrupt): its other threads, the peer
+        monitor's heartbeat among them, run on, as in a rank that is alive but stuck. OSError when
+        this machine does not allow ptrace."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+        libc.ptrace.restype = ctypes.c_long
+        pid = self.processes[rank].pid
+        for request in (_PTRACE_SEIZE, _PTRACE_INTERRUPT):
+            if libc.ptrace(request, pid, None, None) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"ptrace request {request:#x} on rank {rank}: {os.strerror(errno)}")
+        os.waitpid(pid, _WALL)  # take the stop report, so that Popen's waits see only the exit
 
     def kill_all(self):
         for p in self.processes:

@@ -7,7 +7,8 @@
 // torchrun's agent does), or, for NCCL under MPI builds, an MPI broadcast of the unique id.
 // A watchdog aborts the communicator and raises DistributedError naming the rank and operation
 // when an operation makes no progress for `timeout_seconds` or NCCL reports an async error, so a
-// dead or stuck peer never hangs the job.
+// stuck peer never hangs the job; a PeerMonitor (heartbeats through the store, peer_monitor.h)
+// notices a peer that died or failed within seconds, whatever the timeout.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include "finetune/ddp/ddp_defaults.h"
+#include "finetune/ddp/peer_monitor.h"
 #include "finetune/launch/launch_env.h"
 
 namespace finetune {
@@ -42,13 +44,19 @@ class Communicator {
   void all_reduce(at::Tensor& tensor, const std::string& what) { all_reduce_async(tensor, what)->wait(); }
   virtual void broadcast(at::Tensor& tensor, int root, const std::string& what) = 0;
   virtual void barrier(const std::string& what) = 0;
-  // Stops all outstanding communication (used on fatal errors so peers are released).
-  virtual void abort() = 0;
+  // After the last collective of a run that succeeded on this rank (the final barrier): tells the
+  // peers that this rank leaves normally, so that its exit is not taken for a death (Note [Clean
+  // exit] in peer_monitor.h). No collectives after it.
+  virtual void finish() = 0;
+  // On a fatal error of this rank: tells the peers (failed/<rank> = `reason`) so that they stop at
+  // once instead of waiting for a timeout, and stops all outstanding communication.
+  virtual void abort(const std::string& reason) = 0;
 };
 
 struct CommunicatorOptions {
   std::string backend = "auto";  // auto (nccl for CUDA, gloo for CPU)|nccl|gloo
   double timeout_seconds = kDefaultDdpTimeoutSeconds;
+  PeerMonitorOptions peer_monitor;  // Note [Peer heartbeats]; tests shorten or observe it
 };
 
 std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const at::Device& device,

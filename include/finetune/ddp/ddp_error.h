@@ -3,10 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/log.h"
 
 namespace finetune {
 
@@ -22,6 +24,13 @@ inline std::string seconds_text(std::chrono::milliseconds duration) {
   std::ostringstream text;
   text << static_cast<double>(duration.count()) / 1000.0 << " s";
   return text.str();
+}
+
+// For a background thread (watchdog, peer monitor) whose failure the main thread did not act on in
+// time, e.g. because it is stuck in a call the abort cannot release: log and exit with status 1.
+[[noreturn]] inline void log_and_exit(const std::string& message) {
+  log::error(message);
+  std::_Exit(1);
 }
 
 }  // namespace finetune

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@
 #include "finetune/launch/launch_env.h"
 
 namespace finetune {
+
+// The rank whose process hosts the store: rank 0, or none when torchrun's agent hosts it.
+std::optional<int> store_host_rank(const LaunchEnv& launch);
 
 // Throws DistributedError naming the rank and address when the store cannot be reached in time.
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& launch, std::chrono::milliseconds timeout);

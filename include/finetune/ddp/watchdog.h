@@ -39,7 +39,9 @@ class Watchdog {
   using ErrorProbe = std::function<std::optional<std::string>()>;
 
   Watchdog(int rank, WatchdogOptions options, ErrorProbe error_probe, std::function<void()> abort);
-  ~Watchdog();
+  ~Watchdog();  // stop()s
+  // Ends the polling thread (no probe runs after it returns); fail() and the rest still work.
+  void stop();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 

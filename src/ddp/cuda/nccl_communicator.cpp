@@ -8,7 +8,9 @@
 // the watchdog's failure is seen.
 //
 // The communicator is created non-blocking (ncclConfig_t::blocking = 0) so that ncclCommAbort
-// from the watchdog thread can release a collective stuck on a dead peer; see watchdog.h.
+// from the watchdog thread can release a collective stuck on a dead peer; see watchdog.h. NCCL
+// itself does not notice a peer that died (within a node its kernels spin): the peer monitor does
+// (Note [Peer heartbeats]) and hands its verdict to the watchdog, which aborts.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -23,6 +25,7 @@
 
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/peer_monitor.h"
 #include "finetune/ddp/store_bootstrap.h"
 #include "finetune/ddp/watchdog.h"
 #include "finetune/util/log.h"
@@ -86,7 +89,7 @@ class NcclWork : public CollectiveWork {
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& launch, const at::Device& device,
-                   Milliseconds timeout)
+                   Milliseconds timeout, const PeerMonitorOptions& monitor_options)
       : rank_(launch.rank), world_size_(launch.world_size), device_(device), timeout_(timeout),
         comm_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {
     c10::cuda::CUDAGuard guard(device_);
@@ -116,11 +119,18 @@ class NcclCommunicator : public Communicator {
     options.timeout = timeout_;
     watchdog_ = std::make_shared<Watchdog>(
         rank_, options, [this] { return async_error(); }, [this] { abort_comm(); });
+    // Also keeps the store (on rank 0: its server) alive for as long as the peers may use it.
+    // Assigned under the mutex: the watchdog thread's async_error() reads it.
+    std::lock_guard<std::timed_mutex> lock(nccl_mutex_);
+    monitor_ = std::make_unique<PeerMonitor>(store, rank_, world_size_, store_host_rank(launch), monitor_options,
+                                             [this](const std::string& message) { watchdog_->fail(message); });
   }
 
   ~NcclCommunicator() override {
+    watchdog_->stop();  // no async_error() (which waits on the monitor) after this
+    monitor_.reset();   // its thread may still call watchdog_->fail, which stays valid until below
     const bool healthy = !watchdog_->failed();
-    watchdog_.reset();  // stops the watchdog thread before the comm goes away
+    watchdog_.reset();
     std::lock_guard<std::timed_mutex> lock(nccl_mutex_);
     if (!healthy || comm_ == nullptr) return;  // already aborted
     // Finalize flushes outstanding operations; bounded so a dead peer cannot hang shutdown.
@@ -170,7 +180,12 @@ class NcclCommunicator : public Communicator {
     wait_on_host(*done, what);
   }
 
-  void abort() override { watchdog_->fail("rank " + std::to_string(rank_) + ": communication aborted"); }
+  void finish() override { monitor_->finish(); }
+
+  void abort(const std::string& reason) override {
+    monitor_->report_failure(reason);
+    watchdog_->fail("rank " + std::to_string(rank_) + ": communication aborted");
+  }
 
  private:
   ncclUniqueId exchange_unique_id(c10d::Store& store) {
@@ -256,13 +271,23 @@ class NcclCommunicator : public Communicator {
     }
   }
 
+  // On the watchdog thread. An error NCCL did notice (a peer's socket closed, across nodes) does not
+  // say which rank died: give the peer monitor its usual bound to name it. Its verdict reaches the
+  // watchdog first (on_lost), and the watchdog keeps the first failure.
   std::optional<std::string> async_error() {
-    std::unique_lock<std::timed_mutex> lock(nccl_mutex_, std::try_to_lock);
-    if (!lock.owns_lock() || comm_ == nullptr) return std::nullopt;  // busy enqueueing: next poll
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(comm_, &state);
-    if (state == ncclSuccess || state == ncclInProgress) return std::nullopt;
-    return std::string("NCCL error: ") + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + ")";
+    std::string error;
+    PeerMonitor* monitor = nullptr;
+    {
+      std::unique_lock<std::timed_mutex> lock(nccl_mutex_, std::try_to_lock);
+      if (!lock.owns_lock() || comm_ == nullptr) return std::nullopt;  // busy enqueueing: next poll
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      if (state == ncclSuccess || state == ncclInProgress) return std::nullopt;
+      error = std::string("NCCL error: ") + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + ")";
+      monitor = monitor_.get();
+    }
+    if (monitor != nullptr) monitor->wait_for_peer_loss();
+    return error;
   }
 
   // Called by the watchdog on failure. A thread stuck inside an NCCL call may hold the mutex;
@@ -284,6 +309,7 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   std::timed_mutex nccl_mutex_;
   std::shared_ptr<Watchdog> watchdog_;
+  std::unique_ptr<PeerMonitor> monitor_;
 };
 
 }  // namespace
@@ -292,11 +318,12 @@ bool nccl_compiled_in() { return true; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store,
                                                      const LaunchEnv& launch, const at::Device& device,
-                                                     double timeout_seconds) {
+                                                     const CommunicatorOptions& options) {
   if (!device.is_cuda() || !device.has_index()) {
     throw UsageError("the nccl backend needs a CUDA device with an index (cuda:LOCAL_RANK), got " + device.str());
   }
-  return std::make_unique<NcclCommunicator>(store, launch, device, timeout_from_seconds(timeout_seconds));
+  return std::make_unique<NcclCommunicator>(store, launch, device, timeout_from_seconds(options.timeout_seconds),
+                                            options.peer_monitor);
 }
 
 }  // namespace finetune

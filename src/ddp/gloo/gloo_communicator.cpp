@@ -2,6 +2,12 @@
 // own context timeout covers the transfer, Work::wait(timeout) covers the host wait); a peer that
 // died surfaces as an exception or a timeout and is rethrown as DistributedError naming the rank
 // and the operation.
+//
+// Gloo's transport notices a dead peer by itself (its TCP pairs break), but not which one; so a
+// transfer that fails waits for the peer monitor's verdict (Note [Peer heartbeats]), which names
+// the rank, before it is reported. A verdict that comes first makes every later collective throw
+// it; a wait already blocked on a peer that is frozen rather than dead is not released by Gloo
+// (ProcessGroupGloo has no abort): the monitor's exit grace ends the process then.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,7 +17,9 @@
 
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/peer_monitor.h"
 #include "finetune/ddp/store_bootstrap.h"
+#include "finetune/util/log.h"
 
 namespace finetune {
 
@@ -19,9 +27,10 @@ namespace {
 
 using Milliseconds = std::chrono::milliseconds;
 
-// Waits for `work`; any failure becomes a DistributedError naming rank and operation.
+// Waits for `work`; any failure becomes a DistributedError naming rank and operation, and the dead
+// peer when the monitor finds one.
 void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds timeout, int rank,
-                   const std::string& operation) {
+                   const std::string& operation, const PeerMonitor& monitor) {
   const auto started = std::chrono::steady_clock::now();
   try {
     work->wait(timeout);
@@ -31,6 +40,9 @@ void wait_for_work(const c10::intrusive_ptr<c10d::Work>& work, Milliseconds time
       throw distributed_error(rank, operation,
                               "timed out after " + seconds_text(timeout) + " (a peer is missing or stuck): " +
                                   first_line(e.what()));
+    }
+    if (const auto loss = monitor.wait_for_peer_loss()) {
+      throw distributed_error(rank, operation, "failed: " + loss->detail);
     }
     throw distributed_error(rank, operation, "failed (a peer died or disconnected?): " + first_line(e.what()));
   }
@@ -45,13 +57,13 @@ void check_cpu_tensor(const at::Tensor& tensor, int rank, const std::string& ope
 class GlooWork : public CollectiveWork {
  public:
   GlooWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor tensor, at::Tensor result, Milliseconds timeout,
-           int rank, std::string operation)
+           int rank, std::string operation, const PeerMonitor& monitor)
       : work_(std::move(work)), tensor_(std::move(tensor)), result_(std::move(result)), timeout_(timeout),
-        rank_(rank), operation_(std::move(operation)) {}
+        rank_(rank), operation_(std::move(operation)), monitor_(monitor) {}
 
   void wait() override {
     if (done_) return;
-    wait_for_work(work_, timeout_, rank_, operation_);  // a failed work throws again on every wait
+    wait_for_work(work_, timeout_, rank_, operation_, monitor_);  // a failed work throws again on every wait
     done_ = true;
     if (!result_.is_same(tensor_)) tensor_.copy_(result_);
   }
@@ -63,13 +75,15 @@ class GlooWork : public CollectiveWork {
   Milliseconds timeout_;
   int rank_;
   std::string operation_;
+  const PeerMonitor& monitor_;  // the communicator's, which outlives its works
   bool done_ = false;
 };
 
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                   const std::string& gloo_hostname, Milliseconds timeout)
+                   std::optional<int> store_host, const std::string& gloo_hostname, Milliseconds timeout,
+                   const PeerMonitorOptions& monitor_options)
       : rank_(rank), world_size_(world_size), timeout_(timeout) {
     try {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -84,6 +98,8 @@ class GlooCommunicator : public Communicator {
       throw distributed_error(rank, "gloo rendezvous of " + std::to_string(world_size) + " ranks",
                               "failed (timeout " + seconds_text(timeout) + "): " + first_line(e.what()));
     }
+    monitor_ = std::make_unique<PeerMonitor>(store, rank, world_size, store_host, monitor_options,
+                                             [this](const std::string& message) { on_peer_lost(message); });
   }
 
   int rank() const override { return rank_; }
@@ -96,7 +112,7 @@ class GlooCommunicator : public Communicator {
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = timeout_;
     auto work = launch(what, [&] { return group_->allreduce(tensors, options); });
-    return std::make_unique<GlooWork>(std::move(work), tensor, result, timeout_, rank_, what);
+    return std::make_unique<GlooWork>(std::move(work), tensor, result, timeout_, rank_, what, *monitor_);
   }
 
   void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
@@ -107,24 +123,34 @@ class GlooCommunicator : public Communicator {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     options.timeout = timeout_;
-    wait_for_work(launch(what, [&] { return group_->broadcast(tensors, options); }), timeout_, rank_, what);
+    wait_for_work(launch(what, [&] { return group_->broadcast(tensors, options); }), timeout_, rank_, what, *monitor_);
     if (!buffer.is_same(tensor)) tensor.copy_(buffer);
   }
 
   void barrier(const std::string& what) override {
     c10d::BarrierOptions options;
     options.timeout = timeout_;
-    wait_for_work(launch(what, [&] { return group_->barrier(options); }), timeout_, rank_, what);
+    wait_for_work(launch(what, [&] { return group_->barrier(options); }), timeout_, rank_, what, *monitor_);
   }
 
-  void abort() override {
+  void finish() override { monitor_->finish(); }
+
+  void abort(const std::string& reason) override {
+    monitor_->report_failure(reason);
     aborted_ = true;
     group_->abort();
   }
 
  private:
+  // On the monitor thread: the next collective throws the verdict (see the top of this file).
+  void on_peer_lost(const std::string& message) {
+    log::error(message + "; aborting communication");
+    aborted_ = true;
+  }
+
   template <typename Launch>
   c10::intrusive_ptr<c10d::Work> launch(const std::string& what, Launch&& launch_collective) {
+    if (const auto loss = monitor_->peer_loss()) throw DistributedError(loss->message);
     if (aborted_) throw distributed_error(rank_, what, "was requested after the communicator was aborted");
     try {
       return launch_collective();
@@ -138,15 +164,17 @@ class GlooCommunicator : public Communicator {
   Milliseconds timeout_;
   std::atomic<bool> aborted_{false};  // abort() may come from another thread
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::unique_ptr<PeerMonitor> monitor_;  // last, so destroyed first: its thread calls on_peer_lost
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int world_size, const std::string& gloo_hostname,
-                                                     double timeout_seconds) {
-  return std::make_unique<GlooCommunicator>(store, rank, world_size, gloo_hostname,
-                                            timeout_from_seconds(timeout_seconds));
+std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const LaunchEnv& launch, const std::string& gloo_hostname,
+                                                     const CommunicatorOptions& options) {
+  return std::make_unique<GlooCommunicator>(store, launch.rank, launch.world_size, store_host_rank(launch),
+                                            gloo_hostname, timeout_from_seconds(options.timeout_seconds),
+                                            options.peer_monitor);
 }
 
 }  // namespace finetune

@@ -22,6 +22,8 @@ TEST(MakeCommunicator, WorldSizeOneIsLocal) {
   communicator->all_reduce(t, "identity");
   EXPECT_TRUE(t.equal(at::full({3}, 2.5)));
   EXPECT_THROW(communicator->broadcast(t, 1, "broadcast"), DistributedError);
+  communicator->finish();  // no peers, no monitor: nothing to tell anyone
+  communicator->abort("an error");
 }
 
 TEST(MakeCommunicator, RejectsBadOptions) {
@@ -147,6 +149,29 @@ TEST(GlooCommunicator, PeerThatLeftIsADistributedError) {
   } catch (const std::exception& e) {
     FAIL() << "not a DistributedError: " << e.what();
   }
+}
+
+TEST(GlooCommunicator, RankThatFailedIsNamedByItsPeerAtOnce) {
+  // A long timeout: only the failed/<rank> key can end rank 0's wait this fast.
+  double elapsed_seconds = -1;
+  const auto errors = run_ranks_collecting(2, 60.0, [&](int rank, Communicator& communicator) {
+    communicator.barrier("startup barrier");
+    if (rank == 1) throw std::runtime_error("rank 1: CUDA out of memory in step 3");
+    const auto started = std::chrono::steady_clock::now();
+    at::Tensor t = at::ones({8});
+    try {
+      communicator.all_reduce(t, "gradient bucket 0");
+    } catch (...) {
+      elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      throw;
+    }
+  });
+  ASSERT_TRUE(errors[0]);
+  const std::string message = describe(errors[0]);
+  EXPECT_EQ(message.rfind("rank 0: ", 0), 0u) << message;
+  EXPECT_NE(message.find("rank 1 exited with an error: rank 1: CUDA out of memory in step 3"), std::string::npos)
+      << message;
+  EXPECT_LT(elapsed_seconds, 2.0);  // below the heartbeat limit: the error key, not silence
 }
 
 TEST(MakeCommunicator, MissingStoreServerTimesOut) {
