@@ -163,7 +163,7 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
     """kill -9 at random moments, 30 times, each run resuming from the newest checkpoint (a crash
     loop): every checkpoint-N/ left behind loads, and the run that finally completes equals an
     uninterrupted one bit for bit."""
-    steps = 40
+    steps = 80
     reference = tmp_path / "reference"
     check_ok(run_launched("single", 1, train_args(setup, reference, ["--max_steps", steps, "--save_steps", 0])),
              "uninterrupted")
@@ -171,10 +171,21 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
     args = train_args(setup, out, ["--max_steps", steps, "--save_total_limit", 3])
     rng = random.Random(7)
     kills = kills_while_saving = 0
+
+    def newest():
+        return max([int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if p.name.split("-")[1].isdigit()],
+                   default=0)
+
     while kills < 30:
-        resume = ["--resume_from_checkpoint", "true"] if any(out.glob("checkpoint-*[0-9]")) else ["--overwrite_output_dir"]
+        resume = ["--resume_from_checkpoint", "true"] if newest() else ["--overwrite_output_dir"]
         job = start("single", 1, args + resume)
-        time.sleep(rng.uniform(0.3, 2.0))
+        if rng.random() < 0.2:  # anywhere, start-up included
+            time.sleep(rng.uniform(0.0, 1.5))
+        else:  # while or right after checkpoint T is written, whatever the machine's speed
+            target = newest() + rng.randint(1, 2)
+            wait_for(lambda: any(out.glob(f"checkpoint-{target}*")) or job.poll() is not None, 120,
+                     f"checkpoint-{target}")
+            time.sleep(rng.uniform(0.0, 0.02))
         saving = any(".tmp-" in p.name for p in out.glob("checkpoint-*"))
         kill_run(out)
         job.wait(timeout=60)
