@@ -47,7 +47,8 @@ class BpeTokenizer : public Tokenizer {
 
   std::string path_;
   std::unique_ptr<BpeModel> model_;
-  std::vector<std::string> id_to_token_;  // base vocabulary; added tokens live in added_
+  // Base vocabulary (added tokens live in added_); a map, as ids need not be dense.
+  std::unordered_map<int32_t, std::string> id_to_token_;
   AddedVocabulary added_;
   bool nfc_ = false;
   std::vector<PreTokenizerStep> pre_tokenizer_;
