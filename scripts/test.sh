@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test: sets the machine up if needed (scripts/setup.sh), generates the reference fixtures
-# with the Python reference, then runs the C++ unit tests and the end-to-end tests.
+# with the Python reference, then runs the C++ unit tests, a short fuzzing run of the parsers and
+# the end-to-end tests.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$ROOT/scripts/setup.sh" || exit 1
@@ -28,6 +29,13 @@ for suite in finetune_base_tests finetune_core_tests; do
   echo "[test] $suite"
   "$BUILD_DIR/$suite" --gtest_brief=1 --gtest_output="json:$REPORTS/$suite.json" || status=1
 done
+# The parsers' fuzzer, a short fixed budget (README: Fuzzing); its own process, so a crash it
+# provokes is reported here rather than taking a suite down.
+if [ -x "$BUILD_DIR/finetune_fuzz" ]; then
+  echo "[test] finetune_fuzz (${FINETUNE_FUZZ_SECONDS:-3} s per parser)"
+  "$BUILD_DIR/finetune_fuzz" --seconds "${FINETUNE_FUZZ_SECONDS:-3}" --crash_dir "$REPORTS/fuzz-crashes" \
+    --junit "$REPORTS/fuzz.xml" || status=1
+fi
 echo "[test] end-to-end (pytest)"
 "$FINETUNE_PYTHON" -m pytest -q tests/e2e --junitxml="$REPORTS/e2e.xml" ${FINETUNE_PYTEST_ARGS:-} || status=1
 

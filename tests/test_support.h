@@ -1,5 +1,5 @@
-// Helpers shared by every C++ test suite: a self-removing temporary directory and the message of
-// an expected finetune::Error.
+// Helpers shared by every C++ test suite: a self-removing temporary directory, the message of an
+// expected finetune::Error, and deeply nested JSON.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +65,22 @@ inline void expect_contains(const std::string& message, const std::vector<std::s
   for (const std::string& part : parts) {
     EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
   }
+}
+
+// A JSON value of about `bytes` bytes that is nothing but nesting: "[[[...]]]" for '[' or
+// {"a":{"a":...0...}} for '{'. The default ~120 KB (tens of thousands of levels) is far past
+// kMaxJsonDepth, and enough to overflow the stack of nlohmann's recursive dump (a --config value
+// did, before parse_json limited the depth).
+inline std::string nested_json(char bracket, size_t bytes = 120000) {
+  const std::string open = bracket == '[' ? "[" : "{\"a\":";
+  const std::string close = bracket == '[' ? "]" : "}";
+  const size_t levels = bytes / (open.size() + close.size());
+  std::string text;
+  text.reserve(bytes + 8);
+  for (size_t i = 0; i < levels; ++i) text += open;
+  text += bracket == '[' ? "" : "0";
+  for (size_t i = 0; i < levels; ++i) text += close;
+  return text;
 }
 
 }  // namespace finetune::testing

@@ -1,26 +1,18 @@
 #include "finetune/checkpoint/adapter_io.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 #include "finetune/util/output_directory.h"
 
 namespace finetune {
 
 LoraConfig read_adapter_config(const std::string& adapter_dir) {
   const std::string path = adapter_dir + "/adapter_config.json";
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open (is " + adapter_dir + " a PEFT adapter directory?)");
-  nlohmann::json json;
-  try {
-    in >> json;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
-  }
-  return lora_config_from_adapter_json(json, path);
+  return lora_config_from_adapter_json(read_json_file(path, "is " + adapter_dir + " a PEFT adapter directory?"), path);
 }
 
 void load_adapter_weights(CausalLM& model, const std::string& adapter_dir) {

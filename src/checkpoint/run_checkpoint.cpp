@@ -12,6 +12,7 @@
 #include "finetune/util/atomic_directory.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -108,13 +109,7 @@ json read_trainer_state(const std::string& dir) {
     throw UsageError("--resume_from_checkpoint: " + dir + " is not a complete finetune checkpoint (it needs " +
                      kOptimizerFile + ", " + kRngFile + " and " + kTrainerStateFile + " beside the adapter)");
   }
-  const std::string path = dir + "/" + kTrainerStateFile;
-  std::ifstream in(path);
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
-  }
+  return read_json_file(dir + "/" + kTrainerStateFile);
 }
 
 const json& finetune_section(const json& document, const std::string& path) {

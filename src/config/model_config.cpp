@@ -3,9 +3,10 @@
 #include "finetune/config/model_config.h"
 
 #include <cmath>
-#include <fstream>
+#include <limits>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -64,18 +65,18 @@ class Fields {
   }
   double number(const std::string& key) const {
     if (!has(key)) fail(key, "missing (required)");
-    if (!at(key).is_number()) fail(key, "expected a number, got " + at(key).dump());
+    if (!at(key).is_number()) fail(key, "expected a number, got " + json_excerpt(at(key)));
     return at(key).get<double>();
   }
   double number(const std::string& key, double fallback) const { return has(key) ? number(key) : fallback; }
   bool boolean(const std::string& key, bool fallback) const {
     if (!has(key)) return fallback;
-    if (!at(key).is_boolean()) fail(key, "expected true or false, got " + at(key).dump());
+    if (!at(key).is_boolean()) fail(key, "expected true or false, got " + json_excerpt(at(key)));
     return at(key).get<bool>();
   }
   std::string string(const std::string& key, const std::string& fallback) const {
     if (!has(key)) return fallback;
-    if (!at(key).is_string()) fail(key, "expected a string, got " + at(key).dump());
+    if (!at(key).is_string()) fail(key, "expected a string, got " + json_excerpt(at(key)));
     return at(key).get<std::string>();
   }
   // Absent -> fallback; explicit null -> none (transformers passes the None through).
@@ -84,13 +85,21 @@ class Fields {
     if (at(key).is_null()) return std::nullopt;
     return as_integer(key, at(key));
   }
+  // Python's int is unbounded; ours is int64: larger values (and floats beyond its range, whose
+  // conversion would be undefined) are errors rather than wrapped or garbage values.
   int64_t as_integer(const std::string& key, const json& value) const {
-    if (value.is_number_integer() || value.is_number_unsigned()) return value.get<int64_t>();
+    constexpr double kTwoTo63 = 9223372036854775808.0;
+    if (value.is_number_unsigned()) {
+      if (value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        fail(key, "integer " + json_excerpt(value) + " is out of range");
+      return value.get<int64_t>();
+    }
+    if (value.is_number_integer()) return value.get<int64_t>();
     if (value.is_number_float()) {
       const double d = value.get<double>();
-      if (std::floor(d) == d && std::isfinite(d)) return static_cast<int64_t>(d);
+      if (std::floor(d) == d && d >= -kTwoTo63 && d < kTwoTo63) return static_cast<int64_t>(d);
     }
-    fail(key, "expected an integer, got " + value.dump());
+    fail(key, "expected an integer, got " + json_excerpt(value));
   }
 
  private:
@@ -109,7 +118,7 @@ const Family& family_of(const Fields& fields) {
   if (fields.has("architectures")) {
     const json& list = fields.at("architectures");
     if (!list.is_array() || list.empty() || !list[0].is_string())
-      fields.fail("architectures", "expected a non-empty list of names, got " + list.dump());
+      fields.fail("architectures", "expected a non-empty list of names, got " + json_excerpt(list));
     architecture = list[0].get<std::string>();
   }
   const std::string model_type = fields.string("model_type", "");
@@ -140,7 +149,7 @@ void read_rope(const Fields& fields, const std::string& source, ModelConfig& con
 
   config.rope_theta = fields.number("rope_theta", 10000.0);
   if (key.empty()) return;
-  if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + fields.at(key).dump());
+  if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
   const Fields rope(fields.at(key), source, key + ".");
   config.rope_theta = rope.number("rope_theta", config.rope_theta);
 
@@ -191,10 +200,10 @@ void read_sliding_window(const Fields& fields, const Family& family, ModelConfig
   }
   if (fields.has("layer_types")) {
     const json& types = fields.at("layer_types");
-    if (!types.is_array()) fields.fail("layer_types", "expected a list, got " + types.dump());
+    if (!types.is_array()) fields.fail("layer_types", "expected a list, got " + json_excerpt(types));
     for (const auto& type : types)
       if (type != "full_attention")
-        fields.fail("layer_types", "layer type " + type.dump() + " is not supported (only full_attention)");
+        fields.fail("layer_types", "layer type " + json_excerpt(type) + " is not supported (only full_attention)");
   }
 }
 
@@ -265,15 +274,7 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
 
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open (is " + model_dir + " a Hugging Face model directory?)");
-  json config_json;
-  try {
-    config_json = json::parse(in);
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": malformed JSON: " + e.what());
-  }
-  return model_config_from_json(config_json, path);
+  return model_config_from_json(read_json_file(path, "is " + model_dir + " a Hugging Face model directory?"), path);
 }
 
 void check_sequence_length(const ModelConfig& config, int64_t max_seq_length) {

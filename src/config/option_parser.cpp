@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "finetune/config/options.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 #include "finetune/util/text.h"
 #include "option_values.h"
 
@@ -50,24 +50,20 @@ std::string json_value_to_text(const nlohmann::json& value, const OptionRow& row
   if (value.is_array() && row.spec.type == "list") {
     std::vector<std::string> items;
     for (const auto& item : value) {
-      if (!item.is_string()) throw UsageError(where + "expected an array of strings, got " + value.dump());
+      if (!item.is_string()) throw UsageError(where + "expected an array of strings, got " + json_excerpt(value));
       items.push_back(item.get<std::string>());
     }
     return join(items, ",");
   }
-  throw UsageError(where + "expected a " + row.spec.type + " value, got " + value.dump());
+  throw UsageError(where + "expected a " + row.spec.type + " value, got " + json_excerpt(value));
 }
 
 void read_config_file(const std::string& file, std::map<std::string, RawValue>& values) {
-  std::ifstream in(file);
-  if (!in) throw UsageError("--config: cannot read " + in_quotes(file));
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::string what = e.what();
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw UsageError(file + ": malformed JSON: " + what);
+    doc = read_json_file(file);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--config: ") + e.what());
   }
   if (!doc.is_object()) throw UsageError(file + ": expected a JSON object of option names to values");
   for (const auto& [key, value] : doc.items()) {

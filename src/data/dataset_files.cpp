@@ -1,11 +1,10 @@
 // Row-by-row reading of .json / .jsonl dataset files (see dataset_files.h).
 #include "finetune/data/dataset_files.h"
 
-#include <algorithm>
 #include <fstream>
-#include <sstream>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -35,41 +34,17 @@ void read_jsonl(const std::string& path, const std::function<void(const DatasetR
     row.location.file = path;
     row.location.line = line_number;
     try {
-      row.value = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      row.parse_error = e.what();
+      row.value = parse_json(line, path);
+    } catch (const JsonSyntaxError& e) {  // the row's problem; under skip_bad_rows the file goes on
+      row.parse_error = "column " + std::to_string(e.column()) + ": " + e.reason();
     }
     visit(row);
   }
   if (in.bad()) throw Error(path + ": read error after line " + std::to_string(line_number));
 }
 
-// 1-based line and column of a byte offset, for a .json parse error.
-std::string line_and_column(const std::string& text, size_t byte) {
-  byte = std::min(byte, text.size());
-  size_t line = 1;
-  size_t line_start = 0;
-  for (size_t i = 0; i < byte; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      line_start = i + 1;
-    }
-  }
-  return std::to_string(line) + ":" + std::to_string(byte - line_start + 1);
-}
-
 void read_json_array(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
-  std::ifstream in = open_dataset_file(path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  nlohmann::json document;
-  try {
-    document = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is 1-based: the position just after the offending character.
-    throw Error(path + ":" + line_and_column(text, e.byte == 0 ? 0 : e.byte - 1) + ": invalid JSON: " + e.what());
-  }
+  nlohmann::json document = read_json_file(path);
   if (!document.is_array()) {
     throw Error(path + ": a .json dataset must be a top-level array of objects, got " +
                 std::string(document.type_name()));

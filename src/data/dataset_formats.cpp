@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -61,13 +62,16 @@ std::vector<int32_t> int32_list(const json& list, const std::string& key, bool a
     const json& value = list[i];
     if (!value.is_number_integer()) {
       throw Error("field \"" + key + "\"[" + std::to_string(i) + "] must be an integer, got " +
-                  std::string(value.type_name()) + (value.is_primitive() ? " " + value.dump() : ""));
+                  std::string(value.type_name()) + " " + json_excerpt(value));
     }
-    const int64_t id = value.get<int64_t>();
+    // Unsigned values above int64's range would wrap (2^64 - 100 to -100): clamp them first.
+    const bool fits_int64 =
+        !value.is_number_unsigned() || value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    const int64_t id = fits_int64 ? value.get<int64_t>() : std::numeric_limits<int64_t>::max();
     const bool ignored = allow_ignore_index && id == kIgnoreIndex;
     const int64_t limit = vocab_size > 0 ? vocab_size : int64_t{std::numeric_limits<int32_t>::max()} + 1;
     if (!ignored && (id < 0 || id >= limit)) {
-      throw Error("field \"" + key + "\"[" + std::to_string(i) + "] = " + std::to_string(id) +
+      throw Error("field \"" + key + "\"[" + std::to_string(i) + "] = " + json_excerpt(value) +
                   " is not a token id" + (allow_ignore_index ? " or -100" : "") +
                   (vocab_size > 0 ? " (the model's vocab_size is " + std::to_string(vocab_size) + ")" : ""));
     }

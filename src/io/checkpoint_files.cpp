@@ -1,12 +1,11 @@
 // CheckpointFiles: finds a model directory's safetensors weights (one file, or shards listed by an
 // index json, as transformers writes them) and checks that the index and the shards agree.
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "finetune/io/safetensors.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 
@@ -18,28 +17,10 @@ using nlohmann::json;
 constexpr const char* kSingleFileName = "model.safetensors";
 constexpr const char* kIndexFileName = "model.safetensors.index.json";
 
-std::string read_text_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot open '" + path.string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// A value for an error message; containers are not printed, as dump() recurses without bound.
-std::string describe_value(const json& value) {
-  return value.is_structured() ? std::string("a JSON ") + value.type_name() : value.dump();
-}
-
 // weight_map: tensor name -> shard file name (relative to the model directory).
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   const std::string context = "checkpoint index '" + index_path.string() + "'";
-  json index;
-  try {
-    index = json::parse(read_text_file(index_path));
-  } catch (const json::exception& e) {
-    throw Error(context + ": not valid JSON: " + e.what());
-  }
+  const json index = read_json_file(index_path.string());
   if (!index.is_object()) throw Error(context + ": must be a JSON object");
   auto weight_map = index.find("weight_map");
   if (weight_map == index.end() || !weight_map->is_object()) {
@@ -49,7 +30,7 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (const auto& [tensor, shard] : weight_map->items()) {
     if (!shard.is_string() || shard.get<std::string>().empty()) {
       throw Error(context + ": weight_map entry for tensor '" + tensor +
-                  "' must be a shard file name, got " + describe_value(shard));
+                  "' must be a shard file name, got " + json_excerpt(shard));
     }
     result.emplace(tensor, shard.get<std::string>());
   }
@@ -99,9 +80,11 @@ CheckpointFiles CheckpointFiles::open_dir(const std::string& model_dir) {
 
   for (const auto& [shard, tensors] : tensors_of_shard) {
     const fs::path shard_path = dir / shard;
-    if (!fs::is_regular_file(shard_path)) {
+    std::error_code error;  // the name comes from the file: the throwing overload would escape as filesystem_error
+    if (!fs::is_regular_file(shard_path, error)) {
       throw Error("checkpoint index '" + index_path.string() + "': shard '" + shard_path.string() +
-                  "' (holding tensor '" + tensors.front() + "') does not exist");
+                  "' (holding tensor '" + tensors.front() + "') does not exist" +
+                  (error ? " (" + error.message() + ")" : ""));
     }
     const SafetensorsFile& file = add_file(shard_path);
     for (const std::string& tensor : tensors) {

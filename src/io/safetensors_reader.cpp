@@ -16,6 +16,7 @@
 
 #include "finetune/io/safetensors.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 
@@ -25,21 +26,11 @@ using nlohmann::json;
 
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr size_t kHeaderLengthBytes = 8;
-// A valid header nests 3 levels (header, entry, shape); the limit keeps error messages, which
-// print offending values with the recursive json::dump, safe from hostile nesting.
-constexpr int kMaxHeaderDepth = 16;
 
 std::string file_context(const std::string& path) { return "safetensors file '" + path + "'"; }
 
 std::string tensor_context(const std::string& path, const std::string& name) {
   return file_context(path) + ": tensor '" + name + "'";
-}
-
-// A value for an error message, cut short: a hostile header may hold huge arrays.
-std::string excerpt(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 120) text = text.substr(0, 117) + "...";
-  return text;
 }
 
 uint64_t read_u64_le(const uint8_t* bytes) {
@@ -51,21 +42,21 @@ uint64_t read_u64_le(const uint8_t* bytes) {
 std::vector<int64_t> parse_shape(const json& shape, const std::string& context) {
   if (!shape.is_array()) {
     throw Error(context + ": 'shape' must be an array of non-negative integers, got " +
-                excerpt(shape));
+                json_excerpt(shape));
   }
   std::vector<int64_t> dims;
   dims.reserve(shape.size());
   for (const json& dim : shape) {
     if (dim.is_number_integer() && !dim.is_number_unsigned()) {
-      throw Error(context + ": negative dimension " + excerpt(dim) + " in 'shape' " +
-                  excerpt(shape));
+      throw Error(context + ": negative dimension " + json_excerpt(dim) + " in 'shape' " +
+                  json_excerpt(shape));
     }
     if (!dim.is_number_unsigned()) {
-      throw Error(context + ": 'shape' entries must be non-negative integers, got " + excerpt(dim));
+      throw Error(context + ": 'shape' entries must be non-negative integers, got " + json_excerpt(dim));
     }
     uint64_t value = dim.get<uint64_t>();
     if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      throw Error(context + ": dimension " + excerpt(dim) + " in 'shape' is too large");
+      throw Error(context + ": dimension " + json_excerpt(dim) + " in 'shape' is too large");
     }
     dims.push_back(static_cast<int64_t>(value));
   }
@@ -76,7 +67,7 @@ std::pair<uint64_t, uint64_t> parse_data_offsets(const json& offsets, const std:
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned()) {
     throw Error(context + ": 'data_offsets' must be [begin, end] with non-negative integers, got " +
-                excerpt(offsets));
+                json_excerpt(offsets));
   }
   return {offsets[0].get<uint64_t>(), offsets[1].get<uint64_t>()};
 }
@@ -91,11 +82,11 @@ TensorInfo parse_tensor_entry(const std::string& name, const json& entry, uint64
                               const std::string& path) {
   const std::string context = tensor_context(path, name);
   if (!entry.is_object())
-    throw Error(context + ": entry must be a JSON object, got " + excerpt(entry));
+    throw Error(context + ": entry must be a JSON object, got " + json_excerpt(entry));
 
   const json& dtype = required_field(entry, "dtype", context);
   if (!dtype.is_string())
-    throw Error(context + ": 'dtype' must be a string, got " + excerpt(dtype));
+    throw Error(context + ": 'dtype' must be a string, got " + json_excerpt(dtype));
 
   TensorInfo info;
   info.name = name;
@@ -138,11 +129,11 @@ std::map<std::string, std::string> parse_metadata(const json& metadata, const st
   std::map<std::string, std::string> result;
   if (metadata.is_null()) return result;  // the Python library accepts null as "no metadata"
   if (!metadata.is_object()) {
-    throw Error(context + " must be an object of strings, got " + excerpt(metadata));
+    throw Error(context + " must be an object of strings, got " + json_excerpt(metadata));
   }
   for (const auto& [key, value] : metadata.items()) {
     if (!value.is_string()) {
-      throw Error(context + ": value of '" + key + "' must be a string, got " + excerpt(value));
+      throw Error(context + ": value of '" + key + "' must be a string, got " + json_excerpt(value));
     }
     result.emplace(key, value.get<std::string>());
   }
@@ -174,24 +165,10 @@ json parse_header_json(const char* first, const char* last, const std::string& p
   // nlohmann keeps the last of duplicate keys; a duplicated tensor name is ambiguous, so reject it.
   std::optional<std::string> duplicate;
   std::set<std::string> top_level_keys;
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxHeaderDepth) {
-      throw Error(file_context(path) + ": header nests deeper than " +
-                  std::to_string(kMaxHeaderDepth) + " levels");
-    }
-    if (depth == 1 && event == json::parse_event_t::key && parsed.is_string()) {
-      if (!top_level_keys.insert(parsed.get<std::string>()).second && !duplicate) {
-        duplicate = parsed.get<std::string>();
-      }
-    }
-    return true;
+  auto on_key = [&](int depth, const std::string& key) {
+    if (depth == 1 && !top_level_keys.insert(key).second && !duplicate) duplicate = key;
   };
-  json header;
-  try {
-    header = json::parse(first, last, on_event);
-  } catch (const json::exception& e) {
-    throw Error(file_context(path) + ": header is not valid JSON: " + e.what());
-  }
+  json header = parse_json(std::string_view(first, last - first), file_context(path) + " header", on_key);
   if (!header.is_object()) {
     throw Error(file_context(path) + ": header must be a JSON object, got " +
                 std::string(header.type_name()));

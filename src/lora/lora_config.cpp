@@ -1,8 +1,12 @@
 #include "finetune/lora/lora_config.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/json_fields.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 
@@ -36,25 +40,31 @@ nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& 
 
 namespace {
 
-template <typename T>
-T required(const nlohmann::json& json, const char* key, const std::string& source) {
-  if (!json.contains(key)) throw Error(source + ": missing field '" + key + "'");
-  try {
-    return json.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(source + ": field '" + std::string(key) + "' has the wrong type");
+constexpr const char* kRoot = "<root>";
+
+// A number field (required when `fallback` is empty); a bool or string is an Error naming the field.
+double number_field(const nlohmann::json& json, const char* key, const std::string& source,
+                    std::optional<double> fallback = std::nullopt) {
+  const nlohmann::json* value = json_field(json, key, source, kRoot);
+  if (value == nullptr) {
+    if (!fallback) throw Error(source + ": missing field '" + key + "'");
+    return *fallback;
   }
+  if (!value->is_number()) throw Error(source + ": field '" + key + "' must be a number, got " + json_excerpt(*value));
+  return value->get<double>();
 }
 
-// An optional field of type T (null counts as absent); errors name the source and the field.
-template <typename T>
-T optional_field(const nlohmann::json& json, const char* key, T fallback, const std::string& source) {
-  if (!json.contains(key) || json.at(key).is_null()) return fallback;
-  try {
-    return json.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error(source + ": field '" + std::string(key) + "' has the wrong type (" + json.at(key).type_name() + ")");
+// PEFT's r: a positive integer (8.0 or 8.5 would not build nn.Linear in PEFT either).
+int64_t rank_field(const nlohmann::json& json, const std::string& source) {
+  const nlohmann::json* value = json_field(json, "r", source, kRoot);
+  if (value == nullptr) throw Error(source + ": missing field 'r'");
+  const bool positive_int64 = value->is_number_unsigned()
+                                  ? value->get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                                  : value->is_number_integer() && value->get<int64_t>() >= 1;
+  if (!positive_int64 || value->get<int64_t>() < 1) {
+    throw Error(source + ": field 'r' must be an integer >= 1, got " + json_excerpt(*value));
   }
+  return value->get<int64_t>();
 }
 
 void require_absent_or_empty(const nlohmann::json& json, const char* key, const std::string& source) {
@@ -67,35 +77,33 @@ void require_absent_or_empty(const nlohmann::json& json, const char* key, const 
 
 LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::string& source) {
   if (!json.is_object()) throw Error(source + ": not a JSON object");
-  const auto peft_type = optional_field<std::string>(json, "peft_type", "LORA", source);
+  const std::string peft_type = json_string(json, "peft_type", "LORA", source, kRoot);
   if (peft_type != "LORA") throw Error(source + ": peft_type '" + peft_type + "' is not LORA");
   LoraConfig config;
-  config.r = required<int64_t>(json, "r", source);
-  config.lora_alpha = required<double>(json, "lora_alpha", source);
-  config.lora_dropout = optional_field<double>(json, "lora_dropout", 0.0, source);
-  config.use_rslora = optional_field<bool>(json, "use_rslora", false, source);
-  config.bias = optional_field<std::string>(json, "bias", "none", source);
-  config.base_model_name_or_path = optional_field<std::string>(json, "base_model_name_or_path", "", source);
+  config.r = rank_field(json, source);
+  config.lora_alpha = number_field(json, "lora_alpha", source);
+  config.lora_dropout = number_field(json, "lora_dropout", source, 0.0);
+  config.use_rslora = json_bool(json, "use_rslora", false, source, kRoot);
+  config.bias = json_string(json, "bias", "none", source, kRoot);
+  config.base_model_name_or_path = json_string(json, "base_model_name_or_path", "", source, kRoot);
   if (!(config.lora_dropout >= 0 && config.lora_dropout < 1)) throw Error(source + ": field 'lora_dropout' must be in [0, 1)");
-  if (!std::isfinite(config.lora_alpha) || config.lora_alpha <= 0) throw Error(source + ": field 'lora_alpha' must be > 0");
-  if (config.r < 1) throw Error(source + ": field 'r' must be >= 1");
+  if (!(config.lora_alpha > 0)) throw Error(source + ": field 'lora_alpha' must be > 0");
   if (config.bias != "none") throw Error(source + ": bias '" + config.bias + "' is not supported (only none)");
-  if (optional_field<bool>(json, "use_dora", false, source)) throw Error(source + ": 'use_dora' is not supported");
-  if (optional_field<bool>(json, "fan_in_fan_out", false, source)) {
-    throw Error(source + ": 'fan_in_fan_out' is not supported");
-  }
+  if (json_bool(json, "use_dora", false, source, kRoot)) throw Error(source + ": 'use_dora' is not supported");
+  if (json_bool(json, "fan_in_fan_out", false, source, kRoot)) throw Error(source + ": 'fan_in_fan_out' is not supported");
   require_absent_or_empty(json, "rank_pattern", source);
   require_absent_or_empty(json, "alpha_pattern", source);
   require_absent_or_empty(json, "modules_to_save", source);
   require_absent_or_empty(json, "layers_to_transform", source);
-  const auto& targets = json.contains("target_modules") ? json.at("target_modules") : nlohmann::json();
-  if (targets.is_array()) {
-    for (const auto& t : targets) {
-      if (!t.is_string()) throw Error(source + ": field 'target_modules' must list module names (strings)");
-      config.target_modules.push_back(t.get<std::string>());
-    }
-  } else {
+  const nlohmann::json* targets = json_field(json, "target_modules", source, kRoot);
+  if (targets == nullptr || !targets->is_array()) {
     throw Error(source + ": 'target_modules' must be a list of module names");
+  }
+  for (const auto& target : *targets) {
+    if (!target.is_string()) {
+      throw Error(source + ": 'target_modules' must be a list of module names, got " + json_excerpt(*targets));
+    }
+    config.target_modules.push_back(target.get<std::string>());
   }
   return config;
 }

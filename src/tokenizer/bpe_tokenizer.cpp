@@ -3,9 +3,10 @@
 #include <set>
 
 #include "finetune/tokenizer/decode_text.h"
-#include "finetune/tokenizer/json_file.h"
 #include "finetune/tokenizer/unicode_nfc.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_fields.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -36,7 +37,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
   if (model_type != "BPE") {
     throw Error(path + ": field 'model.type' is '" + model_type + "'; only byte-level BPE is supported");
   }
-  if (model->value("byte_fallback", false)) {
+  if (json_bool(*model, "byte_fallback", false, path, "model")) {
     throw Error(path + ": field 'model.byte_fallback' is true; only byte-level BPE (byte_fallback false) is supported");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -45,18 +46,17 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
       throw Error(path + ": field 'model." + key + "' is set; it is not supported");
     }
   }
-  if (const auto* dropout = json_field(*model, "dropout", path, "model"); dropout && dropout->get<double>() > 0) {
-    throw Error(path + ": field 'model.dropout' is set; BPE dropout is not supported");
+  if (const auto* dropout = json_field(*model, "dropout", path, "model")) {
+    if (!dropout->is_number()) throw Error(path + ": field 'model.dropout' must be a number or null");
+    if (dropout->get<double>() > 0) throw Error(path + ": field 'model.dropout' is set; BPE dropout is not supported");
   }
   const nlohmann::json* vocab_json = json_field(*model, "vocab", path, "model");
   if (!vocab_json || !vocab_json->is_object()) throw Error(path + ": field 'model.vocab' must be an object");
   std::unordered_map<std::string, int32_t> vocab;
   vocab.reserve(vocab_json->size());
   for (const auto& [token, id] : vocab_json->items()) {
-    if (!id.is_number_integer()) throw Error(path + ": field 'model.vocab' maps '" + token + "' to a non-integer");
-    const auto value = id.get<int32_t>();
+    const int32_t value = json_token_id(id, path, "model.vocab." + token);
     vocab.emplace(token, value);
-    if (value < 0) throw Error(path + ": field 'model.vocab' has a negative id for '" + token + "'");
     id_to_token_[value] = token;
   }
   std::vector<std::pair<std::string, std::string>> merges;
@@ -80,23 +80,27 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
     }
   }
   try {
-    model_ = std::make_unique<BpeModel>(std::move(vocab), merges, model->value("ignore_merges", false));
+    model_ = std::make_unique<BpeModel>(std::move(vocab), merges, json_bool(*model, "ignore_merges", false, path, "model"));
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
 
   // added_tokens, then those transformers adds from tokenizer_config.json
   std::set<int32_t> ids;
-  for (const auto& [id, token] : id_to_token_) ids.insert(id);
+  for (const auto& entry : id_to_token_) ids.insert(entry.first);
   if (const auto* added = json_field(json, "added_tokens", path, "<root>")) {
     if (!added->is_array()) throw Error(path + ": field 'added_tokens' must be an array");
     for (size_t i = 0; i < added->size(); ++i) {
       const auto& entry = (*added)[i];
+      const std::string where = "added_tokens[" + std::to_string(i) + "]";
+      const nlohmann::json* id = json_field(entry, "id", path, where);
+      if (!id) throw Error(path + ": field '" + where + ".id' is missing");
+      const int32_t token_id = json_token_id(*id, path, where + ".id");
       AddedToken token;
       try {
-        token = added_token_from_json(entry, entry.at("id").get<int32_t>());
+        token = added_token_from_json(entry, token_id);
       } catch (const std::exception& e) {
-        throw Error(path + ": field 'added_tokens[" + std::to_string(i) + "]' is malformed: " + e.what());
+        throw Error(path + ": field '" + where + "' is malformed: " + e.what());
       }
       added_.add(token);
       ids.insert(token.id);
@@ -154,8 +158,10 @@ void BpeTokenizer::parse_pre_tokenizer(const nlohmann::json& node, const std::st
     } else {
       throw Error(path_ + ": field '" + where + ".pattern' must be {\"Regex\": ...} or {\"String\": ...}");
     }
-    if (node.value("invert", false)) throw Error(path_ + ": field '" + where + ".invert' = true is not supported");
-    const std::string behavior = node.value("behavior", "Isolated");
+    if (json_bool(node, "invert", false, path_, where)) {
+      throw Error(path_ + ": field '" + where + ".invert' = true is not supported");
+    }
+    const std::string behavior = json_string(node, "behavior", "Isolated", path_, where);
     PreTokenizerStep step;
     if (behavior == "Isolated") {
       step.kind = PreTokenizerStep::Kind::kSplitIsolated;
@@ -173,8 +179,8 @@ void BpeTokenizer::parse_pre_tokenizer(const nlohmann::json& node, const std::st
   } else if (type == "ByteLevel") {
     PreTokenizerStep step;
     step.kind = PreTokenizerStep::Kind::kByteLevel;
-    step.add_prefix_space = node.value("add_prefix_space", false);
-    if (node.value("use_regex", true)) step.regex = std::make_shared<RegexSplitter>(kGpt2Pattern, false);
+    step.add_prefix_space = json_bool(node, "add_prefix_space", false, path_, where);
+    if (json_bool(node, "use_regex", true, path_, where)) step.regex = std::make_shared<RegexSplitter>(kGpt2Pattern, false);
     pre_tokenizer_.push_back(std::move(step));
   } else {
     throw Error(path_ + ": field '" + where + ".type' is '" + type +
@@ -199,17 +205,24 @@ void BpeTokenizer::parse_post_processor(const nlohmann::json& node, const std::s
   const auto* specials = json_field(node, "special_tokens", path_, where);
   if (!single || !single->is_array()) throw Error(path_ + ": field '" + where + ".single' must be an array");
   bool seen_sequence = false;
-  for (const auto& piece : *single) {
-    if (piece.contains("Sequence")) {
+  for (size_t i = 0; i < single->size(); ++i) {
+    const nlohmann::json& piece = (*single)[i];
+    const std::string piece_where = where + ".single[" + std::to_string(i) + "]";
+    if (json_field(piece, "Sequence", path_, piece_where)) {
       seen_sequence = true;
       continue;
     }
-    if (!piece.contains("SpecialToken")) throw Error(path_ + ": field '" + where + ".single' has an unknown piece");
-    const std::string name = piece["SpecialToken"].value("id", "");
-    if (!specials || !specials->contains(name) || !(*specials)[name].contains("ids")) {
-      throw Error(path_ + ": field '" + where + ".special_tokens' lacks '" + name + "'");
+    const nlohmann::json* special = json_field(piece, "SpecialToken", path_, piece_where);
+    if (!special) throw Error(path_ + ": field '" + piece_where + "' is neither a Sequence nor a SpecialToken");
+    const std::string name = json_string(*special, "id", "", path_, piece_where + ".SpecialToken");
+    const nlohmann::json* entry = specials ? json_field(*specials, name, path_, where + ".special_tokens") : nullptr;
+    const nlohmann::json* ids = entry ? json_field(*entry, "ids", path_, where + ".special_tokens." + name) : nullptr;
+    if (!ids || !ids->is_array()) {
+      throw Error(path_ + ": field '" + where + ".special_tokens' lacks '" + name + "' with a list of ids");
     }
-    for (const auto& id : (*specials)[name]["ids"]) (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(id.get<int32_t>());
+    for (const auto& id : *ids) {
+      (seen_sequence ? suffix_ids_ : prefix_ids_).push_back(json_token_id(id, path_, where + ".special_tokens." + name + ".ids"));
+    }
   }
 }
 

@@ -48,7 +48,8 @@ RegexSplitter::RegexSplitter(const std::string& pattern, bool literal) : compile
   const std::string translated = literal ? pattern : translate_oniguruma_pattern(pattern);
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL refuses PCRE2_UCP (which only changes how \d, \w, ... match, and a literal has none).
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options,
                                   &error_code, &error_offset, nullptr);
   if (!compiled_->code) {

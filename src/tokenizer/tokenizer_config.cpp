@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
-#include "finetune/tokenizer/json_file.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_fields.h"
+#include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
@@ -29,6 +31,23 @@ std::optional<bool> optional_bool(const nlohmann::json& config, const std::strin
   return value->get<bool>();
 }
 
+// An added_tokens_decoder key: the token id in decimal, from 0 to 2^31 - 1.
+int32_t token_id_key(const std::string& text, const std::string& path) {
+  int64_t value = 0;
+  for (const char c : text) {
+    if (c < '0' || c > '9' || value > std::numeric_limits<int32_t>::max()) {
+      value = -1;
+      break;
+    }
+    value = value * 10 + (c - '0');
+  }
+  if (text.empty() || value < 0 || value > std::numeric_limits<int32_t>::max()) {
+    throw Error(path + ": field 'added_tokens_decoder' has key '" + text + "', which is not a token id (0 to " +
+                std::to_string(std::numeric_limits<int32_t>::max()) + ")");
+  }
+  return static_cast<int32_t>(value);
+}
+
 void fill_missing(std::optional<std::string>& slot, const std::optional<std::string>& value) {
   if (!slot && value) slot = value;
 }
@@ -38,8 +57,8 @@ std::string chat_template_text(const nlohmann::json& value, const std::string& p
   if (value.is_string()) return value.get<std::string>();
   if (value.is_array()) {
     for (const auto& entry : value) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string()) {
+      if (entry.is_object() && json_string(entry, "name", "", path, "chat_template[]") == "default" &&
+          entry.contains("template") && entry["template"].is_string()) {
         return entry["template"].get<std::string>();
       }
     }
@@ -73,9 +92,10 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
       if (!decoder->is_object()) throw Error(config_path + ": field 'added_tokens_decoder' must be an object");
       for (const auto& [id_text, entry] : decoder->items()) {
         const std::string where = "added_tokens_decoder." + id_text;
+        const int32_t id = token_id_key(id_text, config_path);
         AddedToken token;
         try {
-          token = added_token_from_json(entry, std::stoi(id_text));
+          token = added_token_from_json(entry, id);
         } catch (const std::exception& e) {
           throw Error(config_path + ": field '" + where + "' is malformed: " + e.what());
         }

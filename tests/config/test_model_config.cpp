@@ -3,12 +3,16 @@
 // rejected input must fail with an error naming the file and the field.
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "finetune/config/model_config.h"
+#include "finetune/util/json_parse.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -275,6 +279,25 @@ TEST(ModelConfigTest, WrongJsonTypes) {
   EXPECT_TRUE(contains(error_of(json::array()), "object"));
 }
 
+// Integers beyond int64 (and floats beyond its range, whose conversion was undefined) are errors
+// naming the field, not wrapped values; integral floats within range still count as integers.
+TEST(ModelConfigTest, IntegersOutOfInt64RangeAreErrors) {
+  for (const auto& [key, text] : std::vector<std::pair<std::string, std::string>>{
+           {"hidden_size", "1e300"}, {"vocab_size", "9223372036854775808"}, {"bos_token_id", "18446744073709551615"},
+           {"eos_token_id", "-1e19"}, {"pad_token_id", "9.3e18"}}) {
+    json c = base_config();
+    c[key] = json::parse(text);
+    const std::string msg = error_of(c);
+    EXPECT_TRUE(contains(msg, "\"" + key + "\"")) << key << ": " << msg;
+  }
+  json c = base_config();
+  c["hidden_size"] = 64.0;
+  c["pad_token_id"] = -9223372036854775807LL - 1;
+  const ModelConfig config = model_config_from_json(c, "x");
+  EXPECT_EQ(config.hidden_size, 64);
+  EXPECT_EQ(config.pad_token_id, std::numeric_limits<int64_t>::min());
+}
+
 TEST(ModelConfigTest, UnsupportedDtype) {
   json c = base_config();
   c["torch_dtype"] = "float8_e4m3fn";
@@ -307,6 +330,23 @@ TEST(ModelConfigTest, LoadErrorsNameThePath) {
   } catch (const Error& e) {
     EXPECT_TRUE(contains(e.what(), dir + "/config.json")) << e.what();
   }
+}
+
+// ~120 KB of nesting, as the whole file or under a key nothing reads: an error naming the file.
+TEST(ModelConfigTest, DeepNestingIsRefusedNamingTheFile) {
+  testing::TempDir dir("deep_config");
+  const std::string path = dir.file("config.json");
+  std::string valid = base_config().dump();
+  valid.pop_back();  // the closing brace, to append one more key
+  for (const char bracket : {'[', '{'}) {
+    for (const std::string& text : {testing::nested_json(bracket), valid + ", \"unused\": " + testing::nested_json(bracket) + "}"}) {
+      dir.write("config.json", text);
+      testing::expect_contains(testing::error_message([&] { load_model_config(dir.str()); }),
+                               {path + ": invalid JSON at line 1", "nests deeper than 128 levels"});
+    }
+  }
+  dir.write("config.json", valid + ", \"unused\": " + testing::nested_json('[', 2 * kMaxJsonDepth - 2) + "}");
+  EXPECT_EQ(load_model_config(dir.str()).hidden_size, base_config()["hidden_size"].get<int64_t>());
 }
 
 }  // namespace

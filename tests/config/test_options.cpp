@@ -2,6 +2,8 @@
 // duplicates, unknown keys and out-of-range values (each an error naming the option).
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -223,6 +225,19 @@ TEST(OptionsTest, ConfigFileErrorsNameFileAndKey) {
 
   msg = usage_error_of([] { parse_args({"--config", "/nonexistent/cfg.json"}); });
   EXPECT_TRUE(contains(msg, "/nonexistent/cfg.json")) << msg;
+}
+
+// ~120 KB of nesting, as the whole file or as an option's value: a usage error naming the file.
+TEST(OptionsTest, DeeplyNestedConfigFileIsAUsageError) {
+  for (const char bracket : {'[', '{'}) {
+    for (const std::string& text : {testing::nested_json(bracket),
+                                    "{\"model_name\": \"m\", \"target_modules\": " + testing::nested_json(bracket) + "}"}) {
+      const std::string path = write_temp_file("deep.json", text);
+      const std::string msg = usage_error_of([&] { parse_args({"--config", path}); });
+      EXPECT_TRUE(contains(msg, "--config: " + path + ": invalid JSON at line 1") && contains(msg, "nests deeper"))
+          << msg;
+    }
+  }
 }
 
 struct BadValueCase {

@@ -2,6 +2,8 @@
 // file and line, skip_bad_rows, truncation and statistics.
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,11 +22,11 @@ using data_test::ByteTokenizer;
 using nlohmann::json;
 
 // Gives each test fresh files in the temp dir and removes them afterwards.
-class DatasetLoading : public testing::Test {
+class DatasetLoading : public ::testing::Test {
  protected:
   // Writes `content` to a new file whose name ends with `name`; returns its path.
   std::string write_file(const std::string& name, const std::string& content) {
-    const std::string path = testing::TempDir() + "finetune_data_" + std::to_string(getpid()) + "_" +
+    const std::string path = ::testing::TempDir() + "finetune_data_" + std::to_string(getpid()) + "_" +
                              std::to_string(written_.size()) + "_" + name;
     std::ofstream(path, std::ios::binary) << content;
     written_.push_back(path);
@@ -207,6 +209,10 @@ TEST_F(DatasetLoading, PreTokenizedRows) {
   EXPECT_NE(error_for({{"input_ids", {1, 2.5}}}).find("must be an integer"), std::string::npos);
   EXPECT_NE(error_for({{"input_ids", {1, -3}}}).find("not a token id"), std::string::npos);
   EXPECT_NE(error_for({{"input_ids", {1, 2}}, {"labels", {1, -5}}}).find("not a token id or -100"), std::string::npos);
+  // 2^64 - 100 once wrapped to -100 through int64 and was taken for the ignore index.
+  EXPECT_NE(error_for({{"input_ids", {1, 2}}, {"labels", {1, 18446744073709551516ULL}}}).find("= 18446744073709551516 is not"),
+            std::string::npos);
+  EXPECT_NE(error_for({{"input_ids", {1, 9223372036854775808ULL}}}).find("is not a token id"), std::string::npos);
   EXPECT_NE(error_for({{"input_ids", "12"}}).find("must be an array"), std::string::npos);
   EXPECT_NE(error_for({{"input_ids", json::array()}}).find("empty"), std::string::npos);
 }
@@ -217,7 +223,7 @@ TEST_F(DatasetLoading, MalformedJsonlNamesFileAndLine) {
   const std::string path = write_file("broken.jsonl", good + "\n\n{\"instruction\": oops}\n" + good + "\n");
   const std::string error = load_error({path}, &qwen);
   EXPECT_NE(error.find("broken.jsonl:3: invalid JSON"), std::string::npos) << error;
-  EXPECT_NE(error.find("parse error"), std::string::npos) << error;
+  EXPECT_NE(error.find("broken.jsonl:3: invalid JSON: column 17: syntax error"), std::string::npos) << error;
 
   const std::string missing = write_file("missing.jsonl", good + "\n" + R"({"instruction": "a", "input": ""})" + "\n");
   const std::string missing_error = load_error({missing}, &qwen);
@@ -271,7 +277,7 @@ TEST_F(DatasetLoading, JsonArrayErrorsNameFileAndElement) {
 
   const std::string invalid = write_file("invalid.json", "[\n  {\"text\": \"a\"},\n  {\"text\" \"b\"}\n]");
   e = load_error({invalid}, &qwen);
-  EXPECT_NE(e.find("invalid.json:3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("invalid.json: invalid JSON at line 3, column "), std::string::npos) << e;
   EXPECT_NE(e.find("invalid JSON"), std::string::npos) << e;
 
   e = load_error({write_file("object.json", R"({"text": "a"})")}, &qwen);
@@ -280,7 +286,7 @@ TEST_F(DatasetLoading, JsonArrayErrorsNameFileAndElement) {
 
 TEST_F(DatasetLoading, FileLevelErrors) {
   const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
-  std::string e = load_error({testing::TempDir() + "does_not_exist.jsonl"}, &qwen);
+  std::string e = load_error({::testing::TempDir() + "does_not_exist.jsonl"}, &qwen);
   EXPECT_NE(e.find("does_not_exist.jsonl: cannot open"), std::string::npos) << e;
   e = load_error({write_file("data.csv", "a,b\n")}, &qwen);
   EXPECT_NE(e.find("data.csv: unsupported dataset file type"), std::string::npos) << e;
@@ -314,6 +320,27 @@ TEST_F(DatasetLoading, SkipBadRowsCountsAndKeepsGoodRows) {
   // unknown keys on the first good row still stop the load: the format cannot be known
   EXPECT_NE(load_error({write_file("k.jsonl", "{\"foo\": 1}\n{\"text\": \"a\"}\n")}, &qwen, options).find("k.jsonl:1"),
             std::string::npos);
+}
+
+// ~120 KB of nesting in a .jsonl row is a malformed row like any other (skippable); in a .json file
+// it stops the load naming the file.
+TEST_F(DatasetLoading, DeeplyNestedRowsAreMalformedRows) {
+  const ByteTokenizer qwen = data_test::qwen_like_tokenizer();
+  const std::string good = R"({"text": "row"})";
+  for (const std::string& deep : {testing::nested_json('['), testing::nested_json('{'),
+                                  R"({"text": "a", "meta": )" + testing::nested_json('{') + "}"}) {
+    const std::string path = write_file("deep.jsonl", good + "\n" + deep + "\n" + good + "\n");
+    testing::expect_contains(load_error({path}, &qwen), {path + ":2: invalid JSON: column ", "nests deeper than 128 levels"});
+    DatasetOptions options;
+    options.skip_bad_rows = true;
+    const TokenizedDataset data = load_dataset({path}, &qwen, options);
+    EXPECT_EQ(data.stats.rows_bad, 1);
+    EXPECT_EQ(data.stats.rows_kept, 2);
+  }
+  for (const std::string& deep : {testing::nested_json('['), "[" + good + ", " + testing::nested_json('{') + "]"}) {
+    const std::string path = write_file("deep.json", deep);
+    testing::expect_contains(load_error({path}, &qwen), {path + ": invalid JSON at line 1, column ", "nests deeper"});
+  }
 }
 
 TEST_F(DatasetLoading, TruncationAndStats) {

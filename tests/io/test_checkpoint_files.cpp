@@ -140,16 +140,20 @@ TEST(CheckpointFiles, MalformedIndexIsNamed) {
   write_sharded(dir);
   const std::string index = dir.file("model.safetensors.index.json");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{not json", "not valid JSON"},
+      {"{not json", "invalid JSON at line 1, column 3"},
       {"[]", "must be a JSON object"},
       {R"({"metadata": {}})", "missing 'weight_map'"},
       {R"({"weight_map": []})", "missing 'weight_map'"},
       {R"({"weight_map": {}})", "lists no tensors"},
       {R"({"weight_map": {"lm_head.weight": 2}})", "'lm_head.weight'"},
       {R"({"weight_map": {"lm_head.weight": ""}})", "'lm_head.weight'"},
-      {R"({"weight_map": {"lm_head.weight": )" + std::string(100000, '[') +
-           std::string(100000, ']') + "}}",
-       "'lm_head.weight'"},
+      // A name the file system refuses (ENAMETOOLONG) once escaped as std::filesystem_error.
+      {R"({"weight_map": {"lm_head.weight": ")" + std::string(5000, 'x') + "\"}}", "does not exist (File name too long)"},
+      // ~120 KB of nesting, as the file or below a shard entry: refused while parsing.
+      {testing::nested_json('['), "nests deeper than 128 levels"},
+      {testing::nested_json('{'), "nests deeper than 128 levels"},
+      {R"({"weight_map": {"lm_head.weight": )" + testing::nested_json('[') + "}}", "nests deeper than 128 levels"},
+      {R"({"weight_map": {"lm_head.weight": )" + testing::nested_json('{') + "}}", "nests deeper than 128 levels"},
   };
   for (const auto& [text, phrase] : cases) {
     write_text(index, text);

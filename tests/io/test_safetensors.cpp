@@ -347,10 +347,10 @@ TEST_P(SafetensorsMalformed, ThrowsNamingFileAndTensor) {
 
 #define W(fields) std::string(R"({"w":{)") + fields + "}}"
 const MalformedCase kMalformedCases[] = {
-    {"not_json", "{not json", 0, "", "not valid JSON"},
-    {"empty_header", "", 0, "", "not valid JSON"},
-    {"trailing_garbage", R"({} x)", 0, "", "not valid JSON"},
-    {"invalid_utf8", "{\"w\xff\":{}}", 0, "", "not valid JSON"},
+    {"not_json", "{not json", 0, "", "invalid JSON"},
+    {"empty_header", "", 0, "", "invalid JSON"},
+    {"trailing_garbage", R"({} x)", 0, "", "invalid JSON"},
+    {"invalid_utf8", "{\"w\xff\":{}}", 0, "", "invalid JSON"},
     {"array_header", "[1, 2]", 0, "", "must be a JSON object"},
     {"string_header", R"("w")", 0, "", "must be a JSON object"},
     {"entry_not_object", R"({"w": [1]})", 0, "w", "must be a JSON object"},
@@ -421,6 +421,7 @@ const MalformedCase kMalformedCases[] = {
     {"metadata_not_object", R"({"__metadata__":[1]})", 0, "", "'__metadata__' must be an object"},
     {"metadata_value_not_string", R"({"__metadata__":{"step":1}})", 0, "step", "must be a string"},
     {"deep_header", std::string(100000, '[') + std::string(100000, ']'), 0, "", "deeper than"},
+    {"deep_object_header", testing::nested_json('{'), 0, "", "deeper than"},
     {"deep_entry", R"({"w":)" + std::string(100000, '[') + std::string(100000, ']') + "}", 0, "",
      "deeper than"},
     {"deep_shape",

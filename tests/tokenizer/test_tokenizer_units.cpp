@@ -150,11 +150,27 @@ TEST(TokenizerErrors, MissingDirectoryAndFiles) {
 TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
   TempDir dir("malformed");
   dir.write("tokenizer.json", "{\"model\": [1, 2");
-  expect_error_mentions(dir.str(), {"tokenizer.json", "malformed JSON"});
+  expect_error_mentions(dir.str(), {"tokenizer.json", "invalid JSON at line 1"});
   TempDir config_dir("malformed_config");
   config_dir.write("tokenizer.json", tiny_tokenizer_json().dump());
   config_dir.write("tokenizer_config.json", "{not json");
-  expect_error_mentions(config_dir.str(), {"tokenizer_config.json", "malformed JSON"});
+  expect_error_mentions(config_dir.str(), {"tokenizer_config.json", "invalid JSON at line 1"});
+}
+
+// ~120 KB of nesting in any of the three JSON files, as the whole file or below a key: an error
+// naming the file.
+TEST(TokenizerErrors, DeeplyNestedJsonNamesTheFile) {
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    for (const char bracket : {'[', '{'}) {
+      for (const std::string& text :
+           {testing::nested_json(bracket), "{\"unused\": " + testing::nested_json(bracket) + "}"}) {
+        TempDir dir("deep");
+        dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+        dir.write(file, text);
+        expect_error_mentions(dir.str(), {dir.file(file) + ": invalid JSON at line 1", "nests deeper than 128 levels"});
+      }
+    }
+  }
 }
 
 TEST(TokenizerErrors, UnsupportedModelTypes) {
@@ -214,6 +230,85 @@ TEST(TokenizerErrors, ConfigFieldsAreValidated) {
   expect_error_mentions(dir.str(), {"tokenizer_config.json", "eos_token"});
   dir.write("tokenizer_config.json", R"({"pad_token": "<not-in-vocab>"})");
   expect_error_mentions(dir.str(), {"pad_token", "<not-in-vocab>"});
+}
+
+// Split with {"String": ...} compiles its pattern as a PCRE2 literal (it used to fail to compile:
+// PCRE2_LITERAL refuses PCRE2_UCP).
+TEST(TokenizerTiny, SplitOnALiteralString) {
+  TempDir dir("literal_split");
+  auto json = tiny_tokenizer_json();
+  json["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", "a"}};
+  dir.write("tokenizer.json", json.dump());
+  const auto tok = load_tokenizer(dir.str());
+  EXPECT_EQ(tok->encode("aab", false), (std::vector<int32_t>{0, 0, 1}));  // "a" | "a" | "b": no "ab" merge
+  json["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", "(["}};  // regex syntax, taken literally
+  dir.write("tokenizer.json", json.dump());
+  EXPECT_EQ(load_tokenizer(dir.str())->encode("ab", false), (std::vector<int32_t>{2}));
+}
+
+// Ids anywhere in int32's range are fine (the vocabulary is a map, not a vector sized by the
+// largest id); ids outside it, or not integers, are errors naming the field.
+TEST(TokenizerErrors, TokenIdsAreCheckedIntegers) {
+  TempDir dir("ids");
+  auto json = tiny_tokenizer_json();
+  json["model"]["vocab"]["b"] = 2147483647;
+  dir.write("tokenizer.json", json.dump());
+  const auto tok = load_tokenizer(dir.str());
+  EXPECT_EQ(tok->token_to_id("b").value_or(-1), 2147483647);
+  EXPECT_EQ(tok->decode({2147483647}, false), "b");
+  for (const nlohmann::json& bad : {nlohmann::json(2147483648LL), nlohmann::json(-1), nlohmann::json(1.5),
+                                    nlohmann::json("1"), nlohmann::json(18446744073709551615ULL)}) {
+    json = tiny_tokenizer_json();
+    json["model"]["vocab"]["b"] = bad;
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "model.vocab.b", "token id"});
+    json = tiny_tokenizer_json();
+    json["added_tokens"][0]["id"] = bad;
+    dir.write("tokenizer.json", json.dump());
+    expect_error_mentions(dir.str(), {"tokenizer.json", "added_tokens[0]", "token id"});
+  }
+  dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  for (const char* key : {"-5", "abc", "2147483648", "", " 5", "5x"}) {
+    dir.write("tokenizer_config.json", nlohmann::json({{"added_tokens_decoder", {{key, {{"content", "<x>"}}}}}}).dump());
+    expect_error_mentions(dir.str(), {"tokenizer_config.json", "added_tokens_decoder", "not a token id"});
+  }
+}
+
+// Fields of the wrong JSON type are errors naming the field, not nlohmann's type_error.
+TEST(TokenizerErrors, MistypedFieldsNameTheField) {
+  const nlohmann::json special_token_piece = {{"SpecialToken", {{"id", "<|eot|>"}, {"type_id", 0}}}};
+  const std::vector<std::pair<nlohmann::json::json_pointer, nlohmann::json>> edits = {
+      {nlohmann::json::json_pointer("/model/byte_fallback"), "no"},
+      {nlohmann::json::json_pointer("/model/ignore_merges"), 1},
+      {nlohmann::json::json_pointer("/model/dropout"), "0.1"},
+      {nlohmann::json::json_pointer("/model/type"), 5},
+      {nlohmann::json::json_pointer("/pre_tokenizer/pretokenizers/0/invert"), "false"},
+      {nlohmann::json::json_pointer("/pre_tokenizer/pretokenizers/0/behavior"), 3},
+      {nlohmann::json::json_pointer("/pre_tokenizer/pretokenizers/1/add_prefix_space"), "x"},
+      {nlohmann::json::json_pointer("/pre_tokenizer/pretokenizers/1/use_regex"), nlohmann::json::array()},
+      {nlohmann::json::json_pointer("/post_processor"),
+       {{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", "<|eot|>"}}}}}},
+      {nlohmann::json::json_pointer("/post_processor"),
+       {{"type", "TemplateProcessing"}, {"single", {special_token_piece}},
+        {"special_tokens", {{"<|eot|>", {{"ids", 5}}}}}}},
+      {nlohmann::json::json_pointer("/post_processor"),
+       {{"type", "TemplateProcessing"}, {"single", {special_token_piece}},
+        {"special_tokens", {{"<|eot|>", {{"ids", {"5"}}}}}}}},
+      {nlohmann::json::json_pointer("/post_processor"), {{"type", "TemplateProcessing"}, {"single", {7}}}},
+  };
+  for (const auto& [pointer, value] : edits) {
+    TempDir dir("mistyped");
+    auto json = tiny_tokenizer_json();
+    json[pointer] = value;
+    dir.write("tokenizer.json", json.dump());
+    const std::string field = pointer.to_string().substr(1);
+    SCOPED_TRACE(field);
+    expect_error_mentions(dir.str(), {dir.file("tokenizer.json") + ": field '"});
+  }
+  TempDir dir("mistyped_config");
+  dir.write("tokenizer.json", tiny_tokenizer_json().dump());
+  dir.write("tokenizer_config.json", R"({"chat_template": [{"name": 5, "template": "x"}]})");
+  expect_error_mentions(dir.str(), {"tokenizer_config.json", "chat_template[].name"});
 }
 
 TEST(TokenizerErrors, CorruptSentencePieceModel) {

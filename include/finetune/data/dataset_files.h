@@ -1,6 +1,7 @@
 // Reading dataset files row by row, each row with its location for error messages:
-//   .jsonl  one JSON value per line; blank lines are ignored; a line that is not valid JSON is
-//           handed over with its parse error (so the caller can skip it under skip_bad_rows)
+//   .jsonl  one JSON value per line; blank lines are ignored; a line that is not valid JSON (or
+//           nests deeper than kMaxJsonDepth, util/json_parse.h) is handed over with its parse error
+//           (so the caller can skip it under skip_bad_rows)
 //   .json   a top-level array; the whole file must parse (an error names file, line and column)
 #pragma once
 
@@ -24,7 +25,7 @@ struct RowLocation {
 struct DatasetRow {
   RowLocation location;
   nlohmann::json value;     // null when parse_error is set
-  std::string parse_error;  // non-empty when a .jsonl line is not valid JSON
+  std::string parse_error;  // non-empty when a .jsonl line is not valid JSON: "column C: reason"
 };
 
 // Calls visit(row) for every row of the file, in order. Throws Error naming the file when it cannot

@@ -1,0 +1,203 @@
+#include "fuzz_targets.h"
+
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+
+#include "../data/byte_tokenizer.h"
+#include "finetune/config/model_config.h"
+#include "finetune/config/options.h"
+#include "finetune/data/dataset.h"
+#include "finetune/io/safetensors.h"
+#include "finetune/lora/lora_config.h"
+#include "finetune/tokenizer/tokenizer.h"
+#include "finetune/util/json_parse.h"
+#include "fuzz_seeds.h"
+
+namespace finetune::fuzz {
+namespace {
+
+// Text that exercises added tokens, byte-level and metaspace handling, NFC and the pre-tokenizers.
+constexpr const char* kProbeText = "hi ab! <|eot|> a\xCC\x81 tool\n\xF0\x9F\x98\x80 <s>abc  x</s>";
+
+std::string write_file(const std::string& dir, const std::string& name, const std::string& bytes) {
+  const std::string path = dir + "/" + name;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("fuzz harness: cannot write " + path);  // a harness failure, not a pass
+  return path;
+}
+
+// Reads every byte of every tensor, so offsets that escaped validation show up as crashes.
+uint64_t touch_tensors(const SafetensorsFile& file) {
+  uint64_t sum = 0;
+  for (const TensorInfo& info : file.tensors()) {
+    const auto* bytes = static_cast<const unsigned char*>(file.data(info));
+    for (uint64_t i = 0; i < info.end - info.begin; ++i) sum += bytes[i];
+  }
+  return sum;
+}
+
+void use_tokenizer(const Tokenizer& tokenizer) {
+  for (const bool special : {false, true}) {
+    const std::vector<int32_t> ids = tokenizer.encode(kProbeText, special);
+    tokenizer.decode(ids, !special);
+  }
+  tokenizer.vocab_size();
+  tokenizer.token_to_id("<|eot|>");
+}
+
+void run_safetensors_file(const std::string& input, const std::string& dir) {
+  const SafetensorsFile file = SafetensorsFile::open(write_file(dir, "model.safetensors", input));
+  touch_tensors(file);
+  for (const TensorInfo& info : file.tensors()) file.at(info.name);
+}
+
+void run_safetensors_header(const std::string& input, const std::string& dir) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(static_cast<uint64_t>(input.size()) >> (8 * i));
+  run_safetensors_file(bytes + input + std::string(64, '\x5A'), dir);
+}
+
+void run_checkpoint_index(const std::string& input, const std::string& dir) {
+  write_file(dir, kShardName, checkpoint_shard_bytes());
+  write_file(dir, "model.safetensors.index.json", input);
+  const CheckpointFiles checkpoint = CheckpointFiles::open_dir(dir);
+  for (const std::string& name : checkpoint.tensor_names()) checkpoint.info(name);
+  for (const auto& file : checkpoint.files()) touch_tensors(*file);
+}
+
+void run_model_config(const std::string& input, const std::string& dir) {
+  write_file(dir, "config.json", input);
+  const ModelConfig config = load_model_config(dir);
+  check_sequence_length(config, 2048);
+}
+
+void run_tokenizer_json(const std::string& input, const std::string& dir) {
+  write_file(dir, "tokenizer.json", input);
+  use_tokenizer(*load_tokenizer(dir));
+}
+
+void run_tokenizer_config(const std::string& input, const std::string& dir) {
+  write_file(dir, "tokenizer.json", base_tokenizer_json());
+  write_file(dir, "tokenizer_config.json", input);
+  use_tokenizer(*load_tokenizer(dir));
+}
+
+void run_special_tokens_map(const std::string& input, const std::string& dir) {
+  write_file(dir, "tokenizer.json", base_tokenizer_json());
+  write_file(dir, "special_tokens_map.json", input);
+  use_tokenizer(*load_tokenizer(dir));
+}
+
+void run_sentencepiece(const std::string& input, const std::string& dir) {
+  write_file(dir, "tokenizer.model", input);
+  use_tokenizer(*load_tokenizer(dir));
+}
+
+// A chat format picked by the input's size, strict and with skip_bad_rows.
+void run_dataset(const std::string& input, const std::string& path) {
+  // (ChatFormat::Alpaca only refuses conversation rows.)
+  static const ChatFormat kFormats[] = {ChatFormat::ChatMl, ChatFormat::Llama3, ChatFormat::Mistral,
+                                        ChatFormat::ChatMlQwen};
+  const data_test::ByteTokenizer tokenizer({"<|im_start|>", "<|im_end|>", "<s>", "</s>", "[INST]", "[/INST]"}, "<s>",
+                                           "</s>", true);
+  DatasetOptions options;
+  options.max_seq_length = 64;
+  options.chat_format = kFormats[input.size() % (sizeof(kFormats) / sizeof(kFormats[0]))];
+  options.train_on_completions = input.size() % 2 == 0;
+  for (const bool skip : {true, false}) {
+    options.skip_bad_rows = skip;
+    load_dataset({path}, &tokenizer, options);
+  }
+}
+
+void run_dataset_jsonl(const std::string& input, const std::string& dir) {
+  run_dataset(input, write_file(dir, "data.jsonl", input));
+}
+
+void run_dataset_json(const std::string& input, const std::string& dir) {
+  run_dataset(input, write_file(dir, "data.json", input));
+}
+
+void run_option_file(const std::string& input, const std::string& dir) {
+  const std::string path = write_file(dir, "run.json", input);
+  const char* argv[] = {"finetune", "train", "--config", path.c_str()};
+  parse_command(4, argv, EnvMap{});
+}
+
+// read_adapter_config (checkpoint/, LibTorch) is read_json_file + this.
+void run_adapter_config(const std::string& input, const std::string& dir) {
+  const std::string path = dir + "/adapter_config.json";
+  const LoraConfig config = lora_config_from_adapter_json(parse_json(input, path), path);
+  lora_scaling(config);
+}
+
+const std::vector<std::string> kTokenizerWords = {
+    "\"type\"", "\"BPE\"", "\"Sequence\"", "\"Split\"", "\"ByteLevel\"", "\"NFC\"", "\"TemplateProcessing\"",
+    "\"Regex\"", "\"String\"", "\"Isolated\"", "\"Removed\"", "\"vocab\"", "\"merges\"", "\"added_tokens\"",
+    "\"id\"", "\"ids\"", "\"content\"", "\"special\"", "\"normalized\"", "\"lstrip\"", "\"rstrip\"",
+    "\"single_word\"", "\"byte_fallback\"", "\"dropout\"", "\"ignore_merges\"", "\"use_regex\"",
+    "\"add_prefix_space\"", "\"SpecialToken\"", "\"special_tokens\"", "\"single\"", "\"pretokenizers\"",
+    "\"processors\"", "\"normalizers\"", "\"model\"", "\"<|eot|>\"", "\"(?=\"", "\"\\\\p{L}+\"", "\"(a+)+$\"",
+    "\"[\"", "\"\\\\\"", "\"\\\\x{110000}\"", "2147483647", "-1", "4294967296"};
+const std::vector<std::string> kConfigWords = {
+    "\"bos_token\"", "\"eos_token\"", "\"pad_token\"", "\"unk_token\"", "\"add_bos_token\"", "\"add_eos_token\"",
+    "\"legacy\"", "\"chat_template\"", "\"added_tokens_decoder\"", "\"content\"", "\"special\"", "\"name\"",
+    "\"default\"", "\"template\"", "\"<|eot|>\"", "\"<s>\"", "\"2147483648\"", "\"-5\"", "\"1e3\"", "\" 7\"",
+    "\"99999999999\""};
+
+const std::vector<FuzzTarget> kTargets = {
+    {"safetensors_file", "SafetensorsFile::open on a whole file (length, header, data)", safetensors_file_seeds,
+     {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"", "\"F32\"", "\"BF16\"", "\"U8\""},
+     run_safetensors_file},
+    {"safetensors_header", "SafetensorsFile::open, the JSON header (length and data section added)",
+     safetensors_header_seeds,
+     {"\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"__metadata__\"", "\"F32\"", "\"F64\"", "\"BF16\"", "\"I64\"",
+      "\"BOOL\"", "[0,0]", "[0,64]", "[64,0]", "[]"},
+     run_safetensors_header},
+    {"checkpoint_index", "CheckpointFiles::open_dir with model.safetensors.index.json", checkpoint_index_seeds,
+     {"\"weight_map\"", "\"metadata\"", "\"a\"", "\"b\"", std::string("\"") + kShardName + "\"", "\"../x\"", "\"/\""},
+     run_checkpoint_index},
+    {"model_config", "load_model_config (config.json -> ModelConfig)", model_config_seeds,
+     {"\"architectures\"", "\"model_type\"", "\"vocab_size\"", "\"hidden_size\"", "\"num_attention_heads\"",
+      "\"num_key_value_heads\"", "\"head_dim\"", "\"rope_scaling\"", "\"rope_parameters\"", "\"rope_type\"",
+      "\"llama3\"", "\"linear\"", "\"factor\"", "\"sliding_window\"", "\"layer_types\"", "\"eos_token_id\"",
+      "\"LlamaForCausalLM\"", "\"MistralForCausalLM\"", "\"Qwen3ForCausalLM\"", "\"float16\""},
+     run_model_config},
+    {"tokenizer_json", "load_tokenizer with tokenizer.json (byte-level BPE), then encode/decode", tokenizer_json_seeds,
+     kTokenizerWords, run_tokenizer_json},
+    {"tokenizer_config", "load_tokenizer with tokenizer_config.json beside a valid tokenizer.json",
+     tokenizer_config_seeds, kConfigWords, run_tokenizer_config},
+    {"special_tokens_map", "load_tokenizer with special_tokens_map.json beside a valid tokenizer.json",
+     special_tokens_map_seeds, kConfigWords, run_special_tokens_map},
+    {"sentencepiece", "load_tokenizer with tokenizer.model (sentencepiece ModelProto), then encode/decode",
+     sentencepiece_seeds, {"<unk>", "<s>", "</s>", "\xE2\x96\x81", "<0x41>", "identity"}, run_sentencepiece},
+    {"dataset_jsonl", "load_dataset on a .jsonl file (every row format, strict and skip_bad_rows)",
+     dataset_jsonl_seeds,
+     {"\"instruction\"", "\"input\"", "\"output\"", "\"messages\"", "\"role\"", "\"content\"", "\"user\"",
+      "\"assistant\"", "\"system\"", "\"conversations\"", "\"from\"", "\"value\"", "\"human\"", "\"gpt\"", "\"text\"",
+      "\"input_ids\"", "\"labels\"", "-100", "\"<s>\"", "\"<|im_end|>\"", "\n"},
+     run_dataset_jsonl},
+    {"dataset_json", "load_dataset on a .json array", dataset_json_seeds,
+     {"\"instruction\"", "\"output\"", "\"messages\"", "\"role\"", "\"content\"", "\"assistant\"", "\"conversations\"",
+      "\"from\"", "\"value\"", "\"text\"", "\"input_ids\"", "\"labels\"", "-100"},
+     run_dataset_json},
+    {"option_file", "parse_command with --config FILE.json", option_file_seeds,
+     {"\"model_name\"", "\"dataset\"", "\"r\"", "\"lora_alpha\"", "\"target_modules\"", "\"learning_rate\"",
+      "\"max_steps\"", "\"packing\"", "\"all-linear\"", "\"true\"", "\"false\"", "\"1e-4\"", "\"nan\"", "\"inf\"",
+      "\" 8\"", "\"0x10\"", "\"-0\""},
+     run_option_file},
+    {"adapter_config", "parse_json + lora_config_from_adapter_json (read_adapter_config's parts)",
+     adapter_config_seeds,
+     {"\"peft_type\"", "\"LORA\"", "\"r\"", "\"lora_alpha\"", "\"lora_dropout\"", "\"use_rslora\"", "\"bias\"",
+      "\"target_modules\"", "\"use_dora\"", "\"fan_in_fan_out\"", "\"rank_pattern\"", "\"modules_to_save\"",
+      "\"layers_to_transform\"", "\"none\""},
+     run_adapter_config},
+};
+
+}  // namespace
+
+const std::vector<FuzzTarget>& fuzz_targets() { return kTargets; }
+
+}  // namespace finetune::fuzz
