@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/finite_guard.h"
@@ -23,10 +24,6 @@ double seconds_since(Clock::time_point start) {
 }
 
 bool every(int64_t interval, int64_t step) { return interval > 0 && step % interval == 0; }
-
-std::string checkpoint_dir(const std::string& output_dir, int64_t step) {
-  return output_dir + "/checkpoint-" + std::to_string(step);
-}
 
 // Where the last good state is, for an error that stops the run.
 std::string last_good_state(const std::string& last_checkpoint) {
@@ -190,7 +187,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
         state.cpu_rng_states.push_back(states.cpu);
         state.device_rng_states.push_back(states.device);
       }
-      const std::string dir = checkpoint_dir(config.output_dir, done);
+      const std::string dir = checkpoint_path(config.output_dir, done);
       std::string failure;
       if (is_main) {
         try {
