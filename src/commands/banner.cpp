@@ -33,6 +33,7 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
             std::to_string(stats.rows_bad) + " malformed skipped, " + std::to_string(stats.rows_truncated) +
             " truncated), " + with_thousands(stats.tokens) + " tokens, " + with_thousands(stats.trainable_tokens) +
             " trainable" + (data.eval ? " | eval rows " + std::to_string(data.eval->samples.size()) : ""));
+  log::info("chat template: " + data.chat_template_description);
   log::info("batch " + std::to_string(shape.per_device_batch) + " per device x " +
             std::to_string(shape.gradient_accumulation_steps) + " accumulation x " + std::to_string(launch.world_size) +
             " ranks = " + std::to_string(global_batch) + " | " + std::to_string(stream.steps_per_epoch()) +

@@ -6,6 +6,8 @@
 
 #include "finetune/config/hf_hub.h"
 #include "finetune/config/model_config.h"
+#include "finetune/data/dataset_mixture.h"
+#include "finetune/data/raw_text.h"
 #include "finetune/data/sampler.h"
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/model_weights.h"
@@ -110,24 +112,85 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   return attached;
 }
 
+namespace {
+
+// The chat template for conversational rows: --chat_template's choice, or nothing when the
+// choice is "auto" and the tokenizer has none or ours cannot run it (rows that need one then fail
+// with the reason).
+std::unique_ptr<ChatTemplate> chat_template_for(const DataSetup& setup, const Tokenizer* tokenizer,
+                                                std::string& unavailable_reason) {
+  if (tokenizer == nullptr || is_alpaca_choice(setup.chat_template)) {
+    unavailable_reason = tokenizer ? "--chat_template alpaca" : "no tokenizer";
+    return nullptr;
+  }
+  const SpecialTokens& special = tokenizer->special_tokens();
+  if (setup.chat_template == "auto" && special.chat_templates.count("default") == 0) {
+    unavailable_reason = "the tokenizer has no chat template";
+    return nullptr;
+  }
+  try {
+    return std::make_unique<ChatTemplate>(
+        ChatTemplate::select(setup.chat_template, special.chat_templates, special, setup.chat_template_kwargs));
+  } catch (const Error& e) {
+    if (setup.chat_template != "auto") throw;
+    unavailable_reason = e.what();
+    log::warn("the tokenizer's chat template cannot be used: " + unavailable_reason);
+    return nullptr;
+  }
+}
+
+DatasetOptions dataset_options_for(const DataSetup& setup, const ChatTemplate* chat_template, int64_t vocab_size) {
+  DatasetOptions options;
+  options.max_seq_length = setup.max_seq_length;
+  options.chat_template = chat_template;
+  options.train_on_completions = setup.train_on_completions;
+  options.skip_bad_rows = setup.skip_bad_rows;
+  options.vocab_size = vocab_size;
+  return options;
+}
+
+TokenizedDataset load_raw_text(const DataSetup& setup, const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) throw UsageError("--raw_text_file needs the model's tokenizer");
+  TokenizedDataset dataset;
+  for (Sample& chunk : chunk_raw_text(read_raw_text(setup.raw_text_file), *tokenizer, setup.raw_text)) {
+    ++dataset.stats.rows_read;
+    add_sample(dataset, std::move(chunk), setup.max_seq_length);
+  }
+  log::info("raw text " + setup.raw_text_file + ": " + std::to_string(dataset.samples.size()) + " chunks of up to " +
+            std::to_string(setup.raw_text.chunk_size) + " tokens (stride " + std::to_string(setup.raw_text.stride) + ")");
+  return dataset;
+}
+
+}  // namespace
+
 TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer, int64_t vocab_size) {
-  DatasetOptions dataset_options;
-  dataset_options.max_seq_length = setup.max_seq_length;
-  dataset_options.train_on_completions = setup.train_on_completions;
-  dataset_options.skip_bad_rows = setup.skip_bad_rows;
-  dataset_options.vocab_size = vocab_size;
-  dataset_options.chat_format =
-      chat_format_from_name(setup.chat_template, tokenizer ? tokenizer->special_tokens().chat_template : "");
-  return load_dataset(resolve_dataset_files(spec, env), tokenizer, dataset_options);
+                                  const Tokenizer* tokenizer, const ChatTemplate* chat_template, int64_t vocab_size) {
+  return load_dataset(resolve_dataset_files(spec, env), tokenizer, dataset_options_for(setup, chat_template, vocab_size));
 }
 
 Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size) {
-  if (setup.dataset.empty()) throw UsageError("--dataset: required for training");
+  if (setup.datasets.empty() && setup.raw_text_file.empty()) {
+    throw UsageError("--dataset (or --raw_text_file): required for training");
+  }
   Datasets datasets;
-  datasets.train = load_one_dataset(setup.dataset, setup, env, tokenizer, vocab_size);
+  std::string unavailable_reason;
+  datasets.chat_template = chat_template_for(setup, tokenizer, unavailable_reason);
+  datasets.chat_template_description =
+      datasets.chat_template ? datasets.chat_template->description() : "none (" + unavailable_reason + ")";
+  const ChatTemplate* chat_template = datasets.chat_template.get();
+  if (!setup.raw_text_file.empty()) {
+    datasets.train = load_raw_text(setup, tokenizer);
+  } else {
+    std::vector<TokenizedDataset> parts;
+    for (const std::string& spec : setup.datasets) {
+      parts.push_back(load_one_dataset(spec, setup, env, tokenizer, chat_template, vocab_size));
+    }
+    datasets.train = parts.size() == 1 && setup.dataset_weights == std::vector<double>{1.0}
+                         ? std::move(parts.front())
+                         : mix_datasets(std::move(parts), setup.dataset_weights, setup.seed);
+  }
   if (!setup.eval_dataset.empty()) {
-    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer, vocab_size);
+    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer, chat_template, vocab_size);
   } else if (setup.eval_split > 0) {
     // Hold out a seeded random subset, like datasets' train_test_split(test_size, seed).
     auto& rows = datasets.train.samples;

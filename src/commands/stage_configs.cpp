@@ -1,9 +1,12 @@
 #include "finetune/commands/stage_configs.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "finetune/train/lr_schedule.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/json_parse.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 
@@ -28,16 +31,72 @@ AdapterSetup adapter_setup_from(const Options& options) {
   return setup;
 }
 
+namespace {
+
+std::vector<std::string> comma_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = trim(text.substr(start, comma - start));
+    if (!item.empty()) items.push_back(item);
+    start = comma + 1;
+  }
+  return items;
+}
+
+std::vector<double> dataset_weights_from(const std::string& text, size_t datasets) {
+  if (text.empty()) return std::vector<double>(datasets, 1.0);
+  std::vector<double> weights;
+  for (const std::string& item : comma_list(text)) {
+    size_t used = 0;
+    double weight = 0;
+    try {
+      weight = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || !std::isfinite(weight) || weight < 0) {
+      throw UsageError("--dataset_weights: \"" + item + "\" is not a non-negative number");
+    }
+    weights.push_back(weight);
+  }
+  if (weights.size() != datasets) {
+    throw UsageError("--dataset_weights has " + std::to_string(weights.size()) + " weights but --dataset names " +
+                     std::to_string(datasets) + " datasets");
+  }
+  return weights;
+}
+
+}  // namespace
+
 DataSetup data_setup_from(const Options& options) {
   DataSetup setup;
-  setup.dataset = options.dataset;
+  setup.datasets = comma_list(options.dataset);
+  setup.dataset_weights = dataset_weights_from(options.dataset_weights, setup.datasets.size());
   setup.eval_dataset = options.eval_dataset;
   setup.eval_split = options.eval_split;
   setup.seed = static_cast<uint64_t>(options.seed);
   setup.chat_template = options.chat_template;
+  if (!trim(options.chat_template_kwargs).empty()) {
+    try {
+      setup.chat_template_kwargs = parse_ordered_json(options.chat_template_kwargs, "--chat_template_kwargs");
+    } catch (const JsonSyntaxError& e) {
+      throw UsageError(e.what());
+    }
+    if (!setup.chat_template_kwargs.is_object()) {
+      throw UsageError("--chat_template_kwargs must be a JSON object, e.g. '{\"enable_thinking\": false}'");
+    }
+  }
   setup.max_seq_length = options.max_seq_length;
   setup.train_on_completions = options.train_on_completions;
   setup.skip_bad_rows = options.skip_bad_rows;
+  setup.raw_text_file = options.raw_text_file;
+  setup.raw_text.chunk_size = options.chunk_size;
+  setup.raw_text.stride = options.stride;
+  if (!setup.raw_text_file.empty() && !setup.datasets.empty()) {
+    throw UsageError("--raw_text_file and --dataset are alternatives: give one");
+  }
   return setup;
 }
 

@@ -92,6 +92,10 @@ int run_train(const Options& options, const EnvMap& env) {
       log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
     }
     const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get(), model.config().vocab_size);
+    if (data.train.samples.empty()) {
+      const std::string dropped = describe_dropped_rows(data.train.stats);
+      throw Error("the training set is empty: no row has a trainable token" + (dropped.empty() ? "" : " (" + dropped + ")"));
+    }
 
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
     MicroBatchStream stream(data.train.samples, stream_config_from(options, launch, pad_id));
@@ -102,7 +106,7 @@ int run_train(const Options& options, const EnvMap& env) {
     }
     if (launch.rank == 0) {
       log_banner(loaded, adapter, data, stream, launch,
-                 {options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
+                 {options.dataset.empty() ? options.raw_text_file : options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
                   config.total_steps, config.schedule.warmup_steps});
       if (const auto memory = peak_device_memory_gib(device)) log::info("GPU memory after load: " + c10::str(*memory) + " GiB");
     }

@@ -3,6 +3,7 @@
 // chat_template.h, projection_names.h, save_methods.h), so the parser, the help text and the
 // consumers cannot disagree (tests/commands/test_option_consumers.cpp checks both directions).
 #include <algorithm>
+#include <filesystem>
 
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/data/chat_template.h"
@@ -56,6 +57,24 @@ OptionRow unsupported_true_row(const std::string& name, const std::string& group
           }};
 }
 
+// --chat_template: a name (data/chat_template.h: chat_template_names(), or an alias) or a .jinja
+// file that exists.
+OptionRow chat_template_row() {
+  return {spec("chat_template", "data", "string", Options{}.chat_template,
+               "chat template: auto (the tokenizer's own), a .jinja file, or a built-in fallback",
+               chat_template_names()),
+          [](Options& o, const std::string& v) {
+            for (const auto& [alias, name] : chat_template_aliases()) {
+              if (v == alias) return void(o.chat_template = name);
+            }
+            const auto names = chat_template_names();
+            if (std::find(names.begin(), names.end(), v) != names.end() || std::filesystem::is_regular_file(v)) {
+              return void(o.chat_template = v);
+            }
+            throw BadValue("\"" + v + "\" is neither a template name (" + join(names, ", ") + ") nor an existing file");
+          }};
+}
+
 OptionRow string_row(const std::string& name, const std::string& group, std::string Options::*field,
                      bool allow_empty, const std::string& help) {
   return {spec(name, group, "string", Options{}.*field, help),
@@ -102,7 +121,6 @@ std::vector<OptionRow> build_option_table() {
                          {"paged_adamw_8bit", "8-bit optimizers are not implemented"},
                          {"paged_adamw_32bit", "paged optimizers are not implemented"}}};
   const ChoiceSet scheduler{lr_scheduler_types()};
-  const ChoiceSet chat_template{chat_template_names(), chat_template_aliases()};
   const ChoiceSet save_method{supported_save_methods(), {}, unsupported_save_methods(), kGgufSaveMethodPrefix,
                               "GGUF export is not implemented"};
   const ChoiceSet report_to{{"none", "jsonl"}};
@@ -159,12 +177,21 @@ std::vector<OptionRow> build_option_table() {
 
       // --- data
       string_row("dataset", "data", &Options::dataset, true,
-                 ".json/.jsonl file or directory, or hub id in the local Hugging Face datasets cache"),
+                 ".json/.jsonl/.parquet file or directory, or hub id in the local Hugging Face datasets cache; "
+                 "several separated by commas"),
       string_row("eval_dataset", "data", &Options::eval_dataset, true, "evaluation data, same forms as --dataset"),
       float_row("eval_split", "data", &Options::eval_split, kUnitHalfOpen,
                 "fraction of the training rows held out for evaluation"),
       int_row("eval_steps", "data", &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
-      choice_row("chat_template", "data", &Options::chat_template, chat_template, "prompt format"),
+      chat_template_row(),
+      string_row("chat_template_kwargs", "data", &Options::chat_template_kwargs, true,
+                 "JSON object of extra chat template variables, e.g. '{\"enable_thinking\": false}'"),
+      string_row("dataset_weights", "data", &Options::dataset_weights, true,
+                 "comma-separated weights of the --dataset list: each dataset's rows appear weight times per epoch"),
+      string_row("raw_text_file", "data", &Options::raw_text_file, true,
+                 "train on a raw text file cut into overlapping chunks (instead of --dataset)"),
+      int_row("chunk_size", "data", &Options::chunk_size, 1, "tokens per --raw_text_file chunk"),
+      int_row("stride", "data", &Options::stride, 0, "tokens shared by consecutive --raw_text_file chunks"),
       bool_row("train_on_completions", "data", &Options::train_on_completions,
                "compute the loss on assistant replies only"),
       bool_row("skip_bad_rows", "data", &Options::skip_bad_rows, "skip malformed rows instead of failing"),

@@ -1,7 +1,7 @@
-// load_dataset: rows -> segments -> token ids and labels, truncation, and statistics.
+// load_dataset: rows -> samples, truncation, and statistics.
 #include "finetune/data/dataset.h"
 
-
+#include <algorithm>
 #include <optional>
 
 #include "finetune/data/dataset_files.h"
@@ -15,57 +15,28 @@ namespace {
 // Under skip_bad_rows, each skipped row gets a warning up to this many; then one summary line.
 constexpr int64_t kMaxBadRowWarnings = 10;
 
-bool starts_with(const std::string& text, const std::string& prefix) {
-  return text.compare(0, prefix.size(), prefix) == 0;
+// Index of the first position that counts for the loss (labels[t] != -100, t >= 1); -1 if none.
+int64_t first_trainable_position(const Sample& sample) {
+  for (size_t t = 1; t < sample.labels.size(); ++t) {
+    if (sample.labels[t] != kIgnoreIndex) return static_cast<int64_t>(t);
+  }
+  return -1;
 }
 
-// Tokenizes the whole rendered text at once, so the ids are exactly what the HF tokenizer gives
-// for the templated text (segment-by-segment encoding can differ at boundaries, e.g. SentencePiece's
-// prefix space). Which tokens are trained on comes from the token counts of growing prefixes:
-// segment k owns the tokens between the encodings of "segments 0..k-1" and "segments 0..k".
-// The tokenizer's post-processor (e.g. BOS) runs unless the rendered text already starts with the
-// BOS string (Llama-3 and Mistral templates write it themselves, as HF's apply_chat_template does
-// before tokenizing without special tokens); the tokens it adds in front belong to the first
-// segment, anything it appends to the last.
-Sample tokenize_segments(std::vector<TextSegment> segments, const Tokenizer& tokenizer, bool train_on_completions) {
-  if (!train_on_completions && segments.size() > 1) {
-    std::string whole;
-    for (const TextSegment& segment : segments) whole += segment.text;
-    segments = {TextSegment{std::move(whole), true}};
-  }
-  const std::string bos = tokenizer.special_tokens().bos_token.value_or("");
-  const bool template_wrote_bos = !bos.empty() && !segments.empty() && starts_with(segments.front().text, bos);
-  const bool add_special_tokens = !template_wrote_bos;
-  std::string whole;
-  for (const TextSegment& segment : segments) whole += segment.text;
-
-  Sample sample;
-  sample.input_ids = tokenizer.encode(whole, add_special_tokens);
-  sample.labels.assign(sample.input_ids.begin(), sample.input_ids.end());
-  if (segments.size() == 1) {
-    if (!segments[0].trainable) sample.labels.assign(sample.labels.size(), kIgnoreIndex);
-    return sample;
-  }
-  const size_t total = sample.input_ids.size();
-  const size_t added_in_front = add_special_tokens ? total - tokenizer.encode(whole, false).size() : 0;
-  std::string prefix;
-  size_t begin = 0;
-  for (size_t k = 0; k < segments.size(); ++k) {
-    prefix += segments[k].text;
-    const size_t end = k + 1 == segments.size()
-                           ? total
-                           : std::min(total, added_in_front + tokenizer.encode(prefix, false).size());
-    if (!segments[k].trainable) {
-      for (size_t i = begin; i < std::max(begin, end); ++i) sample.labels[i] = kIgnoreIndex;
-    }
-    begin = std::max(begin, end);
-  }
-  return sample;
+std::string with_thousands(int64_t value) {
+  std::string digits = std::to_string(value);
+  for (int64_t i = static_cast<int64_t>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return digits;
 }
 
 class DatasetLoader {
  public:
-  DatasetLoader(const Tokenizer* tokenizer, const DatasetOptions& options) : tokenizer_(tokenizer), options_(options) {}
+  DatasetLoader(const Tokenizer* tokenizer, const DatasetOptions& options) : options_(options) {
+    how_.tokenizer = tokenizer;
+    how_.chat_template = options.chat_template;
+    how_.train_on_completions = options.train_on_completions;
+    how_.vocab_size = options.vocab_size;
+  }
 
   void load_file(const std::string& path) {
     std::optional<RowFormat> format;
@@ -80,7 +51,7 @@ class DatasetLoader {
       }
       if (!format) format = detect_file_format(row);
       try {
-        add_sample(*format == RowFormat::PreTokenized ? pretokenized_row(row.value, options_.vocab_size) : tokenize_row(*format, row.value));
+        add_sample(result_, tokenize_row(*format, row.value, how_), options_.max_seq_length);
       } catch (const Error& e) {
         reject_row(row.location, e);
       }
@@ -95,6 +66,8 @@ class DatasetLoader {
       log::warn("skipped " + std::to_string(result_.stats.rows_bad) + " malformed dataset rows in total (only the first " +
                 std::to_string(kMaxBadRowWarnings) + " were reported)");
     }
+    const std::string dropped = describe_dropped_rows(result_.stats);
+    if (!dropped.empty()) log::warn(dropped);
     return std::move(result_);
   }
 
@@ -107,48 +80,19 @@ class DatasetLoader {
       std::string keys;
       for (const auto& item : row.value.items()) keys += (keys.empty() ? "" : ", ") + item.key();
       throw Error(row.location.describe() + ": cannot tell the dataset format from the keys {" + keys +
-                  "}; expected instruction/input/output (alpaca), messages, conversations (sharegpt), text, "
-                  "or input_ids (pre-tokenized)");
+                  "}; expected messages, conversations (sharegpt), prompt/completion, instruction/input/output "
+                  "(alpaca), text, or input_ids (pre-tokenized)");
     }
-    if (*format != RowFormat::PreTokenized) require_text_support(*format, row.location);
+    if (*format != RowFormat::PreTokenized && how_.tokenizer == nullptr) {
+      throw Error(row.location.file + ": " + row_format_name(*format) + " rows need a tokenizer");
+    }
+    const bool needs_eos = *format == RowFormat::Alpaca || *format == RowFormat::Text ||
+                           (*format == RowFormat::PromptCompletion && row.value["prompt"].is_string());
+    if (needs_eos && how_.tokenizer->special_tokens().eos_token.value_or("").empty()) {
+      throw Error(row.location.file + ": " + row_format_name(*format) +
+                  " rows end with EOS, but the tokenizer has no eos_token");
+    }
     return *format;
-  }
-
-  void require_text_support(RowFormat format, const RowLocation& location) const {
-    if (tokenizer_ == nullptr) {
-      throw Error(location.file + ": " + row_format_name(format) + " rows need a tokenizer");
-    }
-    const bool needs_eos = format == RowFormat::Alpaca || format == RowFormat::Text ||
-                           ((format == RowFormat::Messages || format == RowFormat::ShareGpt) &&
-                            options_.chat_format == ChatFormat::Mistral);
-    if (needs_eos && tokenizer_->special_tokens().eos_token.value_or("").empty()) {
-      throw Error(location.file + ": " + row_format_name(format) + " rows end with EOS, but the tokenizer has no eos_token");
-    }
-  }
-
-  Sample tokenize_row(RowFormat format, const nlohmann::json& value) const {
-    const SpecialTokens& special = tokenizer_->special_tokens();
-    std::vector<TextSegment> segments = render_row(format, value, options_.chat_format, special.bos_token.value_or(""),
-                                                   special.eos_token.value_or(""));
-    return tokenize_segments(std::move(segments), *tokenizer_, options_.train_on_completions);
-  }
-
-  void add_sample(Sample sample) {
-    DatasetStats& stats = result_.stats;
-    if (static_cast<int64_t>(sample.input_ids.size()) > options_.max_seq_length) {
-      sample.input_ids.resize(static_cast<size_t>(options_.max_seq_length));
-      sample.labels.resize(static_cast<size_t>(options_.max_seq_length));
-      ++stats.rows_truncated;
-    }
-    const int64_t trainable = trainable_token_count(sample);
-    if (trainable == 0) {
-      ++stats.rows_no_trainable;
-      return;
-    }
-    ++stats.rows_kept;
-    stats.tokens += static_cast<int64_t>(sample.input_ids.size());
-    stats.trainable_tokens += trainable;
-    result_.samples.push_back(std::move(sample));
   }
 
   void reject_row(const RowLocation& location, const Error& error) {
@@ -158,12 +102,62 @@ class DatasetLoader {
     if (result_.stats.rows_bad <= kMaxBadRowWarnings) log::warn("skipping malformed row: " + message);
   }
 
-  const Tokenizer* tokenizer_;
   const DatasetOptions& options_;
+  RowTokenization how_;
   TokenizedDataset result_;
 };
 
 }  // namespace
+
+void DatasetStats::add(const DatasetStats& other) {
+  rows_read += other.rows_read;
+  rows_kept += other.rows_kept;
+  rows_bad += other.rows_bad;
+  rows_no_trainable += other.rows_no_trainable;
+  rows_truncated += other.rows_truncated;
+  rows_truncated_away += other.rows_truncated_away;
+  longest_dropped_prompt = std::max(longest_dropped_prompt, other.longest_dropped_prompt);
+  tokens += other.tokens;
+  trainable_tokens += other.trainable_tokens;
+}
+
+std::string describe_dropped_rows(const DatasetStats& stats) {
+  std::string text;
+  if (stats.rows_truncated_away > 0) {
+    text = with_thousands(stats.rows_truncated_away) + " rows lost every trainable token to truncation (longest prompt " +
+           with_thousands(stats.longest_dropped_prompt) + " tokens; --max_seq_length " +
+           std::to_string(stats.longest_dropped_prompt + 1) + " would keep them)";
+  }
+  const int64_t empty = stats.rows_no_trainable - stats.rows_truncated_away;
+  if (empty > 0) {
+    text += (text.empty() ? "" : "; ") + with_thousands(empty) +
+            " rows had no trainable token at all (no assistant turn or completion)";
+  }
+  return text;
+}
+
+void add_sample(TokenizedDataset& dataset, Sample sample, int64_t max_seq_length) {
+  DatasetStats& stats = dataset.stats;
+  const int64_t first_trainable = first_trainable_position(sample);
+  if (static_cast<int64_t>(sample.input_ids.size()) > max_seq_length) {
+    sample.input_ids.resize(static_cast<size_t>(max_seq_length));
+    sample.labels.resize(static_cast<size_t>(max_seq_length));
+    ++stats.rows_truncated;
+  }
+  const int64_t trainable = trainable_token_count(sample);
+  if (trainable == 0) {
+    ++stats.rows_no_trainable;
+    if (first_trainable >= 0) {  // it had some before truncation
+      ++stats.rows_truncated_away;
+      stats.longest_dropped_prompt = std::max(stats.longest_dropped_prompt, first_trainable);
+    }
+    return;
+  }
+  ++stats.rows_kept;
+  stats.tokens += static_cast<int64_t>(sample.input_ids.size());
+  stats.trainable_tokens += trainable;
+  dataset.samples.push_back(std::move(sample));
+}
 
 TokenizedDataset load_dataset(const std::vector<std::string>& files, const Tokenizer* tokenizer,
                               const DatasetOptions& options) {

@@ -1,18 +1,19 @@
-// Row formats: detection and rendering of one row (see dataset_formats.h).
+// Row formats: detection and tokenization of one row (see dataset_formats.h).
 #include "finetune/data/dataset_formats.h"
 
 #include <cstdint>
 #include <limits>
 
+#include "finetune/data/chat_tokenization.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
 
 namespace finetune {
 namespace {
 
-using nlohmann::json;
+using nlohmann::ordered_json;
 
-const std::string& string_field(const json& object, const std::string& key, const std::string& where) {
+const std::string& string_field(const ordered_json& object, const std::string& key, const std::string& where = "") {
   const auto it = object.find(key);
   if (it == object.end()) throw Error(where + "missing field \"" + key + "\"");
   if (!it->is_string()) {
@@ -21,7 +22,7 @@ const std::string& string_field(const json& object, const std::string& key, cons
   return it->get_ref<const std::string&>();
 }
 
-const json& array_field(const json& object, const std::string& key) {
+const ordered_json& array_field(const ordered_json& object, const std::string& key) {
   const auto it = object.find(key);
   if (it == object.end()) throw Error("missing field \"" + key + "\"");
   if (!it->is_array()) throw Error("field \"" + key + "\" must be an array, got " + std::string(it->type_name()));
@@ -29,50 +30,105 @@ const json& array_field(const json& object, const std::string& key) {
 }
 
 std::string sharegpt_role(const std::string& from, const std::string& where) {
-  if (from == "human") return "user";
-  if (from == "gpt") return "assistant";
-  if (from == "system") return "system";
-  throw Error(where + "field \"from\" is \"" + from + "\"; expected human, gpt or system");
+  static const std::pair<const char*, const char*> kRoles[] = {
+      {"human", "user"},         {"user", "user"},       {"gpt", "assistant"},   {"assistant", "assistant"},
+      {"model", "assistant"},    {"chatgpt", "assistant"}, {"bing", "assistant"}, {"bard", "assistant"},
+      {"system", "system"},      {"tool", "tool"},       {"function_response", "tool"}, {"observation", "tool"}};
+  for (const auto& [name, role] : kRoles) {
+    if (from == name) return role;
+  }
+  throw Error(where + "field \"from\" is \"" + from +
+              "\"; expected human/user, gpt/assistant/model, system, or tool/function_response/observation");
 }
 
-// Reads [{role_key, content_key}, ...] into messages; `map_role` turns the stored role into ours.
-template <typename MapRole>
-std::vector<ChatMessage> read_messages(const json& row, const std::string& list_key, const std::string& role_key,
-                                       const std::string& content_key, MapRole map_role) {
-  const json& list = array_field(row, list_key);
-  if (list.empty()) throw Error("field \"" + list_key + "\" is an empty list");
-  std::vector<ChatMessage> messages;
-  messages.reserve(list.size());
+// The list under `key` checked message by message: objects with a string role (sharegpt: "from"
+// mapped to "role", "value" to "content"; other keys kept).
+ordered_json read_messages(const ordered_json& row, const std::string& key, bool sharegpt) {
+  const ordered_json& list = array_field(row, key);
+  if (list.empty()) throw Error("field \"" + key + "\" is an empty list");
+  ordered_json messages = ordered_json::array();
   for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = list_key + "[" + std::to_string(i) + "]: ";
-    if (!list[i].is_object()) {
-      throw Error(where + "must be an object, got " + std::string(list[i].type_name()));
+    const std::string where = key + "[" + std::to_string(i) + "]: ";
+    const ordered_json& entry = list[i];
+    if (!entry.is_object()) throw Error(where + "must be an object, got " + std::string(entry.type_name()));
+    if (!sharegpt) {
+      string_field(entry, "role", where);
+      messages.push_back(entry);
+      continue;
     }
-    std::string role = map_role(string_field(list[i], role_key, where), where);
-    messages.push_back({std::move(role), string_field(list[i], content_key, where)});
+    ordered_json message = ordered_json::object();
+    message["role"] = sharegpt_role(string_field(entry, "from", where), where);
+    message["content"] = string_field(entry, "value", where);
+    for (const auto& [name, value] : entry.items()) {
+      if (name != "from" && name != "value") message[name] = value;
+    }
+    messages.push_back(std::move(message));
   }
   return messages;
 }
 
+// Row-level extras shared by conversational formats.
+void read_extras(const ordered_json& row, Conversation& conversation) {
+  if (const auto tools = row.find("tools"); tools != row.end() && !tools->is_null()) {
+    conversation.tools = tools->is_string() ? parse_ordered_json(tools->get_ref<const std::string&>(), "field \"tools\"")
+                                            : *tools;
+    if (!conversation.tools.is_array()) throw Error("field \"tools\" must be a list (or a JSON string of one)");
+  }
+  if (const auto documents = row.find("documents"); documents != row.end() && !documents->is_null()) {
+    conversation.documents = *documents;
+  }
+  if (const auto kwargs = row.find("chat_template_kwargs"); kwargs != row.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object()) throw Error("field \"chat_template_kwargs\" must be an object");
+    conversation.kwargs = *kwargs;
+  }
+}
+
+const ChatTemplate& require_template(const RowTokenization& how, RowFormat format) {
+  if (how.chat_template == nullptr) {
+    throw Error(row_format_name(format) + " rows need a chat template (--chat_template auto, a built-in name or a file)");
+  }
+  return *how.chat_template;
+}
+
+Sample prompt_completion_row(const ordered_json& row, const RowTokenization& how) {
+  const ordered_json& prompt = row.at("prompt");
+  const ordered_json& completion = row.at("completion");
+  if (prompt.is_string() && completion.is_string()) {
+    return tokenize_text_prompt_completion(prompt.get_ref<const std::string&>(), completion.get_ref<const std::string&>(),
+                                           *how.tokenizer, how.train_on_completions);
+  }
+  if (!prompt.is_array() || !completion.is_array()) {
+    throw Error("fields \"prompt\" and \"completion\" must both be strings or both be message lists, got " +
+                std::string(prompt.type_name()) + " and " + std::string(completion.type_name()));
+  }
+  Conversation conversation;
+  conversation.messages = read_messages(row, "prompt", false);
+  const ordered_json completion_messages = read_messages(row, "completion", false);
+  read_extras(row, conversation);
+  return tokenize_chat_prompt_completion(require_template(how, RowFormat::PromptCompletion), conversation,
+                                         completion_messages, *how.tokenizer, how.train_on_completions);
+}
+
 // Token ids below `vocab_size` (0: any int32), or -100 where allowed.
-std::vector<int32_t> int32_list(const json& list, const std::string& key, bool allow_ignore_index, int64_t vocab_size) {
+std::vector<int32_t> int32_list(const ordered_json& list, const std::string& key, bool allow_ignore_index,
+                                int64_t vocab_size) {
   std::vector<int32_t> values;
   values.reserve(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
-    const json& value = list[i];
+    const ordered_json& value = list[i];
     if (!value.is_number_integer()) {
       throw Error("field \"" + key + "\"[" + std::to_string(i) + "] must be an integer, got " +
                   std::string(value.type_name()) + " " + json_excerpt(value));
     }
     // Unsigned values above int64's range would wrap (2^64 - 100 to -100): clamp them first.
-    const bool fits_int64 =
-        !value.is_number_unsigned() || value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    const bool fits_int64 = !value.is_number_unsigned() ||
+                            value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     const int64_t id = fits_int64 ? value.get<int64_t>() : std::numeric_limits<int64_t>::max();
     const bool ignored = allow_ignore_index && id == kIgnoreIndex;
     const int64_t limit = vocab_size > 0 ? vocab_size : int64_t{std::numeric_limits<int32_t>::max()} + 1;
     if (!ignored && (id < 0 || id >= limit)) {
-      throw Error("field \"" + key + "\"[" + std::to_string(i) + "] = " + json_excerpt(value) +
-                  " is not a token id" + (allow_ignore_index ? " or -100" : "") +
+      throw Error("field \"" + key + "\"[" + std::to_string(i) + "] = " + json_excerpt(value) + " is not a token id" +
+                  (allow_ignore_index ? " or -100" : "") +
                   (vocab_size > 0 ? " (the model's vocab_size is " + std::to_string(vocab_size) + ")" : ""));
     }
     values.push_back(static_cast<int32_t>(id));
@@ -84,50 +140,69 @@ std::vector<int32_t> int32_list(const json& list, const std::string& key, bool a
 
 std::string row_format_name(RowFormat format) {
   switch (format) {
-    case RowFormat::Alpaca: return "alpaca";
+    case RowFormat::PreTokenized: return "pre-tokenized";
     case RowFormat::Messages: return "messages";
     case RowFormat::ShareGpt: return "sharegpt";
+    case RowFormat::PromptCompletion: return "prompt/completion";
+    case RowFormat::Alpaca: return "alpaca";
     case RowFormat::Text: return "text";
-    case RowFormat::PreTokenized: return "pre-tokenized";
   }
   return "unknown";
 }
 
-std::optional<RowFormat> detect_row_format(const json& row) {
+std::optional<RowFormat> detect_row_format(const ordered_json& row) {
   if (!row.is_object()) return std::nullopt;
   if (row.contains("input_ids")) return RowFormat::PreTokenized;
   if (row.contains("messages")) return RowFormat::Messages;
   if (row.contains("conversations")) return RowFormat::ShareGpt;
+  if (row.contains("prompt") && row.contains("completion")) return RowFormat::PromptCompletion;
   if (row.contains("instruction") && row.contains("output")) return RowFormat::Alpaca;
   if (row.contains("text")) return RowFormat::Text;
   return std::nullopt;
 }
 
-std::vector<TextSegment> render_row(RowFormat format, const json& row, ChatFormat chat_format, const std::string& bos,
-                                    const std::string& eos) {
+Conversation conversation_of_row(RowFormat format, const ordered_json& row) {
+  if (format != RowFormat::Messages && format != RowFormat::ShareGpt) {
+    throw Error(row_format_name(format) + " rows are not conversations");
+  }
+  Conversation conversation;
+  conversation.messages = format == RowFormat::Messages ? read_messages(row, "messages", false)
+                                                        : read_messages(row, "conversations", true);
+  read_extras(row, conversation);
+  return conversation;
+}
+
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  return "Below is an instruction that describes a task, paired with an input that provides further context. "
+         "Write a response that appropriately completes the request.\n\n### Instruction:\n" +
+         instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+}
+
+Sample tokenize_row(RowFormat format, const ordered_json& row, const RowTokenization& how) {
   if (!row.is_object()) throw Error("row must be a JSON object, got " + std::string(row.type_name()));
+  if (format == RowFormat::PreTokenized) return pretokenized_row(row, how.vocab_size);
+  if (how.tokenizer == nullptr) throw Error(row_format_name(format) + " rows need a tokenizer");
   switch (format) {
-    case RowFormat::Alpaca: {
-      const std::string& instruction = string_field(row, "instruction", "");
-      const std::string input = row.contains("input") ? string_field(row, "input", "") : std::string();
-      return render_alpaca(instruction, input, string_field(row, "output", ""), eos);
-    }
-    case RowFormat::Messages: {
-      const auto same_role = [](const std::string& role, const std::string&) { return role; };
-      return render_conversation(chat_format, read_messages(row, "messages", "role", "content", same_role), bos, eos);
-    }
+    case RowFormat::Messages:
     case RowFormat::ShareGpt:
-      return render_conversation(chat_format, read_messages(row, "conversations", "from", "value", sharegpt_role),
-                                 bos, eos);
+      return tokenize_conversation(require_template(how, format), conversation_of_row(format, row), *how.tokenizer,
+                                   how.train_on_completions);
+    case RowFormat::PromptCompletion:
+      return prompt_completion_row(row, how);
+    case RowFormat::Alpaca: {
+      const std::string input = row.contains("input") && !row["input"].is_null() ? string_field(row, "input") : "";
+      return tokenize_text_prompt_completion(alpaca_prompt(string_field(row, "instruction"), input),
+                                             string_field(row, "output"), *how.tokenizer, how.train_on_completions);
+    }
     case RowFormat::Text:
-      return {TextSegment{string_field(row, "text", "") + eos, true}};
+      return tokenize_text(string_field(row, "text"), *how.tokenizer);
     case RowFormat::PreTokenized:
       break;
   }
-  throw Error("render_row: pre-tokenized rows have no text to render");
+  throw Error("unhandled row format " + row_format_name(format));
 }
 
-Sample pretokenized_row(const json& row, int64_t vocab_size) {
+Sample pretokenized_row(const ordered_json& row, int64_t vocab_size) {
   if (!row.is_object()) throw Error("row must be a JSON object, got " + std::string(row.type_name()));
   Sample sample;
   sample.input_ids = int32_list(array_field(row, "input_ids"), "input_ids", /*allow_ignore_index=*/false, vocab_size);

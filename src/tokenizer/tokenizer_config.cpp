@@ -52,18 +52,49 @@ void fill_missing(std::optional<std::string>& slot, const std::optional<std::str
   if (!slot && value) slot = value;
 }
 
-// chat_template is a string, or (older files) a list of {"name", "template"}: take "default".
-std::string chat_template_text(const nlohmann::json& value, const std::string& path) {
-  if (value.is_string()) return value.get<std::string>();
+// chat_template is a string (the "default" template), or a list of {"name", "template"}.
+ChatTemplates chat_templates_from(const nlohmann::json& value, const std::string& path) {
+  if (value.is_string()) return {{"default", value.get<std::string>()}};
   if (value.is_array()) {
+    ChatTemplates templates;
     for (const auto& entry : value) {
-      if (entry.is_object() && json_string(entry, "name", "", path, "chat_template[]") == "default" &&
-          entry.contains("template") && entry["template"].is_string()) {
-        return entry["template"].get<std::string>();
+      const std::string name = entry.is_object() ? json_string(entry, "name", "", path, "chat_template[]") : "";
+      const auto text = entry.is_object() ? entry.find("template") : entry.end();
+      if (name.empty() || text == entry.end() || !text->is_string()) {
+        throw Error(path + ": field 'chat_template' entries must be {\"name\": string, \"template\": string}");
+      }
+      templates[name] = text->get<std::string>();
+    }
+    return templates;
+  }
+  throw Error(path + ": field 'chat_template' must be a string or a list of {\"name\", \"template\"} entries");
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// transformers 5 saves templates next to the config: chat_template.jinja (the default) and
+// additional_chat_templates/<name>.jinja. When any exist they replace tokenizer_config.json's
+// chat_template entirely (PreTrainedTokenizerBase.from_pretrained).
+ChatTemplates template_files(const std::filesystem::path& model_dir) {
+  namespace fs = std::filesystem;
+  ChatTemplates templates;
+  const fs::path default_file = model_dir / "chat_template.jinja";
+  if (fs::is_regular_file(default_file)) templates["default"] = read_text_file(default_file);
+  const fs::path extra_dir = model_dir / "additional_chat_templates";
+  if (fs::is_directory(extra_dir)) {
+    for (const auto& entry : fs::directory_iterator(extra_dir)) {
+      if (entry.is_regular_file() && entry.path().extension() == ".jinja") {
+        templates[entry.path().stem().string()] = read_text_file(entry.path());
       }
     }
   }
-  throw Error(path + ": field 'chat_template' must be a string or a list with a 'default' template");
+  return templates;
 }
 
 }  // namespace
@@ -86,7 +117,7 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
     config.clean_up_tokenization_spaces =
         optional_bool(json, "clean_up_tokenization_spaces", config_path).value_or(false);
     if (const auto* tmpl = json_field(json, "chat_template", config_path, "<root>")) {
-      config.chat_template = chat_template_text(*tmpl, config_path);
+      config.chat_templates = chat_templates_from(*tmpl, config_path);
     }
     if (const auto* decoder = json_field(json, "added_tokens_decoder", config_path, "<root>")) {
       if (!decoder->is_object()) throw Error(config_path + ": field 'added_tokens_decoder' must be an object");
@@ -112,14 +143,8 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
     fill_missing(config.pad_token, token_text(json, "pad_token", map_path));
     fill_missing(config.unk_token, token_text(json, "unk_token", map_path));
   }
-  // transformers 5 saves the template next to the config instead of inside it.
-  const fs::path jinja_path = fs::path(model_dir) / "chat_template.jinja";
-  if (config.chat_template.empty() && fs::exists(jinja_path)) {
-    std::ifstream in(jinja_path, std::ios::binary);
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    config.chat_template = buffer.str();
-  }
+  ChatTemplates files = template_files(model_dir);
+  if (!files.empty()) config.chat_templates = std::move(files);
   return config;
 }
 
@@ -129,7 +154,8 @@ SpecialTokens resolve_special_tokens(const TokenizerConfig& config, const Tokeni
   special.bos_token = config.bos_token;
   special.eos_token = config.eos_token;
   special.pad_token = config.pad_token;
-  special.chat_template = config.chat_template;
+  special.unk_token = config.unk_token;
+  special.chat_templates = config.chat_templates;
   auto resolve = [&](const std::optional<std::string>& token, const char* field) -> std::optional<int32_t> {
     if (!token) return std::nullopt;
     auto id = tokenizer.token_to_id(*token);

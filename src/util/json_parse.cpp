@@ -10,12 +10,21 @@ namespace finetune {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // Builds the DOM from nlohmann's SAX events, one container at a time, and stops the parse (returns
 // false) at the first container that would be deeper than kMaxJsonDepth or at a syntax error.
 // Only the chain of open containers is held: a container receives elements only while it is the
 // innermost open one, so the pointers to its ancestors stay valid.
-class DepthLimitedBuilder : public nlohmann::json_sax<json> {
+template <typename Json>
+class DepthLimitedBuilder : public nlohmann::json_sax<Json> {
+  using json = Json;
+  using number_integer_t = typename Json::number_integer_t;
+  using number_unsigned_t = typename Json::number_unsigned_t;
+  using number_float_t = typename Json::number_float_t;
+  using string_t = typename Json::string_t;
+  using binary_t = typename Json::binary_t;
+
  public:
   explicit DepthLimitedBuilder(const JsonKeyObserver& on_key) : on_key_(on_key) {}
 
@@ -148,9 +157,12 @@ JsonSyntaxError::JsonSyntaxError(const std::string& source, size_t line, size_t 
       column_(column),
       reason_(reason) {}
 
-json parse_json(std::string_view text, const std::string& source, const JsonKeyObserver& on_key) {
-  DepthLimitedBuilder builder(on_key);
-  if (json::sax_parse(text.begin(), text.end(), &builder)) return builder.take_root();
+namespace {
+
+template <typename Json>
+Json parse_with_depth_limit(std::string_view text, const std::string& source, const JsonKeyObserver& on_key) {
+  DepthLimitedBuilder<Json> builder(on_key);
+  if (Json::sax_parse(text.begin(), text.end(), &builder)) return builder.take_root();
   if (builder.too_deep()) {
     throw_at(text, offset_of_depth(text, kMaxJsonDepth + 1), source,
              "nests deeper than " + std::to_string(kMaxJsonDepth) + " levels of arrays and objects");
@@ -158,6 +170,16 @@ json parse_json(std::string_view text, const std::string& source, const JsonKeyO
   // nlohmann's position counts the bytes read, the offending one included.
   const std::size_t position = builder.error_position();
   throw_at(text, position == 0 ? 0 : position - 1, source, reason_of(builder.error_message()));
+}
+
+}  // namespace
+
+json parse_json(std::string_view text, const std::string& source, const JsonKeyObserver& on_key) {
+  return parse_with_depth_limit<json>(text, source, on_key);
+}
+
+ordered_json parse_ordered_json(std::string_view text, const std::string& source) {
+  return parse_with_depth_limit<ordered_json>(text, source, nullptr);
 }
 
 json read_json_file(const std::string& path, const std::string& open_hint) {
@@ -168,11 +190,15 @@ json read_json_file(const std::string& path, const std::string& open_hint) {
   return parse_json(buffer.str(), path);
 }
 
-std::string json_excerpt(const json& value, size_t max_chars) {
+namespace {
+
+template <typename Json>
+std::string excerpt_of(const Json& value, size_t max_chars) {
+  using json = Json;
   std::string text;
-  const bool long_string = value.is_string() && value.get_ref<const std::string&>().size() > max_chars;
+  const bool long_string = value.is_string() && value.template get_ref<const std::string&>().size() > max_chars;
   if (long_string) {  // cut before dumping, so a huge string is never copied whole
-    text = json(value.get_ref<const std::string&>().substr(0, max_chars)).dump(-1, ' ', false, json::error_handler_t::replace);
+    text = json(value.template get_ref<const std::string&>().substr(0, max_chars)).dump(-1, ' ', false, json::error_handler_t::replace);
   } else {
     text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   }
@@ -181,5 +207,10 @@ std::string json_excerpt(const json& value, size_t max_chars) {
   while (cut > 0 && cut < text.size() && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;  // whole characters
   return text.substr(0, cut) + "...";
 }
+
+}  // namespace
+
+std::string json_excerpt(const json& value, size_t max_chars) { return excerpt_of(value, max_chars); }
+std::string json_excerpt(const ordered_json& value, size_t max_chars) { return excerpt_of(value, max_chars); }
 
 }  // namespace finetune

@@ -36,13 +36,16 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup);
 struct Datasets {
   TokenizedDataset train;
   std::optional<TokenizedDataset> eval;
+  std::unique_ptr<ChatTemplate> chat_template;  // null when none is used or available
+  std::string chat_template_description;        // for the banner
 };
 
-// setup.dataset (+ eval_dataset, or eval_split held out of the training rows with setup.seed);
-// token ids are checked against the model's vocab_size.
+// setup.datasets mixed by their weights, or setup.raw_text_file's chunks (+ eval_dataset, or
+// eval_split held out of the training rows with setup.seed); token ids are checked against the
+// model's vocab_size.
 Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size);
 TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer, int64_t vocab_size);
+                                  const Tokenizer* tokenizer, const ChatTemplate* chat_template, int64_t vocab_size);
 
 // Padding id: the tokenizer's pad token, else its EOS, else config.json's pad_token_id, else 0.
 int64_t pad_token_id_for(const CausalLM& model, const Tokenizer* tokenizer);

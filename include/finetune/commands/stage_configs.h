@@ -5,11 +5,15 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "finetune/config/options.h"
 #include "finetune/checkpoint/model_export.h"
 #include "finetune/checkpoint/training_state.h"
 #include "finetune/data/dataset.h"
+#include "finetune/data/raw_text.h"
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/launch/launch_env.h"
@@ -37,17 +41,21 @@ struct AdapterSetup {
 };
 AdapterSetup adapter_setup_from(const Options& options);
 
-// The datasets and how their rows are tokenized (the chat format is resolved later, against the
-// tokenizer's own template).
+// The datasets and how their rows are tokenized (the chat template is chosen later, against the
+// tokenizer's own).
 struct DataSetup {
-  std::string dataset;
+  std::vector<std::string> datasets;    // --dataset split at commas
+  std::vector<double> dataset_weights;  // one per dataset (all 1 unless --dataset_weights)
   std::string eval_dataset;
   double eval_split = 0;
-  uint64_t seed = 3407;      // for the --eval_split hold-out
+  uint64_t seed = 3407;      // for the --eval_split hold-out and dataset weights
   std::string chat_template = "auto";
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   int64_t max_seq_length = 2048;
   bool train_on_completions = true;
   bool skip_bad_rows = false;
+  std::string raw_text_file;  // instead of datasets
+  RawTextOptions raw_text;
 };
 DataSetup data_setup_from(const Options& options);
 

@@ -62,7 +62,12 @@ struct Options {
   std::string eval_dataset;
   double eval_split = 0.0;           // fraction of the training rows held out for evaluation
   int64_t eval_steps = 0;            // 0: evaluate only at the end (when there is eval data)
-  std::string chat_template = "auto";  // data/chat_template.h: chat_template_names()
+  std::string chat_template = "auto";  // a name of data/chat_template.h: chat_template_names(), or a file
+  std::string chat_template_kwargs;    // JSON object; empty: none
+  std::string dataset_weights;         // comma-separated, one per --dataset entry; empty: all 1
+  std::string raw_text_file;
+  int64_t chunk_size = 2048;
+  int64_t stride = 512;
   bool train_on_completions = true;
   bool skip_bad_rows = false;
   bool group_by_length = false;

@@ -1,84 +1,86 @@
-// Prompt formats. We do not run Jinja: each supported family's chat format is rendered by code
-// that reproduces its template's output exactly (checked against transformers'
-// apply_chat_template(messages, tokenize=False) by tests/reference/make_data_fixtures.py):
-//   ChatMl      plain ChatML, "<|im_start|>{role}\n{content}<|im_end|>\n" per message, no default
-//               system prompt (the OpenHermes-style template). Qwen3's template is ChatML too but
-//               adds an empty <think> block to the last assistant turn, which is not reproduced.
-//   ChatMlQwen  Qwen2 / Qwen2.5-Instruct: ChatML, and when the first message is not a system
-//               message the template inserts "You are Qwen, created by Alibaba Cloud. You are a
-//               helpful assistant." as the system prompt.
-//   Llama3      Meta-Llama-3-8B-Instruct (Llama-3, NOT 3.1: no "Cutting Knowledge Date" default
-//               system header): bos + "<|start_header_id|>{role}<|end_header_id|>\n\n" +
-//               content|trim + "<|eot_id|>" per message. `trim` is Python's str.strip().
-//   Mistral     Mistral-7B-Instruct-v0.1/v0.2 (their 2024 tokenizer_config.json template): bos, then
-//               " [INST] {user} [/INST]" and " {assistant}" + eos; an optional leading system
-//               message is folded into the first user turn as "{system}\n\n{user}"; after it roles
-//               must alternate user/assistant (else the template raises, and so do we).
-//   Alpaca      the alpaca prompt of Unsloth's CLI (for instruction/input/output rows).
-// With train_on_completions only assistant content and its end-of-turn token (<|im_end|>,
-// <|eot_id|>, Mistral's </s>) are trainable; role headers and the newline after <|im_end|> are not.
-// Mistral's space before a reply is trainable too: SentencePiece glues it to the reply's first
-// token ("▁Hi").
+// Which Jinja chat template renders conversations (--chat_template), and rendering one.
+//
+// The template is executed by our Jinja engine (template/), exactly as transformers'
+// apply_chat_template renders it: the context holds `messages`, `tools` and `documents` (None
+// unless the row has them), `add_generation_prompt`, the tokenizer's special token strings
+// (bos_token, eos_token, unk_token, pad_token, when set) and any extra keyword arguments
+// (--chat_template_kwargs, then the row's own `chat_template_kwargs`, e.g. enable_thinking).
+//
+// --chat_template values:
+//   auto        the tokenizer's own template (tokenizer_config.json's chat_template, or
+//               chat_template.jinja); with tools, its "tool_use" template when it has one
+//   a name      a built-in fallback (builtin_chat_templates.h): chatml, qwen2.5, llama3, mistral
+//   a path      a .jinja file (any --chat_template value naming an existing file, or ending in
+//               .jinja, is a path)
+//   alpaca      no chat template: alpaca rows only, Unsloth CLI's prompt (dataset_formats.h)
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/tokenizer/tokenizer.h"
 
 namespace finetune {
 
-enum class ChatFormat { ChatMl, Llama3, Mistral, Alpaca, ChatMlQwen };
+namespace jinja {
+class Template;
+}
 
-struct ChatMessage {
-  std::string role;  // system|user|assistant
-  std::string content;
+// A conversation as a dataset row holds it; values are passed to the template unchanged.
+struct Conversation {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;      // null: no tools
+  nlohmann::ordered_json documents;  // null: no documents
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // extra template variables
 };
 
-// A piece of rendered text and whether its tokens are trained on (assistant replies, alpaca output).
-struct TextSegment {
+struct RenderedChat {
   std::string text;
-  bool trainable;
+  // [begin, end) byte ranges of `text` produced inside {% generation %} blocks.
+  std::vector<std::pair<size_t, size_t>> generation_spans;
 };
 
-// "auto" maps every template of a family to the one rendering above, so for a few relatives the
-// text is close but not identical: Llama-3.1/3.2 templates (-> Llama3, without their default
-// "Cutting Knowledge Date" system header), Mistral-7B-Instruct-v0.3 / Nemo (-> Mistral, whose
-// spacing around [INST] and system placement differ), Qwen3 (-> ChatMl, no <think> block).
-// Names: "chatml", "qwen2.5" (also "qwen2", "qwen"), "llama3" (also "llama-3"), "mistral",
-// "alpaca", and "auto", which reads the tokenizer's chat template:
-//   contains "<|im_start|>"        -> ChatMlQwen if it holds Qwen's default system prompt, else ChatMl
-//   contains "<|start_header_id|>" -> Llama3
-//   contains "[INST]"              -> Mistral
-//   anything else (or empty)       -> Alpaca (conversation datasets then need an explicit format)
-// An unknown name is a UsageError.
-ChatFormat chat_format_from_name(const std::string& name, const std::string& tokenizer_chat_template);
+class ChatTemplate {
+ public:
+  // `choice` as described above; `tokenizer_templates` the tokenizer's named templates.
+  // `kwargs`: --chat_template_kwargs (an object). Throws UsageError for an unknown name, a
+  // missing file, or "auto" when the tokenizer has no template; TemplateError for a template that
+  // does not parse (naming the line).
+  static ChatTemplate select(const std::string& choice, const ChatTemplates& tokenizer_templates,
+                             const SpecialTokens& special_tokens, nlohmann::ordered_json kwargs);
 
-// The names chat_format_from_name accepts ("auto" first), and its aliases -> name: the option
-// parser and its help text read them from here.
-const std::vector<std::string>& chat_template_names();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
+  ~ChatTemplate();
+
+  // For the banner and logs, e.g. "the tokenizer's chat_template", "built-in chatml",
+  // "file my_template.jinja"; with "(has {% generation %} markers)" when it does.
+  std::string description() const;
+  bool has_generation_markers(bool with_tools) const;
+
+  RenderedChat render(const Conversation& conversation, bool add_generation_prompt) const;
+
+ private:
+  ChatTemplate(std::string description, std::shared_ptr<const jinja::Template> main,
+               std::shared_ptr<const jinja::Template> tool_use, nlohmann::ordered_json globals);
+  const jinja::Template& for_tools(bool with_tools) const;
+
+  std::string description_;
+  std::shared_ptr<const jinja::Template> main_;
+  std::shared_ptr<const jinja::Template> tool_use_;  // null: main_ serves rows with tools too
+  nlohmann::ordered_json globals_;                   // special tokens and --chat_template_kwargs
+};
+
+// Whether --chat_template names a template (built-in, file or auto) rather than "alpaca".
+bool is_alpaca_choice(const std::string& choice);
+
+// The names --chat_template accepts besides a file ("auto", the built-ins, "alpaca"), and the
+// aliases of built-ins: the option parser and its help text read them from here.
+std::vector<std::string> chat_template_names();
 const std::vector<std::pair<std::string, std::string>>& chat_template_aliases();
-
-// The canonical name of a format (as chat_format_from_name accepts it), for logs.
-std::string chat_format_name(ChatFormat format);
-
-// Renders a conversation into segments whose concatenation equals what the HF chat template
-// produces (without a generation prompt). `bos`/`eos` are the tokenizer's special token strings.
-// Adjacent segments of equal trainability are merged, so segment boundaries are exactly the
-// trainability switches. Throws Error for an empty conversation, a role other than
-// system/user/assistant, Alpaca (not a chat format), or (Mistral) roles that do not alternate.
-std::vector<TextSegment> render_conversation(ChatFormat format, const std::vector<ChatMessage>& messages,
-                                             const std::string& bos, const std::string& eos);
-
-// Unsloth CLI's alpaca prompt: "Below is an instruction that describes a task, paired with an
-// input that provides further context. Write a response that appropriately completes the
-// request.\n\n### Instruction:\n{}\n\n### Input:\n{}\n\n### Response:\n{}" + EOS.
-// The same prompt is used when `input` is empty (as Unsloth's CLI does). The prompt is not
-// trainable; output + EOS is.
-std::vector<TextSegment> render_alpaca(const std::string& instruction, const std::string& input,
-                                       const std::string& output, const std::string& eos);
-
-// Python's str.strip() on UTF-8 text (what Jinja's `trim` filter does): removes leading and
-// trailing characters for which str.isspace() is true, including Unicode spaces like U+3000.
-std::string python_strip(const std::string& text);
 
 }  // namespace finetune

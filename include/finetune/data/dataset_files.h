@@ -1,8 +1,13 @@
-// Reading dataset files row by row, each row with its location for error messages:
-//   .jsonl  one JSON value per line; blank lines are ignored; a line that is not valid JSON (or
-//           nests deeper than kMaxJsonDepth, util/json_parse.h) is handed over with its parse error
-//           (so the caller can skip it under skip_bad_rows)
-//   .json   a top-level array; the whole file must parse (an error names file, line and column)
+// Reading dataset files row by row, each row with its location for error messages. The layouts
+// are those HF `datasets` reads (its json and parquet builders):
+//   .jsonl    one JSON value per line; blank lines are ignored; a line that is not valid JSON (or
+//             nests deeper than kMaxJsonDepth, util/json_parse.h) is handed over with its parse
+//             error (so the caller can skip it under skip_bad_rows)
+//   .json     a top-level array of rows; or JSON Lines (datasets tries JSON Lines first, so a
+//             .json file of one object per line is read like .jsonl); or one object of equal-length
+//             columns {"text": ["a", "b"]} (rows {"text": "a"}, {"text": "b"}). Anything else is an
+//             error naming the file, line and column.
+// Objects keep their keys in file order (tojson in a chat template shows them in that order).
 #pragma once
 
 #include <cstdint>
@@ -15,8 +20,8 @@ namespace finetune {
 
 struct RowLocation {
   std::string file;
-  int64_t line = 0;      // 1-based line of a .jsonl row; 0 for .json
-  int64_t element = -1;  // index of a .json array element; -1 for .jsonl
+  int64_t line = 0;      // 1-based line of a JSON Lines row; 0 otherwise
+  int64_t element = -1;  // index of a row in a .json array or columns object; -1 otherwise
 
   // "data.jsonl:12" or "data.json element 3"
   std::string describe() const;
@@ -24,12 +29,12 @@ struct RowLocation {
 
 struct DatasetRow {
   RowLocation location;
-  nlohmann::json value;     // null when parse_error is set
-  std::string parse_error;  // non-empty when a .jsonl line is not valid JSON: "column C: reason"
+  nlohmann::ordered_json value;  // null when parse_error is set
+  std::string parse_error;       // non-empty when a JSON Lines line is not valid JSON: "column C: reason"
 };
 
 // Calls visit(row) for every row of the file, in order. Throws Error naming the file when it cannot
-// be read, its extension is neither .json nor .jsonl, or a .json file is not a valid JSON array.
+// be read, its extension is not a dataset file type, or a .json file has none of the layouts above.
 void for_each_dataset_row(const std::string& path, const std::function<void(const DatasetRow&)>& visit);
 
 }  // namespace finetune

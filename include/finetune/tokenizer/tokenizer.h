@@ -7,12 +7,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace finetune {
+
+using ChatTemplates = std::map<std::string, std::string>;
 
 struct SpecialTokens {
   std::optional<std::string> bos_token;
@@ -21,7 +24,10 @@ struct SpecialTokens {
   std::optional<int32_t> bos_token_id;
   std::optional<int32_t> eos_token_id;
   std::optional<int32_t> pad_token_id;
-  std::string chat_template;  // raw Jinja text from tokenizer_config.json, if any (used to guess the format)
+  std::optional<std::string> unk_token;
+  // Jinja chat templates by name ("default" is the model's own; some models add "tool_use" or
+  // "rag"), as transformers loads them: see tokenizer_config.h.
+  ChatTemplates chat_templates;
 };
 
 class Tokenizer {

@@ -24,7 +24,7 @@ struct TokenizerConfig {
   std::optional<bool> add_prefix_space;
   bool legacy = false;  // transformers 5 LlamaTokenizer default
   bool clean_up_tokenization_spaces = false;
-  std::string chat_template;
+  ChatTemplates chat_templates;  // tokenizer_config.json's, unless template files replace them
   std::vector<AddedToken> added_tokens_decoder;
 };
 

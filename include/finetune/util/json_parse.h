@@ -53,6 +53,10 @@ using JsonKeyObserver = std::function<void(int depth, const std::string& key)>;
 // starts every error message.
 nlohmann::json parse_json(std::string_view text, const std::string& source, const JsonKeyObserver& on_key = nullptr);
 
+// The same, keeping objects' keys in file order (as Python's json does): for values that are
+// shown again, such as dataset rows a chat template renders with tojson.
+nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::string& source);
+
 // Reads the whole file and parses it; a file that cannot be opened throws Error
 // "<path>: cannot open" followed by " (<open_hint>)" when a hint is given.
 nlohmann::json read_json_file(const std::string& path, const std::string& open_hint = "");
@@ -60,5 +64,6 @@ nlohmann::json read_json_file(const std::string& path, const std::string& open_h
 // A value for an error message: its dump(), cut to about `max_chars` characters (a hostile file
 // may hold huge arrays or strings).
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 120);
+std::string json_excerpt(const nlohmann::ordered_json& value, size_t max_chars = 120);
 
 }  // namespace finetune

@@ -1,0 +1,153 @@
+// Conversations and prompt/completion pairs -> token ids and labels (see chat_tokenization.h).
+#include "finetune/data/chat_tokenization.h"
+
+#include <algorithm>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using nlohmann::ordered_json;
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<int32_t> encode_rendered(const Tokenizer& tokenizer, const std::string& text) {
+  return tokenizer.encode(text, /*add_special_tokens=*/false);
+}
+
+Sample with_labels(std::vector<int32_t> ids) {
+  Sample sample;
+  sample.labels = ids;
+  sample.input_ids = std::move(ids);
+  return sample;
+}
+
+// labels[i] = -100 wherever trained[i] is false.
+void mask_untrained(Sample& sample, const std::vector<bool>& trained) {
+  for (size_t i = 0; i < sample.labels.size(); ++i) {
+    if (!trained[i]) sample.labels[i] = kIgnoreIndex;
+  }
+}
+
+// transformers' char_to_token for the span boundaries of a generation block, on tokens of the
+// whole text: the first token is the one holding byte `begin`, the last the one holding byte
+// end - 1. A boundary inside a token shows as a prefix encoding that stops agreeing with the
+// whole one within its last token.
+std::pair<size_t, size_t> span_tokens(const Tokenizer& tokenizer, const std::string& text,
+                                      const std::vector<int32_t>& ids, size_t begin, size_t end) {
+  const size_t first = common_prefix_length(encode_rendered(tokenizer, text.substr(0, begin)), ids);
+  const std::vector<int32_t> through_end = encode_rendered(tokenizer, text.substr(0, end));
+  const size_t agreed = common_prefix_length(through_end, ids);
+  const size_t last_exclusive = agreed == through_end.size() ? agreed : std::min(ids.size(), agreed + 1);
+  return {first, std::max(first, last_exclusive)};
+}
+
+std::vector<bool> generation_mask(const Tokenizer& tokenizer, const RenderedChat& rendered,
+                                  const std::vector<int32_t>& ids) {
+  std::vector<bool> trained(ids.size(), false);
+  for (const auto& [begin, end] : rendered.generation_spans) {
+    if (begin >= end) continue;
+    const auto [first, last] = span_tokens(tokenizer, rendered.text, ids, begin, end);
+    std::fill(trained.begin() + static_cast<std::ptrdiff_t>(first), trained.begin() + static_cast<std::ptrdiff_t>(last),
+              true);
+  }
+  return trained;
+}
+
+Conversation with_messages(const Conversation& conversation, ordered_json messages) {
+  Conversation copy;
+  copy.messages = std::move(messages);
+  copy.tools = conversation.tools;
+  copy.documents = conversation.documents;
+  copy.kwargs = conversation.kwargs;
+  return copy;
+}
+
+ordered_json first_messages(const ordered_json& messages, size_t count) {
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < count; ++i) out.push_back(messages[i]);
+  return out;
+}
+
+bool is_assistant(const ordered_json& message) {
+  if (!message.is_object()) return false;
+  const auto role = message.find("role");
+  return role != message.end() && role->is_string() && role->get_ref<const std::string&>() == "assistant";
+}
+
+// Per-turn prefix differences (chat_tokenization.h).
+std::vector<bool> prefix_difference_mask(const ChatTemplate& chat_template, const Conversation& conversation,
+                                         const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  std::vector<bool> trained(ids.size(), false);
+  const ordered_json& messages = conversation.messages;
+  for (size_t k = 0; k < messages.size(); ++k) {
+    if (!is_assistant(messages[k])) continue;
+    size_t first = 0;
+    if (k > 0) {
+      const RenderedChat prompt = chat_template.render(with_messages(conversation, first_messages(messages, k)), true);
+      first = common_prefix_length(encode_rendered(tokenizer, prompt.text), ids);
+    }
+    const RenderedChat through =
+        chat_template.render(with_messages(conversation, first_messages(messages, k + 1)), false);
+    const size_t last = common_prefix_length(encode_rendered(tokenizer, through.text), ids);
+    for (size_t i = first; i < last; ++i) trained[i] = true;
+  }
+  return trained;
+}
+
+}  // namespace
+
+size_t common_prefix_length(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  const size_t limit = std::min(a.size(), b.size());
+  size_t length = 0;
+  while (length < limit && a[length] == b[length]) ++length;
+  return length;
+}
+
+Sample tokenize_conversation(const ChatTemplate& chat_template, const Conversation& conversation,
+                             const Tokenizer& tokenizer, bool assistant_only) {
+  const RenderedChat rendered = chat_template.render(conversation, /*add_generation_prompt=*/false);
+  Sample sample = with_labels(encode_rendered(tokenizer, rendered.text));
+  if (!assistant_only) return sample;
+  const bool markers = chat_template.has_generation_markers(!conversation.tools.is_null());
+  mask_untrained(sample, markers ? generation_mask(tokenizer, rendered, sample.input_ids)
+                                 : prefix_difference_mask(chat_template, conversation, tokenizer, sample.input_ids));
+  return sample;
+}
+
+Sample tokenize_chat_prompt_completion(const ChatTemplate& chat_template, const Conversation& prompt,
+                                       const ordered_json& completion_messages, const Tokenizer& tokenizer,
+                                       bool completion_only) {
+  const RenderedChat prompt_text = chat_template.render(prompt, /*add_generation_prompt=*/true);
+  ordered_json all = prompt.messages;
+  for (const auto& message : completion_messages) all.push_back(message);
+  const RenderedChat whole = chat_template.render(with_messages(prompt, std::move(all)), false);
+  Sample sample = with_labels(encode_rendered(tokenizer, whole.text));
+  if (completion_only) {
+    const size_t prompt_length = common_prefix_length(encode_rendered(tokenizer, prompt_text.text), sample.input_ids);
+    std::fill(sample.labels.begin(), sample.labels.begin() + static_cast<std::ptrdiff_t>(prompt_length), kIgnoreIndex);
+  }
+  return sample;
+}
+
+Sample tokenize_text_prompt_completion(const std::string& prompt, const std::string& completion,
+                                       const Tokenizer& tokenizer, bool completion_only) {
+  const std::string eos = tokenizer.special_tokens().eos_token.value_or("");
+  const std::string full_completion = ends_with(completion, eos) ? completion : completion + eos;
+  Sample sample = with_labels(tokenizer.encode(prompt + full_completion, /*add_special_tokens=*/true));
+  if (completion_only) {
+    const size_t prompt_length = common_prefix_length(tokenizer.encode(prompt, true), sample.input_ids);
+    std::fill(sample.labels.begin(), sample.labels.begin() + static_cast<std::ptrdiff_t>(prompt_length), kIgnoreIndex);
+  }
+  return sample;
+}
+
+Sample tokenize_text(const std::string& text, const Tokenizer& tokenizer) {
+  const std::string eos = tokenizer.special_tokens().eos_token.value_or("");
+  return with_labels(tokenizer.encode(ends_with(text, eos) ? text : text + eos, /*add_special_tokens=*/true));
+}
+
+}  // namespace finetune
