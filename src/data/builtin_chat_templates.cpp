@@ -10,8 +10,9 @@ namespace {
 #define FINETUNE_CONTENT_MACRO                                                          \
   "{%- macro content_text(content) -%}"                                                 \
   "{%- if content is string -%}{{ content }}"                                           \
-  "{%- elif content is iterable -%}"                                                    \
+  "{%- elif content is iterable and content is not mapping -%}"                         \
   "{%- for part in content if part is mapping and part.type == 'text' -%}{{ part.text }}{%- endfor -%}" \
+  "{%- else -%}{{ raise_exception('message content must be a string or a list of parts') }}" \
   "{%- endif -%}"                                                                       \
   "{%- endmacro -%}"
 

@@ -53,23 +53,26 @@ TEST(OptionConsumers, DtypeSpellingsMeanTheSameToParserAndModel) {
 
 TEST(OptionConsumers, ChatTemplateNamesMeanTheSameToParserAndData) {
   EXPECT_EQ(spec_of("chat_template").choices, chat_template_names());
+  SpecialTokens special;
+  special.bos_token = "<s>";
+  special.eos_token = "</s>";
+  const ChatTemplates tokenizer_templates = {{"default", "{{ messages[0].content }}"}};
   for (const auto& name : chat_template_names()) {
     const auto parsed = parse_train({"--chat_template", name}).options.chat_template;  // qwen2.5 included
     EXPECT_EQ(parsed, name);
-    EXPECT_NO_THROW(chat_format_from_name(parsed, "")) << name;
+    if (is_alpaca_choice(parsed)) {
+      EXPECT_THROW(ChatTemplate::select(parsed, tokenizer_templates, special, {}), UsageError);
+    } else {
+      EXPECT_NO_THROW(ChatTemplate::select(parsed, tokenizer_templates, special, {})) << name;
+    }
   }
   for (const auto& [alias, name] : chat_template_aliases()) {
     EXPECT_EQ(parse_train({"--chat_template", alias}).options.chat_template, name);
-    EXPECT_EQ(chat_format_from_name(alias, ""), chat_format_from_name(name, "")) << alias;
-  }
-  // Every format has a name the parser accepts.
-  for (const auto format :
-       {ChatFormat::ChatMl, ChatFormat::ChatMlQwen, ChatFormat::Llama3, ChatFormat::Mistral, ChatFormat::Alpaca}) {
-    const auto name = chat_format_name(format);
-    EXPECT_EQ(chat_format_from_name(parse_train({"--chat_template", name}).options.chat_template, ""), format);
+    EXPECT_EQ(ChatTemplate::select(alias, {}, special, {}).description(),
+              ChatTemplate::select(name, {}, special, {}).description());
   }
   EXPECT_THROW(parse_train({"--chat_template", "vicuna"}), UsageError);
-  EXPECT_THROW(chat_format_from_name("vicuna", ""), UsageError);
+  EXPECT_THROW(ChatTemplate::select("vicuna", {}, special, {}), UsageError);
 }
 
 TEST(OptionConsumers, TargetModulesAreTheModelsProjections) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../config/option_test_helpers.h"
+#include "../test_support.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/util/errors.h"
 
@@ -54,7 +55,8 @@ TEST(StageConfigs, AdapterSetup) {
 
 TEST(StageConfigs, DataSetup) {
   const auto setup = data_setup_from(non_default_options());
-  EXPECT_EQ(setup.dataset, "d.jsonl");
+  EXPECT_EQ(setup.datasets, std::vector<std::string>{"d.jsonl"});
+  EXPECT_EQ(setup.dataset_weights, std::vector<double>{1.0});
   EXPECT_EQ(setup.eval_dataset, "e.jsonl");
   EXPECT_DOUBLE_EQ(setup.eval_split, 0.25);
   EXPECT_EQ(setup.seed, 11u);
@@ -62,6 +64,36 @@ TEST(StageConfigs, DataSetup) {
   EXPECT_EQ(setup.max_seq_length, 512);
   EXPECT_FALSE(setup.train_on_completions);
   EXPECT_TRUE(setup.skip_bad_rows);
+}
+
+TEST(StageConfigs, DataSetupListsWeightsKwargsAndRawText) {
+  Options options;
+  options.dataset = "a.jsonl, org/b ,c.parquet";
+  options.dataset_weights = "2,0.5,1";
+  options.chat_template_kwargs = R"({"enable_thinking": false, "b": 1})";
+  auto setup = data_setup_from(options);
+  EXPECT_EQ(setup.datasets, (std::vector<std::string>{"a.jsonl", "org/b", "c.parquet"}));
+  EXPECT_EQ(setup.dataset_weights, (std::vector<double>{2, 0.5, 1}));
+  EXPECT_EQ(setup.chat_template_kwargs.dump(), R"({"enable_thinking":false,"b":1})");  // order kept
+  options.dataset_weights = "2,1";
+  testing::expect_contains(testing::error_message([&] { data_setup_from(options); }), {"--dataset_weights has 2 weights", "3 datasets"});
+  options.dataset_weights = "2,x,1";
+  testing::expect_contains(testing::error_message([&] { data_setup_from(options); }), {"--dataset_weights: \"x\" is not a non-negative number"});
+  options.dataset_weights = "";
+  options.chat_template_kwargs = "[1]";
+  testing::expect_contains(testing::error_message([&] { data_setup_from(options); }), {"--chat_template_kwargs must be a JSON object"});
+  options.chat_template_kwargs = "{oops";
+  testing::expect_contains(testing::error_message([&] { data_setup_from(options); }), {"--chat_template_kwargs: invalid JSON"});
+  options.chat_template_kwargs = "";
+  options.raw_text_file = "book.txt";
+  testing::expect_contains(testing::error_message([&] { data_setup_from(options); }), {"--raw_text_file and --dataset are alternatives"});
+  options.dataset = "";
+  options.chunk_size = 100;
+  options.stride = 10;
+  setup = data_setup_from(options);
+  EXPECT_EQ(setup.raw_text_file, "book.txt");
+  EXPECT_EQ(setup.raw_text.chunk_size, 100);
+  EXPECT_EQ(setup.raw_text.stride, 10);
 }
 
 TEST(StageConfigs, StreamConfigTakesTheRankFromTheLaunch) {

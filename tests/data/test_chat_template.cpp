@@ -1,6 +1,10 @@
-// Chat formats against transformers' apply_chat_template renderings of the real templates.
+// Chat template choice and rendering: the built-in fallbacks render exactly what the templates they
+// are named after render in transformers, and mark exactly the assistant content and its
+// end-of-turn token as generated; --chat_template choices (auto, names, aliases, files).
 #include <gtest/gtest.h>
 
+#include "../test_support.h"
+#include "finetune/data/builtin_chat_templates.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/util/errors.h"
 #include "fixtures.h"
@@ -8,150 +12,109 @@
 namespace finetune {
 namespace {
 
-using data_test::load_data_fixture;
+using nlohmann::ordered_json;
 
-std::string joined(const std::vector<TextSegment>& segments) {
+SpecialTokens tokens(const std::string& bos, const std::string& eos) {
+  SpecialTokens special;
+  if (!bos.empty()) special.bos_token = bos;
+  if (!eos.empty()) special.eos_token = eos;
+  return special;
+}
+
+std::string generated_text(const RenderedChat& rendered) {
   std::string text;
-  for (const TextSegment& segment : segments) text += segment.text;
+  for (const auto& [begin, end] : rendered.generation_spans) text += rendered.text.substr(begin, end - begin);
   return text;
 }
 
-std::string joined_trainable(const std::vector<TextSegment>& segments) {
-  std::string text;
-  for (const TextSegment& segment : segments) {
-    if (segment.trainable) text += segment.text;
-  }
-  return text;
-}
-
-// What each format trains on for one assistant message: its content (as the template writes it)
+// What each built-in trains on for one assistant message: its content as the template writes it
 // and the end-of-turn token.
-std::string expected_trainable_piece(ChatFormat format, const std::string& content, const std::string& eos) {
-  switch (format) {
-    case ChatFormat::ChatMl:
-    case ChatFormat::ChatMlQwen: return content + "<|im_end|>";
-    case ChatFormat::Llama3: return python_strip(content) + "<|eot_id|>";
-    case ChatFormat::Mistral: return " " + content + eos;
-    case ChatFormat::Alpaca: break;
+std::string expected_generated(const std::string& name, const std::string& content, const std::string& eos) {
+  if (name == "llama3") {
+    const size_t first = content.find_first_not_of(" \t\n\r\v\f");
+    const size_t last = content.find_last_not_of(" \t\n\r\v\f");
+    return (first == std::string::npos ? "" : content.substr(first, last - first + 1)) + "<|eot_id|>";
   }
-  return "<not a chat format>";
+  if (name == "mistral") return " " + content + eos;
+  return content + "<|im_end|>";
 }
 
-TEST(ChatFormatRendering, RendersExactlyLikeTransformers) {
-  const nlohmann::json fixture = load_data_fixture("chat_templates.json");
+TEST(BuiltinChatTemplates, RenderExactlyLikeTransformers) {
+  const nlohmann::json fixture = data_test::load_data_fixture("chat_templates.json");
   ASSERT_EQ(fixture.at("families").size(), 4u);
   int checked = 0;
   for (const auto& family : fixture.at("families")) {
     const std::string name = family.at("format");
-    const ChatFormat format = chat_format_from_name(name, "");
-    EXPECT_EQ(chat_format_name(format), name);
-    EXPECT_EQ(chat_format_from_name("auto", family.at("template").get<std::string>()), format) << name;
-    const std::string bos = family.at("bos");
-    const std::string eos = family.at("eos");
+    const std::string eos = family.at("eos").is_null() ? "" : family.at("eos").get<std::string>();
+    const std::string bos = family.at("bos").is_null() ? "" : family.at("bos").get<std::string>();
+    const ChatTemplate chat_template = ChatTemplate::select(name, {}, tokens(bos, eos), ordered_json::object());
+    EXPECT_TRUE(chat_template.has_generation_markers(false)) << name;
     for (const auto& c : family.at("cases")) {
       SCOPED_TRACE(name + " / " + c.at("name").get<std::string>());
-      std::vector<ChatMessage> messages;
-      std::string expected_trainable;
+      Conversation conversation;
+      std::string expected;
       for (const auto& m : c.at("messages")) {
-        messages.push_back({m.at("role"), m.at("content")});
-        if (m.at("role") == "assistant") expected_trainable += expected_trainable_piece(format, m.at("content"), eos);
+        conversation.messages.push_back(ordered_json{{"role", m.at("role")}, {"content", m.at("content")}});
+        if (m.at("role") == "assistant") expected += expected_generated(name, m.at("content"), eos);
       }
       if (c.at("error").get<bool>()) {
-        EXPECT_THROW(render_conversation(format, messages, bos, eos), Error);
+        EXPECT_THROW(chat_template.render(conversation, false), Error);
         continue;
       }
-      const std::vector<TextSegment> segments = render_conversation(format, messages, bos, eos);
-      EXPECT_EQ(joined(segments), c.at("expected").get<std::string>());
-      EXPECT_EQ(joined_trainable(segments), expected_trainable);
-      for (size_t i = 0; i + 1 < segments.size(); ++i) {
-        EXPECT_NE(segments[i].trainable, segments[i + 1].trainable) << "adjacent segments not merged at " << i;
-      }
-      for (const TextSegment& segment : segments) EXPECT_FALSE(segment.text.empty());
+      const RenderedChat rendered = chat_template.render(conversation, false);
+      EXPECT_EQ(rendered.text, c.at("expected").get<std::string>());
+      EXPECT_EQ(generated_text(rendered), expected);
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 3 * 13 + 10);  // every conversation renders, except Mistral's three invalid ones
+  EXPECT_GE(checked, 40);
 }
 
-TEST(ChatFormatRendering, AssistantTurnSegmentsForChatMl) {
-  const std::vector<TextSegment> segments =
-      render_conversation(ChatFormat::ChatMl, {{"user", "Hi"}, {"assistant", "Yo"}, {"user", "Bye"}}, "", "");
-  ASSERT_EQ(segments.size(), 3u);
-  EXPECT_EQ(segments[0].text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_FALSE(segments[0].trainable);
-  EXPECT_EQ(segments[1].text, "Yo<|im_end|>");
-  EXPECT_TRUE(segments[1].trainable);
-  EXPECT_EQ(segments[2].text, "\n<|im_start|>user\nBye<|im_end|>\n");
-  EXPECT_FALSE(segments[2].trainable);
+TEST(BuiltinChatTemplates, ListContentAndGenerationPrompt) {
+  const ChatTemplate chatml = ChatTemplate::select("chatml", {}, {}, ordered_json::object());
+  Conversation conversation;
+  conversation.messages = ordered_json::parse(
+      R"([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"}, {"type": "text", "text": "b"}]}])");
+  EXPECT_EQ(chatml.render(conversation, true).text, "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n");
+  conversation.messages[0]["content"] = 3;
+  testing::expect_contains(testing::error_message([&] { chatml.render(conversation, false); }),
+                           {"built-in chatml template", "message content must be a string or a list of parts"});
 }
 
-TEST(ChatFormatRendering, Llama3WritesBosAndHeadersAreNotTrainable) {
-  const std::vector<TextSegment> segments =
-      render_conversation(ChatFormat::Llama3, {{"user", " Hi "}, {"assistant", "Yo\n"}}, "<|begin_of_text|>", "<|eot_id|>");
-  ASSERT_EQ(segments.size(), 2u);
-  EXPECT_EQ(segments[0].text,
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(segments[1].text, "Yo<|eot_id|>");
-  EXPECT_TRUE(segments[1].trainable);
-}
+TEST(ChatTemplateChoice, AutoNamesAliasesAndFiles) {
+  const SpecialTokens special = tokens("<s>", "</s>");
+  const ChatTemplates own = {{"default", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"},
+                             {"tool_use", "TOOLS{{ tools | length }}"}};
+  const ChatTemplate automatic = ChatTemplate::select("auto", own, special, ordered_json::object());
+  EXPECT_EQ(automatic.description(), "the tokenizer's chat_template");
+  Conversation conversation;
+  conversation.messages = ordered_json::parse(R"([{"role": "user", "content": "hi"}])");
+  EXPECT_EQ(automatic.render(conversation, false).text, "<s>hi");
+  conversation.tools = ordered_json::parse(R"([{"type": "function"}])");
+  EXPECT_EQ(automatic.render(conversation, false).text, "TOOLS1") << "rows with tools use the tool_use template";
 
-TEST(ChatFormatRendering, AutoDetection) {
-  EXPECT_EQ(chat_format_from_name("auto", "{{'<|im_start|>' + message['role']}}"), ChatFormat::ChatMl);
-  EXPECT_EQ(chat_format_from_name("auto", "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a "
-                                          "helpful assistant.<|im_end|>"),
-            ChatFormat::ChatMlQwen);
-  EXPECT_EQ(chat_format_from_name("auto", "{{ '<|start_header_id|>' }}"), ChatFormat::Llama3);
-  EXPECT_EQ(chat_format_from_name("auto", "{{ '[INST] ' + content }}"), ChatFormat::Mistral);
-  EXPECT_EQ(chat_format_from_name("auto", ""), ChatFormat::Alpaca);
-  EXPECT_EQ(chat_format_from_name("auto", "{{ messages }}"), ChatFormat::Alpaca);
-  EXPECT_EQ(chat_format_from_name("llama-3", ""), ChatFormat::Llama3);
-  EXPECT_EQ(chat_format_from_name("qwen", ""), ChatFormat::ChatMlQwen);
-  EXPECT_EQ(chat_format_from_name("alpaca", "<|im_start|>"), ChatFormat::Alpaca);
-  try {
-    chat_format_from_name("vicuna", "");
-    FAIL() << "expected UsageError";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("vicuna"), std::string::npos);
-  }
-}
+  testing::expect_contains(testing::error_message([&] { ChatTemplate::select("auto", {}, special, {}); }),
+                           {"the tokenizer has no default chat template", "chatml", ".jinja file"});
+  testing::expect_contains(testing::error_message([&] { ChatTemplate::select("vicuna", {}, special, {}); }),
+                           {"\"vicuna\" is neither a template name"});
+  testing::expect_contains(testing::error_message([&] { ChatTemplate::select("alpaca", own, special, {}); }),
+                           {"alpaca applies to instruction/input/output rows only"});
+  EXPECT_EQ(ChatTemplate::select("qwen", {}, special, {}).description(),
+            "built-in qwen2.5 (with {% generation %} markers)");
 
-TEST(ChatFormatRendering, RejectsBadConversations) {
-  EXPECT_THROW(render_conversation(ChatFormat::ChatMl, {}, "", ""), Error);
-  try {
-    render_conversation(ChatFormat::ChatMl, {{"user", "a"}, {"tool", "b"}}, "", "");
-    FAIL() << "expected Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tool"), std::string::npos);
-  }
-  EXPECT_THROW(render_conversation(ChatFormat::Alpaca, {{"user", "a"}}, "", ""), Error);
-  EXPECT_THROW(render_conversation(ChatFormat::Mistral, {{"system", "s"}, {"system", "t"}}, "<s>", "</s>"), Error);
-}
-
-TEST(ChatFormatRendering, PythonStrip) {
-  EXPECT_EQ(python_strip(""), "");
-  EXPECT_EQ(python_strip(" \t\n"), "");
-  EXPECT_EQ(python_strip("  a b  "), "a b");
-  EXPECT_EQ(python_strip("\xE3\x80\x80x\xC2\xA0"), "x");                     // U+3000, U+00A0
-  EXPECT_EQ(python_strip("\xC2\x85x\xE2\x80\xA8\x1F"), "x");                 // U+0085, U+2028, U+001F
-  EXPECT_EQ(python_strip("\xE2\x80\x8Bx"), "\xE2\x80\x8Bx");                 // U+200B is not a space
-  EXPECT_EQ(python_strip("\x85x\xA0"), "\x85x\xA0");                         // stray bytes are kept
-  EXPECT_EQ(python_strip(" \xF0\x9F\x98\x80 "), "\xF0\x9F\x98\x80");         // emoji
-  EXPECT_EQ(python_strip("x\xE2\x80"), "x\xE2\x80");                         // truncated sequence
-}
-
-TEST(ChatFormatRendering, AlpacaMatchesUnslothPrompt) {
-  const nlohmann::json fixture = load_data_fixture("alpaca.json");
-  const std::string eos = fixture.at("eos");
-  ASSERT_EQ(fixture.at("cases").size(), 3u);
-  for (const auto& c : fixture.at("cases")) {
-    const std::vector<TextSegment> segments = render_alpaca(c.at("instruction"), c.at("input"), c.at("output"), eos);
-    ASSERT_EQ(segments.size(), 2u);
-    EXPECT_EQ(joined(segments), c.at("expected").get<std::string>());
-    EXPECT_FALSE(segments[0].trainable);
-    EXPECT_TRUE(segments[1].trainable);
-    EXPECT_EQ(segments[1].text, c.at("output").get<std::string>() + eos);
-  }
+  testing::TempDir dir("chat_template_file");
+  dir.write("t.jinja", "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ extra }}\n");
+  const ChatTemplate file = ChatTemplate::select(dir.file("t.jinja"), own, special, ordered_json{{"extra", "!"}});
+  EXPECT_EQ(file.description(), "file " + dir.file("t.jinja"));
+  conversation.tools = nullptr;
+  EXPECT_EQ(file.render(conversation, false).text, "[user]hi!") << "one trailing newline is dropped, as jinja2 does";
+  conversation.kwargs = ordered_json{{"extra", "?"}};
+  EXPECT_EQ(file.render(conversation, false).text, "[user]hi?") << "the row's kwargs win over --chat_template_kwargs";
+  testing::expect_contains(testing::error_message([&] { ChatTemplate::select(dir.file("missing.jinja"), {}, special, {}); }),
+                           {"cannot open template file", "missing.jinja"});
+  dir.write("bad.jinja", "line one\n{% for %}\n");
+  testing::expect_contains(testing::error_message([&] { ChatTemplate::select(dir.file("bad.jinja"), {}, special, {}); }),
+                           {"bad.jinja", "line 2"});
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/data/chat_template.h"
 #include "finetune/data/dataset.h"
 #include "finetune/tokenizer/tokenizer.h"
 
@@ -28,9 +29,11 @@ void expect_matches_transformers(const std::string& family) {
   nlohmann::json expected;
   std::ifstream(dir + "/expected.json") >> expected;
   const auto tokenizer = load_tokenizer(dir);
+  const ChatTemplate chat_template = ChatTemplate::select("auto", tokenizer->special_tokens().chat_templates,
+                                                         tokenizer->special_tokens(), nlohmann::ordered_json::object());
   DatasetOptions options;
   options.max_seq_length = 4096;
-  options.chat_format = chat_format_from_name("auto", tokenizer->special_tokens().chat_template);
+  options.chat_template = &chat_template;
 
   const auto chats = load_dataset({dir + "/conversations.jsonl"}, tokenizer.get(), options);
   ASSERT_EQ(chats.samples.size(), expected["conversations"].size());

@@ -7,6 +7,7 @@
 #include "../data/byte_tokenizer.h"
 #include "finetune/config/model_config.h"
 #include "finetune/config/options.h"
+#include "finetune/data/chat_template.h"
 #include "finetune/data/dataset.h"
 #include "finetune/io/safetensors.h"
 #include "finetune/lora/lora_config.h"
@@ -95,16 +96,16 @@ void run_sentencepiece(const std::string& input, const std::string& dir) {
   use_tokenizer(*load_tokenizer(dir));
 }
 
-// A chat format picked by the input's size, strict and with skip_bad_rows.
+// A built-in chat template picked by the input's size, strict and with skip_bad_rows.
 void run_dataset(const std::string& input, const std::string& path) {
-  // (ChatFormat::Alpaca only refuses conversation rows.)
-  static const ChatFormat kFormats[] = {ChatFormat::ChatMl, ChatFormat::Llama3, ChatFormat::Mistral,
-                                        ChatFormat::ChatMlQwen};
   const data_test::ByteTokenizer tokenizer({"<|im_start|>", "<|im_end|>", "<s>", "</s>", "[INST]", "[/INST]"}, "<s>",
                                            "</s>", true);
+  static const char* const kTemplates[] = {"chatml", "llama3", "mistral", "qwen2.5"};
+  const ChatTemplate chat_template = ChatTemplate::select(
+      kTemplates[input.size() % 4], {}, tokenizer.special_tokens(), nlohmann::ordered_json::object());
   DatasetOptions options;
   options.max_seq_length = 64;
-  options.chat_format = kFormats[input.size() % (sizeof(kFormats) / sizeof(kFormats[0]))];
+  options.chat_template = &chat_template;
   options.train_on_completions = input.size() % 2 == 0;
   for (const bool skip : {true, false}) {
     options.skip_bad_rows = skip;

@@ -114,7 +114,7 @@ TEST(TokenizerReference, Llama3SpecialTokensAndTemplate) {
   EXPECT_EQ(ids.front(), *bos);
   EXPECT_EQ(ids[1], *tokenizer->token_to_id("<|start_header_id|>"));
   EXPECT_EQ(ids.back(), *eot);
-  EXPECT_NE(tokenizer->special_tokens().chat_template.find("start_header_id"), std::string::npos);
+  EXPECT_NE(tokenizer->special_tokens().chat_templates.at("default").find("start_header_id"), std::string::npos);
   EXPECT_FALSE(tokenizer->token_to_id("definitely-not-a-token-\xF0\x9F\x98\x80").has_value());
 }
 

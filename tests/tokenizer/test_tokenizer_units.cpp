@@ -127,7 +127,7 @@ TEST(TokenizerTiny, EncodesMergesAddedTokensAndPostProcessor) {
   EXPECT_EQ(tok->special_tokens().bos_token_id.value_or(-1), 2);
   EXPECT_FALSE(tok->special_tokens().pad_token.has_value());
   EXPECT_FALSE(tok->special_tokens().pad_token_id.has_value());
-  EXPECT_EQ(tok->special_tokens().chat_template, "T");
+  EXPECT_EQ(tok->special_tokens().chat_templates, (ChatTemplates{{"default", "T"}}));
   EXPECT_EQ(tok->vocab_size(), 6);
   EXPECT_THROW(tok->decode({99}, false), Error);
 }
@@ -308,7 +308,7 @@ TEST(TokenizerErrors, MistypedFieldsNameTheField) {
   TempDir dir("mistyped_config");
   dir.write("tokenizer.json", tiny_tokenizer_json().dump());
   dir.write("tokenizer_config.json", R"({"chat_template": [{"name": 5, "template": "x"}]})");
-  expect_error_mentions(dir.str(), {"tokenizer_config.json", "chat_template[].name"});
+  expect_error_mentions(dir.str(), {"tokenizer_config.json", "chat_template"});
 }
 
 TEST(TokenizerErrors, CorruptSentencePieceModel) {
