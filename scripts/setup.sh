@@ -13,6 +13,9 @@ BUILD_DIR=${FINETUNE_BUILD_DIR:-$ROOT/build}
 VENV=${FINETUNE_VENV:-$HOME/.cache/finetune/venv}
 PY_REQUIREMENTS=(torch==2.11.0 transformers==5.17.0 peft==0.21.0 trl==1.16.0 pyarrow==26.0.1 datasets==5.2.0 tokenizers safetensors sentencepiece
                  numpy jinja2 pytest)
+# Test references installed without their dependencies: unsloth's wheel for
+# unsloth/dataprep/raw_text.py (--raw_text_file chunking; importing unsloth itself needs a GPU).
+PY_NO_DEPS=(unsloth==2026.10.9)
 log() { echo "[setup] $*" >&2; }
 
 # --- 1. system packages
@@ -45,12 +48,13 @@ elif command -v python3 >/dev/null && python_has_reference python3; then
 else
   PYTHON=$VENV/bin/python
   stamp=$VENV/.finetune-requirements
-  if [ ! -x "$PYTHON" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]}" ]; then
+  if [ ! -x "$PYTHON" ] || [ "$(cat "$stamp" 2>/dev/null)" != "${PY_REQUIREMENTS[*]} ${PY_NO_DEPS[*]}" ]; then
     log "creating Python environment $VENV (torch==2.11.0 and the test reference; a few GB the first time)"
     python3 -m venv "$VENV"
     "$PYTHON" -m pip install -q --upgrade pip
     "$PYTHON" -m pip install -q "${PY_REQUIREMENTS[@]}"
-    echo "${PY_REQUIREMENTS[*]}" > "$stamp"
+    "$PYTHON" -m pip install -q --no-deps "${PY_NO_DEPS[@]}"
+    echo "${PY_REQUIREMENTS[*]} ${PY_NO_DEPS[*]}" > "$stamp"
   fi
 fi
 

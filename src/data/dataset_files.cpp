@@ -64,30 +64,7 @@ void visit_array(const std::string& path, ordered_json& document, const std::fun
   }
 }
 
-// {"col": [v0, v1, ...], ...} with every value a list of one length: rows {"col": v_i, ...}.
-bool is_columns_object(const ordered_json& document) {
-  if (!document.is_object() || document.empty()) return false;
-  const size_t rows = document.begin()->is_array() ? document.begin()->size() : 0;
-  for (const auto& [name, column] : document.items()) {
-    if (!column.is_array() || column.size() != rows) return false;
-  }
-  return true;
-}
-
-void visit_columns(const std::string& path, const ordered_json& document,
-                   const std::function<void(const DatasetRow&)>& visit) {
-  const size_t rows = document.begin()->size();
-  for (size_t i = 0; i < rows; ++i) {
-    DatasetRow row;
-    row.location.file = path;
-    row.location.element = static_cast<int64_t>(i);
-    row.value = ordered_json::object();
-    for (const auto& [name, column] : document.items()) row.value[name] = column[i];
-    visit(row);
-  }
-}
-
-// A .json file: an array, JSON Lines, or an object of columns (see dataset_files.h).
+// A .json file: an array, JSON Lines, or one object over several lines (see dataset_files.h).
 void read_json(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
   const std::string text = read_whole_file(path);
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -97,7 +74,7 @@ void read_json(const std::string& path, const std::function<void(const DatasetRo
     return visit_array(path, document, visit);
   }
   // JSON Lines first, as datasets does; if a line does not parse, the whole text may still be one
-  // object of columns spread over several lines.
+  // pretty-printed object: one row, as datasets reads it.
   std::vector<DatasetRow> rows;
   bool every_line_parses = true;
   std::istringstream lines(text);
@@ -111,8 +88,14 @@ void read_json(const std::string& path, const std::function<void(const DatasetRo
   }
   if (!every_line_parses) {
     try {
-      const ordered_json document = parse_ordered_json(text, path);
-      if (is_columns_object(document)) return visit_columns(path, document, visit);
+      ordered_json document = parse_ordered_json(text, path);
+      if (document.is_object()) {
+        DatasetRow row;
+        row.location.file = path;
+        row.location.element = 0;
+        row.value = std::move(document);
+        return visit(row);
+      }
     } catch (const JsonSyntaxError&) {
       // Not one JSON document either: report it as JSON Lines with bad rows.
     }

@@ -22,6 +22,21 @@ std::string lowercase_extension(const std::string& path) {
   return extension;
 }
 
+// Python's text-mode reading: "\r\n" and a lone "\r" become "\n".
+std::string universal_newlines(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\r') {
+      out += '\n';
+      if (i + 1 < text.size() && text[i + 1] == '\n') ++i;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
 bool is_blank(const std::string& text) { return text.find_first_not_of(" \t\r\n\f\v") == std::string::npos; }
 
 std::string text_of_row(const ordered_json& row) {
@@ -70,6 +85,7 @@ std::string read_raw_text(const std::string& path) {
   buffer << in.rdbuf();
   std::string text = buffer.str();
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  text = universal_newlines(text);
   const std::string extension = lowercase_extension(path);
   if (extension == ".csv") {
     throw Error(path + ": CSV raw text files are not supported; convert it to JSON Lines with a \"text\" field");
@@ -100,19 +116,34 @@ std::vector<Sample> chunk_raw_text(const std::string& text, const Tokenizer& tok
     throw UsageError("--stride must be at least 0 and smaller than --chunk_size (" + std::to_string(options.chunk_size) +
                      "), got " + std::to_string(options.stride));
   }
+  if (is_blank(text)) return {};
   const std::vector<int32_t> tokens = tokenizer.encode(text, /*add_special_tokens=*/false);
   const std::optional<int32_t> eos = tokenizer.special_tokens().eos_token_id;
   const auto chunk_size = static_cast<size_t>(options.chunk_size);
-  const auto step = static_cast<size_t>(options.chunk_size - options.stride);
+  // The final EOS counts toward chunk_size (a chunk of 1 cannot hold a token and EOS).
+  const bool reserve_eos = eos.has_value() && chunk_size > 1;
+  const size_t total = tokens.size() + (reserve_eos ? 1 : 0);
+  std::vector<std::pair<size_t, size_t>> bounds;
+  if (total <= chunk_size) {
+    bounds.emplace_back(0, tokens.size());
+  } else {
+    for (size_t start = 0;; start += chunk_size - static_cast<size_t>(options.stride)) {
+      const size_t end = std::min(start + chunk_size, total);
+      bounds.emplace_back(start, end);
+      if (end == total) break;
+    }
+    // Stride 0 on an exact multiple would leave EOS alone in the last chunk: end a full window there.
+    if (reserve_eos && bounds.size() > 1 && bounds.back().first == tokens.size()) bounds.back().first = total - chunk_size;
+  }
   std::vector<Sample> chunks;
-  for (size_t start = 0; start < tokens.size(); start += step) {
-    const size_t end = std::min(start + chunk_size, tokens.size());
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    const size_t begin = std::min(bounds[i].first, tokens.size());
+    const size_t end = std::min(bounds[i].second, tokens.size());
     Sample chunk;
-    chunk.input_ids.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start), tokens.begin() + static_cast<std::ptrdiff_t>(end));
-    if (eos && (end == tokens.size() || end - start == chunk_size)) chunk.input_ids.push_back(*eos);
+    chunk.input_ids.assign(tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    if (eos && i + 1 == bounds.size()) chunk.input_ids.push_back(*eos);  // EOS only at the true end
     chunk.labels = chunk.input_ids;
     chunks.push_back(std::move(chunk));
-    if (end == tokens.size()) break;
   }
   return chunks;
 }

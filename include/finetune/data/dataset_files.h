@@ -4,9 +4,9 @@
 //             nests deeper than kMaxJsonDepth, util/json_parse.h) is handed over with its parse
 //             error (so the caller can skip it under skip_bad_rows)
 //   .json     a top-level array of rows; or JSON Lines (datasets tries JSON Lines first, so a
-//             .json file of one object per line is read like .jsonl); or one object of equal-length
-//             columns {"text": ["a", "b"]} (rows {"text": "a"}, {"text": "b"}). Anything else is an
-//             error naming the file, line and column.
+//             .json file of one object per line is read like .jsonl); or one object spread over
+//             several lines, which is one row (as datasets 5 reads it). Anything else is an error
+//             naming the file, line and column.
 // Objects keep their keys in file order (tojson in a chat template shows them in that order).
 #pragma once
 
@@ -21,7 +21,7 @@ namespace finetune {
 struct RowLocation {
   std::string file;
   int64_t line = 0;      // 1-based line of a JSON Lines row; 0 otherwise
-  int64_t element = -1;  // index of a row in a .json array or columns object; -1 otherwise
+  int64_t element = -1;  // index of a row in a .json array (0 for a lone object); -1 otherwise
 
   // "data.jsonl:12" or "data.json element 3"
   std::string describe() const;

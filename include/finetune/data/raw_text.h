@@ -1,12 +1,13 @@
 // Raw text files as Unsloth CLI's --raw_text_file reads them (unsloth/dataprep/raw_text.py,
 // RawTextDataLoader): the file's text is tokenized once without special tokens and cut into
-// chunks of chunk_size tokens, each starting chunk_size - stride tokens after the previous one
-// (consecutive chunks overlap by `stride` tokens); EOS is appended to every full chunk and to the
-// last one. Labels equal input_ids.
+// windows of chunk_size tokens, each starting chunk_size - stride tokens after the previous one
+// (consecutive chunks overlap by `stride` tokens); EOS ends the last chunk and counts toward its
+// chunk_size (unsloth 2026.10.9, the version the tests compare with). Labels equal input_ids.
 //   .json / .jsonl  rows' text from the first string field among text, content, message, body,
 //                   description, prompt; rows joined with "\n\n" (.json: one JSON document, a
 //                   list of rows or one row; if it does not parse, JSON Lines)
-//   anything else   the file's text (a UTF-8 byte order mark is dropped)
+//   anything else   the file's text
+// A UTF-8 byte order mark is dropped and line ends are read as Python's text mode reads them.
 // .csv files are refused (Unsloth reads their text column; convert them to JSON Lines).
 #pragma once
 
