@@ -102,3 +102,28 @@ def prefix_assistant_mask(tokenizer, messages, **kwargs):
     offsets = [list(o) for o in encoded["offset_mapping"]]
     return {"text": full, "input_ids": list(encoded["input_ids"]), "offsets": offsets, "message_spans": spans,
             "assistant_spans": assistant, "assistant_mask": token_mask(offsets, assistant)}
+
+
+def prefix_token_mask(tokenizer, messages, **kwargs):
+    """The per-turn prefix difference on tokens, as finetune computes it (data/chat_tokenization.h)
+    and as TRL computes a prompt/completion mask (trl.data_utils.common_prefix_length): for every
+    assistant message k, its tokens start where the tokens of messages[:k] rendered with the
+    generation prompt stop agreeing with the whole conversation's (0 when k == 0), and end where
+    those of messages[:k + 1] do. Raises when a prefix does not render."""
+    from trl.data_utils import common_prefix_length
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("add_generation_prompt", "tokenize")}
+
+    def ids(msgs, add_generation_prompt):
+        text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    full = ids(messages, False)
+    mask = [0] * len(full)
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        start = common_prefix_length(ids(messages[:k], True), full) if k > 0 else 0
+        end = common_prefix_length(ids(messages[:k + 1], False), full)
+        for i in range(start, end):
+            mask[i] = 1
+    return mask

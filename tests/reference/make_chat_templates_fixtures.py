@@ -411,7 +411,8 @@ def conversation_row(tokenizer, row, family_kwargs, bos_text):
     assert ref["text"] == text and ref["input_ids"] == ids
     out.update({"message_spans": ref["message_spans"], "assistant_spans": ref["assistant_spans"],
                 "assistant_spans_bytes": chat_masks.char_spans_to_byte_spans(text, ref["assistant_spans"]),
-                "assistant_masks_prefix": ref["assistant_mask"], "prefix_error": None})
+                "assistant_masks_prefix": ref["assistant_mask"], "prefix_error": None,
+                "assistant_masks_prefix_tokens": chat_masks.prefix_token_mask(tokenizer, messages, tools=tools, **kwargs)})
     return out
 
 
