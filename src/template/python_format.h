@@ -1,0 +1,17 @@
+// Python string formatting: printf-style `format % args` (the % operator and jinja2's format
+// filter) and str.format(*args, **kwargs) with the common format-spec features.
+// Supported: %s %r %a %d %i %u %x %X %o %e %E %f %F %g %G %c %% with %(key)s, flags -+ #0, width
+// and precision (also *); str.format fields {} {0} {name} with .attr / [key] access, !r !s !a, and
+// specs [[fill]align][sign][#][0][width][,|_][.precision][type] for s d b o x X c e E f F g G %.
+#pragma once
+
+#include <string>
+
+#include "value.h"
+
+namespace finetune::jinja {
+
+std::string python_percent_format(const std::string& format, const Value& args);
+std::string python_str_format(const std::string& format, const Arguments& args);
+
+}  // namespace finetune::jinja
