@@ -32,17 +32,36 @@ void mask_untrained(Sample& sample, const std::vector<bool>& trained) {
   }
 }
 
-// transformers' char_to_token for the span boundaries of a generation block, on tokens of the
-// whole text: the first token is the one holding byte `begin`, the last the one holding byte
-// end - 1. A boundary inside a token shows as a prefix encoding that stops agreeing with the
-// whole one within its last token.
+// One past the UTF-8 character that starts at byte `pos`.
+size_t next_character(const std::string& text, size_t pos) {
+  const auto lead = static_cast<unsigned char>(text[pos]);
+  const size_t length = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : (lead & 0xF8) == 0xF0 ? 4 : 1;
+  return std::min(text.size(), pos + length);
+}
+
+// transformers' char_to_token on the tokens `ids` of `text`: the index of the first token whose
+// offsets hold the character at byte `pos`. The tokens before it are those on which the encoding
+// of the text before the character agrees with `ids`; the next one holds the character, unless
+// the encoding through the character adds no token there: then the token before absorbed it (an
+// added token with rstrip, e.g. Phi-3.5's <|assistant|> taking the whitespace after it, whose
+// offsets then cover that whitespace). A character split over several byte-level tokens is held
+// by the first of them, as in tokenizers.
+size_t token_holding(const Tokenizer& tokenizer, const std::string& text, const std::vector<int32_t>& ids, size_t pos) {
+  const size_t before = common_prefix_length(encode_rendered(tokenizer, text.substr(0, pos)), ids);
+  const std::vector<int32_t> through = encode_rendered(tokenizer, text.substr(0, next_character(text, pos)));
+  const bool absorbed = before > 0 && through.size() <= before && common_prefix_length(through, ids) <= before;
+  return absorbed ? before - 1 : before;
+}
+
+// transformers' return_assistant_tokens_mask for a generated span [begin, end): every token from
+// the one holding character `begin` to the one holding character end - 1.
 std::pair<size_t, size_t> span_tokens(const Tokenizer& tokenizer, const std::string& text,
                                       const std::vector<int32_t>& ids, size_t begin, size_t end) {
-  const size_t first = common_prefix_length(encode_rendered(tokenizer, text.substr(0, begin)), ids);
-  const std::vector<int32_t> through_end = encode_rendered(tokenizer, text.substr(0, end));
-  const size_t agreed = common_prefix_length(through_end, ids);
-  const size_t last_exclusive = agreed == through_end.size() ? agreed : std::min(ids.size(), agreed + 1);
-  return {first, std::max(first, last_exclusive)};
+  size_t last_start = end - 1;  // the start of the span's last character
+  while (last_start > begin && (static_cast<unsigned char>(text[last_start]) & 0xC0) == 0x80) --last_start;
+  const size_t first = token_holding(tokenizer, text, ids, begin);
+  const size_t last = token_holding(tokenizer, text, ids, last_start);
+  return {std::min(first, ids.size()), std::min(ids.size(), std::max(first, last + 1))};
 }
 
 std::vector<bool> generation_mask(const Tokenizer& tokenizer, const RenderedChat& rendered,
