@@ -16,8 +16,7 @@ namespace finetune {
 
 int run_eval(const Options& options, const EnvMap& env) {
   const auto data_setup = data_setup_from(options);
-  const std::string data_spec = data_setup.eval_dataset.empty() ? data_setup.dataset : data_setup.eval_dataset;
-  if (data_spec.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  const DatasetSplit split = eval_command_split(data_setup, env);  // before the model: a bad split fails fast
   const auto launch = launch_env_from(env);
   const auto source = model_source_from(options);
   const auto device = select_device(source.device, launch.local_rank);
@@ -26,7 +25,7 @@ int run_eval(const Options& options, const EnvMap& env) {
   const auto memory_after_load = peak_device_memory_gib(device);
   const auto adapter_setup = adapter_setup_from(options);
   if (!adapter_setup.init_adapter.empty()) setup_adapter(*loaded.model, adapter_setup);
-  const auto data = load_one_dataset(data_spec, data_setup, env, loaded.tokenizer.get(), loaded.model->config().vocab_size);
+  const auto data = load_split(split, data_setup, loaded.tokenizer.get(), loaded.model->config().vocab_size);
 
   std::vector<int64_t> indices(data.samples.size());
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);

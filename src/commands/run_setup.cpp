@@ -110,8 +110,9 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   return attached;
 }
 
-TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer, int64_t vocab_size) {
+TokenizedDataset load_split(const DatasetSplit& split, const DataSetup& setup, const Tokenizer* tokenizer,
+                            int64_t vocab_size) {
+  log::info("data " + split.describe());
   DatasetOptions dataset_options;
   dataset_options.max_seq_length = setup.max_seq_length;
   dataset_options.train_on_completions = setup.train_on_completions;
@@ -119,15 +120,30 @@ TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setu
   dataset_options.vocab_size = vocab_size;
   dataset_options.chat_format =
       chat_format_from_name(setup.chat_template, tokenizer ? tokenizer->special_tokens().chat_template : "");
-  return load_dataset(resolve_dataset_files(spec, env), tokenizer, dataset_options);
+  return load_dataset(split.files, tokenizer, dataset_options);
 }
 
-Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size) {
+DatasetSplit eval_command_split(const DataSetup& setup, const EnvMap& env) {
+  if (!setup.eval_dataset.empty())
+    return resolve_eval_dataset(setup.eval_dataset, setup.dataset, setup.dataset_split, env);
+  if (setup.dataset.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  return resolve_dataset_split(setup.dataset, setup.dataset_split, env);
+}
+
+DataSplits resolve_data_splits(const DataSetup& setup, const EnvMap& env) {
   if (setup.dataset.empty()) throw UsageError("--dataset: required for training");
+  DataSplits splits{resolve_dataset_split(setup.dataset, setup.dataset_split, env), std::nullopt};
+  if (!setup.eval_dataset.empty())
+    splits.eval = resolve_eval_dataset(setup.eval_dataset, setup.dataset, setup.dataset_split, env);
+  return splits;
+}
+
+Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const Tokenizer* tokenizer,
+                       int64_t vocab_size) {
   Datasets datasets;
-  datasets.train = load_one_dataset(setup.dataset, setup, env, tokenizer, vocab_size);
-  if (!setup.eval_dataset.empty()) {
-    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer, vocab_size);
+  datasets.train = load_split(splits.train, setup, tokenizer, vocab_size);
+  if (splits.eval) {
+    datasets.eval = load_split(*splits.eval, setup, tokenizer, vocab_size);
   } else if (setup.eval_split > 0) {
     // Hold out a seeded random subset, like datasets' train_test_split(test_size, seed).
     auto& rows = datasets.train.samples;

@@ -31,6 +31,7 @@ AdapterSetup adapter_setup_from(const Options& options) {
 DataSetup data_setup_from(const Options& options) {
   DataSetup setup;
   setup.dataset = options.dataset;
+  setup.dataset_split = options.dataset_split;
   setup.eval_dataset = options.eval_dataset;
   setup.eval_split = options.eval_split;
   setup.seed = static_cast<uint64_t>(options.seed);

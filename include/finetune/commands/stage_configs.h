@@ -41,7 +41,8 @@ AdapterSetup adapter_setup_from(const Options& options);
 // tokenizer's own template).
 struct DataSetup {
   std::string dataset;
-  std::string eval_dataset;
+  std::string dataset_split = "train";  // the split of `dataset` to train on (config/dataset_source.h)
+  std::string eval_dataset;            // a path or hub id, or a split of `dataset`
   double eval_split = 0;
   uint64_t seed = 3407;      // for the --eval_split hold-out
   std::string chat_template = "auto";
