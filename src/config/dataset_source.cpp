@@ -34,8 +34,10 @@ void check_builder(const FoundDataset& found, const std::string& what) {
   if (found.splits.builder == "zip")
     throw Error(what + ": HF datasets would read the .zip archives in " + found.location +
                 "; finetune does not read archives (unpack them): " + formats);
-  throw Error(what + ": HF datasets reads " + found.location + " with its " +
-              (found.splits.builder.empty() ? "(no)" : found.splits.builder) + " builder; " + formats);
+  if (found.splits.builder.empty())
+    throw Error(what + ": " + found.location + " has no extension HF datasets knows for data; " + formats);
+  throw Error(what + ": HF datasets reads " + found.location + " with its " + found.splits.builder + " builder; " +
+              formats);
 }
 
 FoundDataset find_local(const std::string& path) {

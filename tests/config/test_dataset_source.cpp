@@ -74,6 +74,9 @@ TEST_F(DatasetSourceTest, FormatsFinetuneDoesNotReadAreNamed) {
                   {"--dataset", dir + "/rows.csv", "csv builder", "finetune reads"});
   expect_contains(testing::error_message([&] { resolve_dataset_split(dir + "/csvs", "train", {}); }),
                   {dir + "/csvs", "csv builder"});
+  make_dir("d", {"rows"});
+  expect_contains(testing::error_message([&] { resolve_dataset_split(dir + "/rows", "train", {}); }),
+                  {dir + "/rows", "no extension HF datasets knows"});
 }
 
 TEST_F(DatasetSourceTest, ADirectoryTrainsOnItsTrainSplitOnly) {
