@@ -16,7 +16,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// datasets' builders whose files finetune reads (data/dataset_files.h has the readers).
+// datasets' builders whose files are handed to the row readers (data/dataset_files.h), which name
+// any file type they do not read (yet): json rows, Parquet tables, text lines.
 const std::vector<std::string>& readable_builders() {
   static const std::vector<std::string> builders = {"json", "parquet", "text"};
   return builders;
@@ -30,7 +31,8 @@ struct FoundDataset {
 void check_builder(const FoundDataset& found, const std::string& what) {
   const auto& readable = readable_builders();
   if (std::find(readable.begin(), readable.end(), found.splits.builder) != readable.end()) return;
-  const std::string formats = "finetune reads datasets' json (.json, .jsonl, .ndjson), parquet (.parquet) and text (.txt)";
+  const std::string formats =
+      "finetune takes the files of datasets' json (.json, .jsonl, .ndjson), parquet (.parquet) and text (.txt) builders";
   if (found.splits.builder == "zip")
     throw Error(what + ": HF datasets would read the .zip archives in " + found.location +
                 "; finetune does not read archives (unpack them): " + formats);
@@ -83,8 +85,8 @@ FoundDataset find_dataset(const std::string& spec, const std::string& option, co
   std::vector<std::string> tried = {spec + " (local file or directory)"};
   FoundDataset found;
   if (looks_like_hub_id(spec) && find_in_cache(spec, env, tried, found)) return found;
-  throw Error(option + " " + spec + " not found (there is no download: pass a .json/.jsonl/.parquet file, a "
-              "directory, or a hub id already in the Hugging Face cache); looked at:" + tried_lines(tried));
+  throw Error(option + " " + spec + " not found (there is no download: pass a data file, a directory, or a hub "
+              "id already in the Hugging Face cache); looked at:" + tried_lines(tried));
 }
 
 DatasetSplit split_of(const FoundDataset& found, const std::string& split) {

@@ -203,8 +203,8 @@ std::vector<OptionRow> build_option_table() {
 
       // --- data
       string_row("dataset", "data", &Options::dataset, true,
-                 "a .json/.jsonl/.parquet file, a directory, or a hub id ORG/NAME in the local Hugging Face cache; "
-                 "a directory's splits are found from file names as HF datasets finds them"),
+                 "a data file, a directory, or a hub id ORG/NAME in the local Hugging Face cache; a directory's "
+                 "splits are found from file names as HF datasets finds them"),
       split_row("dataset_split", "data", &Options::dataset_split,
                 "the split of --dataset to train on (eval: to evaluate, when there is no --eval_dataset)"),
       string_row("eval_dataset", "data", &Options::eval_dataset, true,

@@ -71,7 +71,7 @@ TEST_F(DatasetSourceTest, AFileIsItsOwnTrainSplit) {
 TEST_F(DatasetSourceTest, FormatsFinetuneDoesNotReadAreNamed) {
   const std::string dir = make_dir("d", {"rows.csv", "csvs/train.csv", "csvs/test.csv"});
   expect_contains(testing::error_message([&] { resolve_dataset_split(dir + "/rows.csv", "train", {}); }),
-                  {"--dataset", dir + "/rows.csv", "csv builder", "finetune reads"});
+                  {"--dataset", dir + "/rows.csv", "csv builder", "finetune takes the files of"});
   expect_contains(testing::error_message([&] { resolve_dataset_split(dir + "/csvs", "train", {}); }),
                   {dir + "/csvs", "csv builder"});
   make_dir("d", {"rows"});

@@ -1,13 +1,14 @@
 // What --dataset and --eval_dataset name, resolved to the data files of one split. A dataset is
-//   FILE      a .json/.jsonl/.ndjson, .parquet or .txt file: all of it is the split "train" (as
-//             load_dataset("json", data_files=FILE) has it)
+//   FILE      a data file: all of it is the split "train" (as load_dataset("json", data_files=FILE)
+//             has it)
 //   DIR       a directory, whose splits come from its file names exactly as HF datasets infers
 //             them (data_file_splits.h): a test file is never in the train split
 //   ORG/NAME  a dataset repo in the local Hugging Face cache (hf_hub.h): the refs/main snapshot,
 //             split like a directory, when it has data files; else the auto-converted Parquet
 //             branch (refs/convert/parquet), split by its <config>/<split>/ directories
-// Accepted formats are those of datasets' json, parquet and text builders; a dataset datasets
-// would read with another builder (csv, images, ...) is an Error naming the builder.
+// Accepted: the files of datasets' json, parquet and text builders (the row readers,
+// data/dataset_files.h, say which of those they take); a dataset datasets would read with another
+// builder (csv, images, ...) is an Error naming the builder.
 //
 // --eval_dataset VALUE means, first match wins:
 //   1. an existing file or directory (so a directory named "test" in the working directory wins
