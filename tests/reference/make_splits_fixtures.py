@@ -25,16 +25,20 @@ refs/main and for the auto-converted Parquet branch refs/convert/parquet, whose
 <config>/<split>/NNNN.parquet and <config>/partial-<split>/NNNN.parquet files follow the dataset
 viewer's convention (datasets itself only reads that branch through the viewer's API).
 """
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# datasets writes a cache of its own: keep it out of the user's home.
-os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="splits_datasets_cache_"))
+# datasets writes a cache of its own: a temporary one, not the user's; and never the network.
+_DATASETS_CACHE = tempfile.mkdtemp(prefix="splits_datasets_cache_")
+atexit.register(shutil.rmtree, _DATASETS_CACHE, ignore_errors=True)
+os.environ["HF_DATASETS_CACHE"] = _DATASETS_CACHE
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import datasets  # noqa: E402

@@ -22,7 +22,7 @@ std::string resolve_model_dir(const std::string& model_name, const EnvMap& env);
 
 // The cached snapshots of dataset repo ORG/NAME; an empty string for one that is not there.
 struct DatasetSnapshots {
-  std::string main;            // refs/main's; without refs/main, the newest snapshot no other ref names
+  std::string main;            // refs/main's; without refs/main, the newest snapshot but the Parquet branch's
   std::string parquet_export;  // refs/refs/convert/parquet's
 };
 // What was looked at is appended to `tried` (for the caller's "not found" error).
