@@ -16,9 +16,7 @@ namespace finetune {
 
 int run_eval(const Options& options, const EnvMap& env) {
   const auto data_setup = data_setup_from(options);
-  const std::vector<std::string> data_specs =
-      data_setup.eval_dataset.empty() ? data_setup.datasets : std::vector<std::string>{data_setup.eval_dataset};
-  if (data_specs.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  const std::vector<DatasetSplit> splits = eval_command_splits(data_setup, env);  // before the model: fails fast
   const auto launch = launch_env_from(env);
   const auto source = model_source_from(options);
   const auto device = select_device(source.device, launch.local_rank);
@@ -27,15 +25,12 @@ int run_eval(const Options& options, const EnvMap& env) {
   const auto memory_after_load = peak_device_memory_gib(device);
   const auto adapter_setup = adapter_setup_from(options);
   if (!adapter_setup.init_adapter.empty()) setup_adapter(*loaded.model, adapter_setup);
-  TokenizedDataset data;
-  {
-    DataSetup eval_setup = data_setup;
-    eval_setup.datasets = data_specs;
-    eval_setup.dataset_weights.assign(data_specs.size(), 1.0);
-    eval_setup.eval_dataset.clear();
-    eval_setup.eval_split = 0;
-    data = std::move(load_datasets(eval_setup, env, loaded.tokenizer.get(), loaded.model->config().vocab_size).train);
-  }
+  DataSetup eval_setup = data_setup;  // every split's rows, unweighted, nothing held out
+  eval_setup.dataset_weights.assign(splits.size(), 1.0);
+  eval_setup.eval_split = 0;
+  eval_setup.raw_text_file.clear();
+  const auto data = load_datasets(DataSplits{splits, std::nullopt}, eval_setup, loaded.tokenizer.get(),
+                                  loaded.model->config().vocab_size).train;
 
   std::vector<int64_t> indices(data.samples.size());
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);

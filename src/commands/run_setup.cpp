@@ -161,17 +161,40 @@ TokenizedDataset load_raw_text(const DataSetup& setup, const Tokenizer* tokenize
   return dataset;
 }
 
-}  // namespace
-
-TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer, const ChatTemplate* chat_template, int64_t vocab_size) {
-  return load_dataset(resolve_dataset_files(spec, env), tokenizer, dataset_options_for(setup, chat_template, vocab_size));
+TokenizedDataset load_split(const DatasetSplit& split, const DataSetup& setup, const Tokenizer* tokenizer,
+                            const ChatTemplate* chat_template, int64_t vocab_size) {
+  log::info("data " + split.describe());
+  return load_dataset(split.files, tokenizer, dataset_options_for(setup, chat_template, vocab_size));
 }
 
-Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size) {
+}  // namespace
+
+std::vector<DatasetSplit> eval_command_splits(const DataSetup& setup, const EnvMap& env) {
+  const std::string first = setup.datasets.empty() ? std::string() : setup.datasets.front();
+  if (!setup.eval_dataset.empty()) return {resolve_eval_dataset(setup.eval_dataset, first, setup.dataset_split, env)};
+  if (setup.datasets.empty()) throw UsageError("--dataset (or --eval_dataset): required for eval");
+  std::vector<DatasetSplit> splits;
+  for (const std::string& dataset : setup.datasets) splits.push_back(resolve_dataset_split(dataset, setup.dataset_split, env));
+  return splits;
+}
+
+DataSplits resolve_data_splits(const DataSetup& setup, const EnvMap& env) {
   if (setup.datasets.empty() && setup.raw_text_file.empty()) {
     throw UsageError("--dataset (or --raw_text_file): required for training");
   }
+  DataSplits splits;
+  for (const std::string& dataset : setup.datasets) {
+    splits.train.push_back(resolve_dataset_split(dataset, setup.dataset_split, env));
+  }
+  if (!setup.eval_dataset.empty()) {
+    const std::string first = setup.datasets.empty() ? std::string() : setup.datasets.front();
+    splits.eval = resolve_eval_dataset(setup.eval_dataset, first, setup.dataset_split, env);
+  }
+  return splits;
+}
+
+Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const Tokenizer* tokenizer,
+                       int64_t vocab_size) {
   Datasets datasets;
   std::string unavailable_reason;
   datasets.chat_template = chat_template_for(setup, tokenizer, unavailable_reason);
@@ -182,15 +205,15 @@ Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenize
     datasets.train = load_raw_text(setup, tokenizer);
   } else {
     std::vector<TokenizedDataset> parts;
-    for (const std::string& spec : setup.datasets) {
-      parts.push_back(load_one_dataset(spec, setup, env, tokenizer, chat_template, vocab_size));
+    for (const DatasetSplit& split : splits.train) {
+      parts.push_back(load_split(split, setup, tokenizer, chat_template, vocab_size));
     }
     datasets.train = parts.size() == 1 && setup.dataset_weights == std::vector<double>{1.0}
                          ? std::move(parts.front())
                          : mix_datasets(std::move(parts), setup.dataset_weights, setup.seed);
   }
-  if (!setup.eval_dataset.empty()) {
-    datasets.eval = load_one_dataset(setup.eval_dataset, setup, env, tokenizer, chat_template, vocab_size);
+  if (splits.eval) {
+    datasets.eval = load_split(*splits.eval, setup, tokenizer, chat_template, vocab_size);
   } else if (setup.eval_split > 0) {
     // Hold out a seeded random subset, like datasets' train_test_split(test_size, seed).
     auto& rows = datasets.train.samples;

@@ -74,6 +74,7 @@ DataSetup data_setup_from(const Options& options) {
   DataSetup setup;
   setup.datasets = comma_list(options.dataset);
   setup.dataset_weights = dataset_weights_from(options.dataset_weights, setup.datasets.size());
+  setup.dataset_split = options.dataset_split;
   setup.eval_dataset = options.eval_dataset;
   setup.eval_split = options.eval_split;
   setup.seed = static_cast<uint64_t>(options.seed);

@@ -74,6 +74,8 @@ int run_train(const Options& options, const EnvMap& env) {
   const auto export_setup = export_setup_from(options);
   const auto run_directory = run_directory_setup_from(options);
   try {
+    const auto data_setup = data_setup_from(options);
+    const auto data_splits = resolve_data_splits(data_setup, env);  // a wrong split fails before the model loads
     prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
     if (launch.rank == 0 && export_setup.save_model) {
       create_output_directory(export_setup.export_config.save_path, "--save_path");
@@ -91,7 +93,7 @@ int run_train(const Options& options, const EnvMap& env) {
       load_adapter_weights(model, checkpoint);
       log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
     }
-    const auto data = load_datasets(data_setup_from(options), env, loaded.tokenizer.get(), model.config().vocab_size);
+    const auto data = load_datasets(data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
     if (data.train.samples.empty()) {
       const std::string dropped = describe_dropped_rows(data.train.stats);
       throw Error("the training set is empty: no row has a trainable token" + (dropped.empty() ? "" : " (" + dropped + ")"));

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <sstream>
 
@@ -14,25 +13,56 @@
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
 #include "finetune/util/text.h"
+#include "option_environment.h"
 #include "option_values.h"
 
 namespace finetune {
 namespace {
 
-std::string env_key(const std::string& name) {
-  std::string key = "FINETUNE_";
-  for (unsigned char c : name) key += static_cast<char>(std::toupper(c));
-  return key;
-}
-
-// A raw value and where it came from, for error messages.
+// A raw value, the name it was given under (an alias or the option's name) and where it came
+// from, for error messages.
 struct RawValue {
   std::string text;
   std::string origin;  // "" (command line), "FINETUNE_R", "cfg.json"
+  std::string name;    // as given: "lora_r" for --lora_r
 };
 
-std::string describe_option(const std::string& name, const RawValue& raw) {
-  return "--" + name + (raw.origin.empty() ? "" : " (from " + raw.origin + ")");
+std::string describe_option(const RawValue& raw) {
+  return "--" + raw.name + (raw.origin.empty() ? "" : " (from " + raw.origin + ")");
+}
+
+// Within one source that has no order (a config file, the environment) an option may be given
+// once: two of its names would leave the winner to chance. `label` names a value's entry there.
+void store_unordered(std::map<std::string, RawValue>& source_values, const OptionRow& row, const RawValue& raw,
+                     std::string (*label)(const RawValue&)) {
+  const auto [it, inserted] = source_values.emplace(row.spec.name, raw);
+  if (!inserted) {
+    throw UsageError(label(it->second) + " and " + label(raw) + " both set --" + row.spec.name +
+                     " (they are one option; keep one)");
+  }
+}
+
+std::string file_key_label(const RawValue& raw) { return raw.origin + ": " + raw.name; }
+std::string variable_label(const RawValue& raw) { return raw.origin; }
+
+// Every name an option answers to, for "did you mean" hints.
+std::vector<std::string> all_option_names() {
+  std::vector<std::string> names;
+  for (const auto& row : option_rows()) {
+    names.push_back(row.spec.name);
+    names.insert(names.end(), row.spec.aliases.begin(), row.spec.aliases.end());
+  }
+  return names;
+}
+
+// The error for a name that is no option: Unsloth's options finetune lacks say why, others get the
+// nearest option name when there is one.
+std::string unknown_option_message(const std::string& name) {
+  for (const auto& [unsloth_name, reason] : unsloth_only_options())
+    if (name == unsloth_name) return "an option of Unsloth's CLI that finetune does not have: " + reason;
+  std::string message = "unknown option";
+  if (const auto suggestion = closest_match(name, all_option_names())) message += "; did you mean --" + *suggestion + "?";
+  return message;
 }
 
 // Config-file JSON values reduced to the string form the bindings take.
@@ -58,7 +88,7 @@ std::string json_value_to_text(const nlohmann::json& value, const OptionRow& row
   throw UsageError(where + "expected a " + row.spec.type + " value, got " + json_excerpt(value));
 }
 
-void read_config_file(const std::string& file, std::map<std::string, RawValue>& values) {
+std::map<std::string, RawValue> read_config_file(const std::string& file) {
   nlohmann::json doc;
   try {
     doc = read_json_file(file);
@@ -66,11 +96,26 @@ void read_config_file(const std::string& file, std::map<std::string, RawValue>& 
     throw UsageError(std::string("--config: ") + e.what());
   }
   if (!doc.is_object()) throw UsageError(file + ": expected a JSON object of option names to values");
+  std::map<std::string, RawValue> values;
   for (const auto& [key, value] : doc.items()) {
     const OptionRow* row = find_option_row(key);
-    if (row == nullptr) throw UsageError(file + ": unknown option " + in_quotes(key));
-    values[key] = RawValue{json_value_to_text(value, *row, file), file};
+    if (row == nullptr) throw UsageError(file + ": " + in_quotes(key) + ": " + unknown_option_message(key));
+    store_unordered(values, *row, RawValue{json_value_to_text(value, *row, file), file, key}, file_key_label);
   }
+  return values;
+}
+
+std::map<std::string, RawValue> read_environment(const EnvMap& env) {
+  std::map<std::string, RawValue> values;
+  for (const auto& row : option_rows()) {
+    std::vector<std::string> names = {row.spec.name};
+    names.insert(names.end(), row.spec.aliases.begin(), row.spec.aliases.end());
+    for (const auto& name : names) {
+      const auto it = env.find(option_env_key(name));
+      if (it != env.end()) store_unordered(values, row, RawValue{it->second, it->first, name}, variable_label);
+    }
+  }
+  return values;
 }
 
 // Two cxxopts quirks are smoothed over before it sees the arguments:
@@ -78,6 +123,8 @@ void read_config_file(const std::string& file, std::map<std::string, RawValue>& 
 //    rewritten to `--packing=false`;
 //  - cxxopts only matches long names of two or more characters, so `--r 8` / `--r=8` (Unsloth's
 //    spelling) become the short form `-r 8`.
+// Aliases are registered with cxxopts as options of their own (so errors name them as typed) and
+// folded into their option when the values are layered.
 std::vector<std::string> normalize_args(const std::vector<std::string>& args) {
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -116,8 +163,9 @@ std::string usage_text() {
       << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
       << "Every option can also be set as a key of the --config JSON file or as the environment\n"
       << "variable FINETUNE_<OPTION> (upper case); the command line wins over the environment,\n"
-      << "which wins over the file. Lists are comma-separated (JSON arrays in the file); booleans\n"
-      << "are true/false/1/0, and a bare --FLAG means true.\n"
+      << "which wins over the file (a repeated flag: the last one wins). Lists are comma-separated\n"
+      << "(JSON arrays in the file); booleans are true/false/1/0, and a bare --FLAG means true. Any\n"
+      << "other FINETUNE_* variable is an error, except the few that finetune's own scripts export.\n"
       << "\n"
       << "  -h, --help            show this text\n"
       << "  --config FILE.json    read options from a JSON object\n";
@@ -125,7 +173,9 @@ std::string usage_text() {
     out << "\n" << group << ":\n";
     for (const auto& spec : option_table()) {
       if (spec.group != group) continue;
-      std::string flag = "  --" + spec.name + " <" + spec.type + ">";
+      std::string flag = "  --" + spec.name;
+      for (const auto& alias : spec.aliases) flag += ", --" + alias;
+      flag += " <" + spec.type + ">";
       if (flag.size() < 40) flag.resize(40, ' ');
       else flag += "  ";
       out << flag << spec.help << " [default: " << (spec.default_value.empty() ? "\"\"" : spec.default_value)
@@ -154,9 +204,13 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   adder("h,help", "show usage");
   adder("config", "options file", cxxopts::value<std::string>());
   for (const auto& row : option_rows()) {
-    auto value = cxxopts::value<std::string>();
-    if (row.spec.type == "bool") value->implicit_value("true");
-    adder(row.spec.name, row.spec.help, value);
+    std::vector<std::string> names = {row.spec.name};
+    names.insert(names.end(), row.spec.aliases.begin(), row.spec.aliases.end());
+    for (const auto& name : names) {
+      auto value = cxxopts::value<std::string>();
+      if (row.spec.type == "bool") value->implicit_value("true");
+      adder(name, row.spec.help, value);
+    }
   }
 
   std::vector<const char*> cargv = {argc > 0 ? argv[0] : "finetune"};
@@ -170,7 +224,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
     const auto open = name.find("\xE2\x80\x98"), close = name.find("\xE2\x80\x99");
     if (open != std::string::npos && close != std::string::npos && close > open) {
       name = name.substr(open + 3, close - open - 3);
-      throw UsageError("--" + name + ": unknown option (see finetune --help)");
+      throw UsageError("--" + name + ": " + unknown_option_message(name) + " (see finetune --help)");
     }
     throw UsageError(name);
   } catch (const cxxopts::exceptions::exception& e) {
@@ -189,27 +243,26 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   // append overrides to a fixed command line); cxxopts keeps the last one.
   if (parsed.count("config") > 1) throw UsageError("--config: given more than once (one options file per run)");
 
-  // Layer the sources: later assignments win.
+  check_finetune_environment(env);
+
+  // Layer the sources, keyed by option name: later assignments win.
   std::map<std::string, RawValue> values;
   if (parsed.count("config")) {
     command.config_file = parsed["config"].as<std::string>();
-    read_config_file(command.config_file, values);
+    values = read_config_file(command.config_file);
   }
-  for (const auto& row : option_rows()) {
-    const auto it = env.find(env_key(row.spec.name));
-    if (it != env.end()) values[row.spec.name] = RawValue{it->second, it->first};
-  }
-  // Command-line occurrences in order: each is validated (as argparse converts every one), the
-  // last one wins.
+  for (auto& [name, raw] : read_environment(env)) values[name] = raw;
+  // Command-line occurrences in order, under any of an option's names: each is validated (as
+  // argparse converts every one), the last one wins.
   for (const auto& argument : parsed.arguments()) {
     const OptionRow* row = find_option_row(argument.key());
     if (row == nullptr) continue;  // --config, --help
-    const RawValue raw{argument.value(), ""};
+    const RawValue raw{argument.value(), "", argument.key()};
     try {
       Options scratch;
       row->bind(scratch, raw.text);
     } catch (const BadValue& e) {
-      throw UsageError(describe_option(row->spec.name, raw) + ": " + e.what());
+      throw UsageError(describe_option(raw) + ": " + e.what());
     }
     values[row->spec.name] = raw;
   }
@@ -221,13 +274,13 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
     try {
       row.bind(command.options, it->second.text);
     } catch (const BadValue& e) {
-      throw UsageError(describe_option(row.spec.name, it->second) + ": " + e.what());
+      throw UsageError(describe_option(it->second) + ": " + e.what());
     }
   }
 
   if (command.options.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
   if (command.action == "train" && command.options.dataset.empty())
-    throw UsageError("--dataset: required for train (a .json/.jsonl file, a directory, or a hub id)");
+    throw UsageError("--dataset: required for train (a data file, a directory, or a hub id)");
   return command;
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "finetune/checkpoint/save_methods.h"
+#include "finetune/config/data_file_splits.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
@@ -20,7 +21,13 @@ namespace {
 OptionSpec spec(const std::string& name, const std::string& group, const std::string& type,
                 const std::string& default_value, const std::string& help,
                 const std::vector<std::string>& choices = {}) {
-  return OptionSpec{name, group, type, default_value, help, choices};
+  return OptionSpec{name, group, type, default_value, help, choices, {}};
+}
+
+// The row under more names (each one accepted as flag, config-file key and FINETUNE_ variable).
+OptionRow with_aliases(OptionRow row, const std::vector<std::string>& aliases) {
+  row.spec.aliases = aliases;
+  return row;
 }
 
 OptionRow int_row(const std::string& name, const std::string& group, int64_t Options::*field,
@@ -75,6 +82,18 @@ OptionRow chat_template_row() {
           }};
 }
 
+// An Unsloth CLI option for a feature finetune lacks, whose "off" spellings (Unsloth's None
+// default, or nothing) are accepted and do nothing, and whose other values are refused.
+OptionRow unsupported_string_row(const std::string& name, const std::string& group, const std::string& reason,
+                                 const std::string& help) {
+  return {spec(name, group, "string", "None", help),
+          [=](Options&, const std::string& v) {
+            const std::string s = lowercase(trim(v));
+            if (s != "none" && s != "null" && !s.empty())
+              throw BadValue(in_quotes(v) + " is not supported (" + reason + "); only None is accepted");
+          }};
+}
+
 OptionRow string_row(const std::string& name, const std::string& group, std::string Options::*field,
                      bool allow_empty, const std::string& help) {
   return {spec(name, group, "string", Options{}.*field, help),
@@ -88,6 +107,18 @@ OptionRow choice_row(const std::string& name, const std::string& group, std::str
                      const ChoiceSet& set, const std::string& help) {
   return {spec(name, group, "string", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
           [=](Options& o, const std::string& v) { o.*field = parse_choice(v, set); }};
+}
+
+// A split name as HF datasets allows them (datasets/naming.py: \w+(\.\w+)*), so a typo such as
+// "train[:10%]" (a slice, which finetune does not take) is refused before any data is read.
+OptionRow split_row(const std::string& name, const std::string& group, std::string Options::*field,
+                    const std::string& help) {
+  return {spec(name, group, "string", Options{}.*field, help),
+          [=](Options& o, const std::string& v) {
+            if (!is_split_name(v))
+              throw BadValue("expected a split name (letters, digits and _, parts joined by .), got " + in_quotes(v));
+            o.*field = v;
+          }};
 }
 
 OptionRow target_modules_row() {
@@ -123,7 +154,13 @@ std::vector<OptionRow> build_option_table() {
   const ChoiceSet scheduler{lr_scheduler_types()};
   const ChoiceSet save_method{supported_save_methods(), {}, unsupported_save_methods(), kGgufSaveMethodPrefix,
                               "GGUF export is not implemented"};
-  const ChoiceSet report_to{{"none", "jsonl"}};
+  // Unsloth CLI's --report_to choices (HF's integrations): named, so the refusal says why.
+  std::vector<std::pair<std::string, std::string>> integrations;
+  for (const char* name : {"all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
+                           "mlflow", "neptune", "tensorboard", "wandb"}) {
+    integrations.emplace_back(name, "finetune has no reporting integrations; metrics go to OUTPUT_DIR/metrics.jsonl");
+  }
+  const ChoiceSet report_to{{"none", "jsonl"}, {}, integrations};
   const ChoiceSet ddp_backend{{"auto", "nccl", "gloo"}};
 
   return {
@@ -132,14 +169,15 @@ std::vector<OptionRow> build_option_table() {
                  "model directory, or hub id ORG/NAME found in the local Hugging Face cache"),
       int_row("max_seq_length", "model", &Options::max_seq_length, 2, "longest training sequence in tokens"),
       choice_row("dtype", "model", &Options::dtype, dtype,
-                 "compute dtype; auto = bfloat16 on CUDA, float32 on CPU"),
+                 "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
       unsupported_true_row("load_in_4bit", "model", &Options::load_in_4bit,
                            "4-bit quantized base weights are not implemented",
                            "accepted for Unsloth compatibility; must be false"),
       choice_row("device", "model", &Options::device, device, "where to train"),
 
       // --- LoRA
-      int_row("r", "LoRA", &Options::r, 1, "LoRA rank"),
+      // lora_r: torchrun's own parser takes --r for an abbreviation of its options and refuses it.
+      with_aliases(int_row("r", "LoRA", &Options::r, 1, "LoRA rank (--lora_r under torchrun)"), {"lora_r"}),
       float_row("lora_alpha", "LoRA", &Options::lora_alpha, kPositive, "LoRA scaling numerator (scale = alpha/r)"),
       float_row("lora_dropout", "LoRA", &Options::lora_dropout, kUnitHalfOpen, "dropout on the LoRA input"),
       choice_row("bias", "LoRA", &Options::bias, bias, "which biases to train"),
@@ -147,6 +185,12 @@ std::vector<OptionRow> build_option_table() {
                "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
       int_row("random_state", "LoRA", &Options::random_state, 0, "seed for the LoRA A initialisation"),
       bool_row("use_rslora", "LoRA", &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
+      unsupported_true_row("use_dora", "LoRA", &Options::use_dora, "DoRA adapters are not implemented yet",
+                           "accepted for Unsloth compatibility; must be false until DoRA is implemented"),
+      unsupported_string_row("loftq_config", "LoRA",
+                             "LoftQ initialisation is not implemented: it is for quantized base weights, and "
+                             "finetune trains unquantized ones",
+                             "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
       string_row("init_adapter", "LoRA", &Options::init_adapter, true,
                  "existing PEFT adapter directory to start from"),
@@ -177,9 +221,14 @@ std::vector<OptionRow> build_option_table() {
 
       // --- data
       string_row("dataset", "data", &Options::dataset, true,
-                 ".json/.jsonl/.parquet file or directory, or hub id in the local Hugging Face datasets cache; "
-                 "several separated by commas"),
-      string_row("eval_dataset", "data", &Options::eval_dataset, true, "evaluation data, same forms as --dataset"),
+                 "a data file (.json, .jsonl, .parquet, .txt), a directory, or a hub id ORG/NAME in the local Hugging "
+                 "Face cache; several separated by commas; a directory's splits are found from file names as HF "
+                 "datasets finds them"),
+      split_row("dataset_split", "data", &Options::dataset_split,
+                "the split of --dataset to train on (eval: to evaluate, when there is no --eval_dataset)"),
+      string_row("eval_dataset", "data", &Options::eval_dataset, true,
+                 "evaluation data: a file, directory or hub id (an existing path wins; a directory's validation "
+                 "split, else its test split, else its only split), or the name of a split of --dataset"),
       float_row("eval_split", "data", &Options::eval_split, kUnitHalfOpen,
                 "fraction of the training rows held out for evaluation"),
       int_row("eval_steps", "data", &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
@@ -209,7 +258,8 @@ std::vector<OptionRow> build_option_table() {
                  "continue a run from a checkpoint directory, or true: the newest checkpoint in output_dir"),
       bool_row("overwrite_output_dir", "saving", &Options::overwrite_output_dir,
                "replace an earlier run's files in output_dir (otherwise such a directory is refused)"),
-      bool_row("save_model", "saving", &Options::save_model, "also export per --save_method into --save_path"),
+      bool_row("save_model", "saving", &Options::save_model,
+               "also export per --save_method into --save_path (the adapter is always in output_dir)"),
       choice_row("save_method", "saving", &Options::save_method, save_method, "export format"),
       string_row("save_path", "saving", &Options::save_path, false, "export directory"),
 
@@ -249,9 +299,26 @@ const std::vector<OptionRow>& option_rows() {
 }
 
 const OptionRow* find_option_row(const std::string& name) {
-  for (const auto& row : option_rows())
+  for (const auto& row : option_rows()) {
     if (row.spec.name == name) return &row;
+    for (const auto& alias : row.spec.aliases)
+      if (alias == name) return &row;
+  }
   return nullptr;
+}
+
+const std::vector<std::pair<std::string, std::string>>& unsloth_only_options() {
+  static const std::vector<std::pair<std::string, std::string>> options = {
+      {"save_gguf", "GGUF export is not implemented; --save_model writes a merged safetensors model that "
+                    "llama.cpp's convert_hf_to_gguf.py converts"},
+      {"quantization", "GGUF export (and so its quantization) is not implemented"},
+      {"push_model", "finetune never uses the network; upload --save_path or --output_dir yourself"},
+      {"push_gguf", "finetune never uses the network, and GGUF export is not implemented"},
+      {"hub_path", "finetune never uses the network; upload --save_path or --output_dir yourself"},
+      {"hub_token", "finetune never uses the network"},
+      {"adapter_file", "an MLX option; the adapter is written to --output_dir as PEFT safetensors"},
+  };
+  return options;
 }
 
 const std::vector<OptionSpec>& option_table() {

@@ -73,9 +73,13 @@ struct OptionRow {
   Binding bind;
 };
 
-// The table (built once, immutable after) and a row by name (nullptr when unknown).
+// The table (built once, immutable after) and a row by name or alias (nullptr when unknown).
 const std::vector<OptionRow>& option_rows();
 const OptionRow* find_option_row(const std::string& name);
+
+// Options of Unsloth's CLI (unsloth-cli.py) that finetune does not have, with the reason: an
+// Unsloth user who passes one is told why rather than only that it is unknown.
+const std::vector<std::pair<std::string, std::string>>& unsloth_only_options();
 
 // Help-text group order.
 inline const char* const kOptionGroupOrder[] = {"model", "LoRA", "training", "data", "saving", "logging", "distributed"};

@@ -103,6 +103,49 @@ void read_json(const std::string& path, const std::function<void(const DatasetRo
   for (const DatasetRow& row : rows) visit(row);
 }
 
+// Python's str.splitlines() line boundaries at `pos`: the length of the boundary, 0 if none.
+size_t line_boundary_at(const std::string& text, size_t pos) {
+  const auto c = static_cast<unsigned char>(text[pos]);
+  if (c == '\r') return pos + 1 < text.size() && text[pos + 1] == '\n' ? 2 : 1;
+  if (c == '\n' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E)) return 1;
+  if (c == 0xC2 && pos + 1 < text.size() && static_cast<unsigned char>(text[pos + 1]) == 0x85) return 2;  // U+0085
+  if (c == 0xE2 && pos + 2 < text.size() && static_cast<unsigned char>(text[pos + 1]) == 0x80 &&
+      (static_cast<unsigned char>(text[pos + 2]) == 0xA8 || static_cast<unsigned char>(text[pos + 2]) == 0xA9)) {
+    return 3;  // U+2028, U+2029
+  }
+  return 0;
+}
+
+// A .txt file as HF datasets' text builder reads it: one row {"text": line} per line of
+// str.splitlines() (empty lines included, line breaks dropped).
+void read_text_lines(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  const std::string text = read_whole_file(path);
+  int64_t line_number = 0;
+  size_t start = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t boundary = line_boundary_at(text, pos);
+    if (boundary == 0) {
+      ++pos;
+      continue;
+    }
+    DatasetRow row;
+    row.location.file = path;
+    row.location.line = ++line_number;
+    row.value = ordered_json{{"text", text.substr(start, pos - start)}};
+    visit(row);
+    pos += boundary;
+    start = pos;
+  }
+  if (start < text.size()) {
+    DatasetRow row;
+    row.location.file = path;
+    row.location.line = ++line_number;
+    row.value = ordered_json{{"text", text.substr(start)}};
+    visit(row);
+  }
+}
+
 }  // namespace
 
 std::string RowLocation::describe() const {
@@ -115,8 +158,10 @@ void for_each_dataset_row(const std::string& path, const std::function<void(cons
     read_jsonl(path, visit);
   } else if (ends_with(path, ".json")) {
     read_json(path, visit);
+  } else if (ends_with(path, ".txt")) {
+    read_text_lines(path, visit);
   } else {
-    throw Error(path + ": unsupported dataset file type; expected .json, .jsonl or .parquet");
+    throw Error(path + ": unsupported dataset file type; expected .json, .jsonl, .parquet or .txt");
   }
 }
 

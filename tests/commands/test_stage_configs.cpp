@@ -26,7 +26,8 @@ Options non_default_options() {
                            "0.05", "--max_grad_norm", "0.5", "--use_gradient_checkpointing", "false", "--output_dir",
                            "out", "--ddp_check_consistency_steps", "10", "--ddp_bucket_cap_mb", "4",
                            "--ddp_find_unused_parameters", "--profile_start_step", "2", "--profile_steps", "5",
-                           "--save_model", "--save_method", "merged_16bit", "--save_path", "merged"})
+                           "--save_model", "--save_method", "lora", "--save_path", "merged",
+                           "--dataset_split", "validation"})
       .options;
 }
 
@@ -57,6 +58,7 @@ TEST(StageConfigs, DataSetup) {
   const auto setup = data_setup_from(non_default_options());
   EXPECT_EQ(setup.datasets, std::vector<std::string>{"d.jsonl"});
   EXPECT_EQ(setup.dataset_weights, std::vector<double>{1.0});
+  EXPECT_EQ(setup.dataset_split, "validation");
   EXPECT_EQ(setup.eval_dataset, "e.jsonl");
   EXPECT_DOUBLE_EQ(setup.eval_split, 0.25);
   EXPECT_EQ(setup.seed, 11u);
@@ -141,8 +143,9 @@ TEST(StageConfigs, TrainerConfig) {
 TEST(StageConfigs, ExportSetup) {
   const auto setup = export_setup_from(non_default_options());
   EXPECT_TRUE(setup.save_model);
-  EXPECT_EQ(setup.export_config.save_method, "merged_16bit");
+  EXPECT_EQ(setup.export_config.save_method, "lora");
   EXPECT_EQ(setup.export_config.save_path, "merged");
+  EXPECT_EQ(export_setup_from(parse_train({"--save_model"}).options).export_config.save_method, "merged_16bit");
   EXPECT_EQ(setup.export_config.base_model_name, "m");
 }
 

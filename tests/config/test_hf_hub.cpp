@@ -110,46 +110,48 @@ TEST_F(HfHubTest, NoCacheConfigured) {
   EXPECT_TRUE(contains(msg, "HF_HUB_CACHE")) << msg;
 }
 
-TEST_F(HfHubTest, DatasetLocalFile) {
-  const std::string file = touch("data/train.jsonl");
-  EXPECT_EQ(resolve_dataset_files(file, {}), std::vector<std::string>{file});
-  const std::string csv = touch("data/train.csv");
-  EXPECT_TRUE(contains(testing::error_message([&] { resolve_dataset_files(csv, {}); }), csv));
+TEST_F(HfHubTest, DatasetSnapshotsOfMainAndTheParquetBranch) {
+  // huggingface_hub records revision "refs/convert/parquet" in refs/refs/convert/parquet.
+  dir("hub/datasets--org--d/snapshots/aaa");
+  dir("hub/datasets--org--d/snapshots/ppp");
+  touch("hub/datasets--org--d/refs/main", "aaa");
+  touch("hub/datasets--org--d/refs/refs/convert/parquet", "ppp\n");
+  std::vector<std::string> tried;
+  const auto found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
+  EXPECT_EQ(found.main, path("hub/datasets--org--d/snapshots/aaa"));
+  EXPECT_EQ(found.parquet_export, path("hub/datasets--org--d/snapshots/ppp"));
 }
 
-TEST_F(HfHubTest, DatasetLocalDirectoryIsCollectedSorted) {
-  const std::string b = touch("data/b.jsonl");
-  const std::string a = touch("data/sub/a.json");
-  const std::string c = touch("data/c.json");
-  touch("data/readme.md");
-  touch("data/.hidden/x.json");
-  EXPECT_EQ(resolve_dataset_files(path("data"), {}), (std::vector<std::string>{b, c, a}));
-  dir("empty");
-  EXPECT_TRUE(contains(testing::error_message([&] { resolve_dataset_files(path("empty"), {}); }), path("empty")));
+TEST_F(HfHubTest, WithoutRefsMainTheParquetSnapshotIsNotTakenForMain) {
+  const std::string parquet = dir("hub/datasets--org--d/snapshots/ppp");
+  touch("hub/datasets--org--d/refs/refs/convert/parquet", "ppp");
+  std::vector<std::string> tried;
+  auto found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
+  EXPECT_EQ(found.parquet_export, parquet);
+  EXPECT_EQ(found.main, "");
+  EXPECT_TRUE(contains(tried_lines(tried), path("hub/datasets--org--d/refs/main"))) << tried.size();
+
+  const std::string copied = dir("hub/datasets--org--d/snapshots/copied");  // a cache filled without refs
+  fs::last_write_time(parquet, fs::file_time_type::clock::now() + std::chrono::hours(1));
+  tried.clear();
+  found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
+  EXPECT_EQ(found.main, copied);
 }
 
-TEST_F(HfHubTest, DatasetFromCacheFollowsSnapshotSymlinks) {
-  const std::string blob = touch("hub/datasets--yahma--alpaca-cleaned/blobs/0123", "[]");
-  const std::string snapshot = dir("hub/datasets--yahma--alpaca-cleaned/snapshots/rev1");
-  touch("hub/datasets--yahma--alpaca-cleaned/refs/main", "rev1");
-  fs::create_symlink(blob, snapshot + "/alpaca_data_cleaned.json");
-  touch("hub/datasets--yahma--alpaca-cleaned/snapshots/rev1/data/part-00.jsonl");
-  touch("hub/datasets--yahma--alpaca-cleaned/snapshots/rev1/dataset_infos.json");
-  touch("hub/datasets--yahma--alpaca-cleaned/snapshots/rev1/README.md");
-  EXPECT_EQ(resolve_dataset_files("yahma/alpaca-cleaned", {{"HF_HOME", path("")}, {"HF_HUB_CACHE", path("hub")}}),
-            (std::vector<std::string>{snapshot + "/alpaca_data_cleaned.json", snapshot + "/data/part-00.jsonl"}));
+TEST_F(HfHubTest, DatasetNotInTheCache) {
+  touch("hub/models--org--d/snapshots/r/x.json");  // a model repo of the same name is not a dataset
+  std::vector<std::string> tried;
+  const auto found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
+  EXPECT_EQ(found.main, "");
+  EXPECT_EQ(found.parquet_export, "");
+  EXPECT_TRUE(contains(tried_lines(tried), path("hub/datasets--org--d/snapshots"))) << tried_lines(tried);
+  EXPECT_TRUE(contains(tried_lines(tried), "refs/refs/convert/parquet")) << tried_lines(tried);
 }
 
-TEST_F(HfHubTest, DatasetNotFoundListsEveryPathTried) {
-  // A model repo of the same name is not a dataset.
-  touch("hub/models--org--d/snapshots/r/x.json");
-  const std::string msg = testing::error_message([&] { resolve_dataset_files("org/d", {{"HF_HUB_CACHE", path("hub")}}); });
-  EXPECT_TRUE(contains(msg, "org/d (local file or directory)")) << msg;
-  EXPECT_TRUE(contains(msg, path("hub/datasets--org--d/snapshots"))) << msg;
-
-  touch("hub/datasets--org--e/snapshots/r/README.md");
-  const std::string empty = testing::error_message([&] { resolve_dataset_files("org/e", {{"HF_HUB_CACHE", path("hub")}}); });
-  EXPECT_TRUE(contains(empty, path("hub/datasets--org--e/snapshots/r"))) << empty;
+TEST_F(HfHubTest, HubIdShape) {
+  EXPECT_TRUE(looks_like_hub_id("yahma/alpaca-cleaned"));
+  for (const char* not_id : {"alpaca", "a/b/c", "/abs/path", "./rel/x", "~/x", "org/", "/name"})
+    EXPECT_FALSE(looks_like_hub_id(not_id)) << not_id;
 }
 
 }  // namespace

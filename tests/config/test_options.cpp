@@ -62,6 +62,11 @@ TEST(OptionsTest, DefaultsMatchUnslothCli) {
   EXPECT_TRUE(o.use_gradient_checkpointing);
   EXPECT_EQ(o.target_modules.size(), 7u);
   EXPECT_EQ(o.output_dir, "outputs");
+  EXPECT_EQ(o.dtype, "auto");                // Unsloth: None (auto-detect)
+  EXPECT_EQ(o.save_method, "merged_16bit");  // Unsloth's --save_method default
+  EXPECT_FALSE(o.save_model);
+  EXPECT_EQ(o.dataset_split, "train");       // Unsloth loads split="train"
+  EXPECT_FALSE(o.use_dora);
 }
 
 TEST(OptionsTest, TableHasEveryGroupAndUniqueNames) {
@@ -118,6 +123,93 @@ TEST(OptionsTest, SingleLetterOptionAcceptsBothSpellings) {
   EXPECT_EQ(parse_train({"--r=4"}).options.r, 4);
   EXPECT_EQ(parse_train({"--r", "5"}).options.r, 5);
   EXPECT_EQ(parse_train({"-r", "6"}).options.r, 6);
+}
+
+TEST(OptionsTest, LoraRIsAnAliasOfR) {
+  EXPECT_EQ(parse_train({"--lora_r", "8"}).options.r, 8);
+  EXPECT_EQ(parse_train({"--lora_r=9"}).options.r, 9);
+  // One option under two names: the last occurrence wins, whichever name it uses.
+  EXPECT_EQ(parse_train({"--r", "4", "--lora_r", "8"}).options.r, 8);
+  EXPECT_EQ(parse_train({"--lora_r", "8", "--r", "4"}).options.r, 4);
+  EXPECT_EQ(parse_train({}, {{"FINETUNE_LORA_R", "32"}}).options.r, 32);
+  EXPECT_EQ(parse_train({"--r", "2"}, {{"FINETUNE_LORA_R", "32"}}).options.r, 2);  // CLI over env, across names
+  EXPECT_TRUE(parse_train({"--lora_r", "8"}).options.given.count("r"));
+  const std::string file = write_temp_file("lora_r.json", R"({"model_name": "m", "dataset": "d", "lora_r": 4})");
+  EXPECT_EQ(parse_args({"--config", file}).options.r, 4);
+  // The error names the option as it was given.
+  const std::string msg = usage_error_of([] { parse_train({"--lora_r", "0"}); });
+  EXPECT_TRUE(contains(msg, "--lora_r: expected an integer >= 1")) << msg;
+  EXPECT_TRUE(contains(usage_text(), "--r, --lora_r <int>"));
+}
+
+TEST(OptionsTest, TwoNamesOfOneOptionInOneUnorderedSourceAreAnError) {
+  const std::string file = write_temp_file("r_twice.json", R"({"model_name": "m", "dataset": "d", "r": 4, "lora_r": 8})");
+  std::string msg = usage_error_of([&] { parse_args({"--config", file}); });
+  EXPECT_TRUE(contains(msg, file + ": lora_r and " + file + ": r both set --r")) << msg;
+  msg = usage_error_of([] { parse_train({}, {{"FINETUNE_R", "4"}, {"FINETUNE_LORA_R", "8"}}); });
+  EXPECT_TRUE(contains(msg, "FINETUNE_R and FINETUNE_LORA_R both set --r")) << msg;
+}
+
+TEST(OptionsTest, UnslothSpellingsOfAuto) {
+  EXPECT_EQ(parse_train({"--dtype", "None"}).options.dtype, "auto");
+  EXPECT_EQ(parse_train({"--dtype", "none"}).options.dtype, "auto");
+  EXPECT_EQ(parse_train({}, {{"FINETUNE_DTYPE", "None"}}).options.dtype, "auto");
+  EXPECT_EQ(parse_train({"--dtype", "bfloat16"}).options.dtype, "bfloat16");  // today's spellings stay
+  EXPECT_EQ(parse_train({"--dtype", "fp16"}).options.dtype, "float16");
+  EXPECT_EQ(parse_train({"--dtype", "auto"}).options.dtype, "auto");
+}
+
+TEST(OptionsTest, UnslothNoOpsAreAccepted) {
+  const Options o = parse_train({"--use_dora", "false", "--loftq_config", "None"}).options;
+  EXPECT_FALSE(o.use_dora);
+  EXPECT_NO_THROW(parse_train({"--loftq_config", "none"}));
+  EXPECT_NO_THROW(parse_train({"--loftq_config="}));
+  EXPECT_NO_THROW(parse_train({"--use_dora=0"}));
+  const std::string file =
+      write_temp_file("unsloth_noops.json", R"({"model_name": "m", "dataset": "d", "use_dora": false, "loftq_config": "None"})");
+  EXPECT_NO_THROW(parse_args({"--config", file}));
+}
+
+TEST(OptionsTest, UnsupportedUnslothFeaturesSayWhy) {
+  for (const auto& args : std::vector<std::vector<std::string>>{{"--use_dora"}, {"--use_dora", "true"}}) {
+    const std::string msg = usage_error_of([&] { parse_train(args); });
+    EXPECT_TRUE(contains(msg, "--use_dora: true is not supported (DoRA adapters are not implemented yet)")) << msg;
+  }
+  std::string msg = usage_error_of([] { parse_train({"--loftq_config", "{\"loftq_bits\": 4}"}); });
+  EXPECT_TRUE(contains(msg, "--loftq_config:") && contains(msg, "LoftQ initialisation is not implemented")) << msg;
+  msg = usage_error_of([] { parse_train({"--report_to", "tensorboard"}); });
+  EXPECT_TRUE(contains(msg, "--report_to: \"tensorboard\" is not supported (finetune has no reporting integrations"))
+      << msg;
+}
+
+TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
+  std::string msg = usage_error_of([] { parse_train({"--push_model"}); });
+  EXPECT_TRUE(contains(msg, "--push_model: an option of Unsloth's CLI that finetune does not have") &&
+              contains(msg, "never uses the network"))
+      << msg;
+  msg = usage_error_of([] { parse_train({"--save_gguf"}); });
+  EXPECT_TRUE(contains(msg, "--save_gguf") && contains(msg, "GGUF export is not implemented")) << msg;
+  msg = usage_error_of([] { parse_train({"--quantization", "q8_0"}); });
+  EXPECT_TRUE(contains(msg, "--quantization")) << msg;
+}
+
+TEST(OptionsTest, UnknownNamesGetTheNearestOption) {
+  std::string msg = usage_error_of([] { parse_train({"--lerning_rate", "1"}); });
+  EXPECT_TRUE(contains(msg, "--lerning_rate: unknown option; did you mean --learning_rate?")) << msg;
+  const std::string file = write_temp_file("typo_key.json", R"({"model_name": "m", "lora_alpah": 1})");
+  msg = usage_error_of([&] { parse_args({"--config", file}); });
+  EXPECT_TRUE(contains(msg, "did you mean --lora_alpha?")) << msg;
+  msg = usage_error_of([] { parse_train({"--completely_unrelated", "1"}); });
+  EXPECT_FALSE(contains(msg, "did you mean")) << msg;
+}
+
+TEST(OptionsTest, DatasetSplitTakesSplitNames) {
+  EXPECT_EQ(parse_train({"--dataset_split", "validation"}).options.dataset_split, "validation");
+  EXPECT_EQ(parse_train({"--dataset_split", "test.v2"}).options.dataset_split, "test.v2");
+  for (const char* bad : {"train[:10%]", "train+test", "", "my-split", "a..b"}) {
+    const std::string msg = usage_error_of([&] { parse_train({"--dataset_split", bad}); });
+    EXPECT_TRUE(contains(msg, "--dataset_split: expected a split name")) << bad << ": " << msg;
+  }
 }
 
 TEST(OptionsTest, GradientCheckpointingCanBeDisabled) {
@@ -188,6 +280,33 @@ TEST(OptionsTest, EnvironmentAlone) {
                                                                {"FINETUNE_R", "zero"}}); });
   EXPECT_TRUE(contains(msg, "--r")) << msg;
   EXPECT_TRUE(contains(msg, "FINETUNE_R")) << msg;
+}
+
+TEST(OptionsTest, UnknownFinetuneVariableIsAnErrorWithASuggestion) {
+  std::string msg = usage_error_of([] { parse_train({}, {{"FINETUNE_LORA_ALPA", "32"}}); });
+  EXPECT_TRUE(contains(msg, "FINETUNE_LORA_ALPA: unknown environment variable")) << msg;
+  EXPECT_TRUE(contains(msg, "did you mean FINETUNE_LORA_ALPHA?")) << msg;
+  msg = usage_error_of([] { parse_train({}, {{"FINETUNE_NOT_AN_OPTION", "1"}}); });
+  EXPECT_TRUE(contains(msg, "FINETUNE_NOT_AN_OPTION")) << msg;
+  EXPECT_FALSE(contains(msg, "did you mean")) << msg;
+  // A typo of a script's variable is suggested too.
+  msg = usage_error_of([] { parse_train({}, {{"FINETUNE_FIXTURE", "/f"}}); });
+  EXPECT_TRUE(contains(msg, "did you mean FINETUNE_FIXTURES?")) << msg;
+  // The eval action checks it too; --help does not (it always works).
+  EXPECT_THROW(parse_args({"eval", "--model_name", "m"}, {{"FINETUNE_X", "1"}}), UsageError);
+  EXPECT_TRUE(parse_args({"--help"}, {{"FINETUNE_X", "1"}}).help);
+  // Variables of other programs are none of finetune's business.
+  EXPECT_NO_THROW(parse_train({}, {{"FINETUNED", "1"}, {"MY_FINETUNE_X", "1"}, {"HF_HOME", "/h"}}));
+}
+
+TEST(OptionsTest, VariablesTheProjectScriptsExportAreTolerated) {
+  // scripts/setup.sh (build/env.sh), scripts/test.sh, scripts/demo.sh: the binary runs under them.
+  const EnvMap env = {{"FINETUNE_ROOT", "/r"},          {"FINETUNE_BUILD_DIR", "/b"}, {"FINETUNE_PYTHON", "/p"},
+                      {"FINETUNE_BIN", "/b/finetune"},   {"FINETUNE_VENV", "/v"},      {"FINETUNE_SKIP_APT", "1"},
+                      {"FINETUNE_CMAKE_ARGS", "-DX=1"},  {"FINETUNE_JOBS", "1"},       {"FINETUNE_FIXTURES", "/f"},
+                      {"FINETUNE_PYTEST_ARGS", "-x"},    {"FINETUNE_FUZZ_SECONDS", "3"}, {"FINETUNE_SKIP_SETUP", "1"},
+                      {"FINETUNE_DEMO_DIR", "/d"},       {"FINETUNE_LOG_LEVEL", "warn"}};
+  EXPECT_EQ(parse_train({}, env).options.log_level, "warn");  // FINETUNE_LOG_LEVEL is an option
 }
 
 TEST(OptionsTest, RepeatedFlagTakesTheLastValue) {  // argparse's rule

@@ -5,8 +5,10 @@ Exit 1: a bad input file (model, checkpoint, dataset, adapter) or an unwritable 
 Every message must name what is wrong (option, file, line, tensor) and must reach stderr; stdout
 carries only results. Each run uses a tiny model and takes about a second.
 """
+import glob
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -15,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import finetune_bin, last_json_line
+from conftest import ROOT, finetune_bin, last_json_line
 import tiny_models
 
 TIMEOUT_S = 60  # every run here takes ~1 s; a hang must fail, not stall the suite
@@ -112,6 +114,15 @@ def eval_args(model, data):
     (["--load_in_4bit", "true"], ["--load_in_4bit", "not supported"]),
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
+    (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
+    (["--use_dora", "true"], ["--use_dora", "DoRA adapters are not implemented yet"]),
+    (["--use_dora"], ["--use_dora", "DoRA adapters are not implemented yet"]),
+    (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
+    (["--push_model"], ["--push_model", "Unsloth's CLI", "never uses the network"]),
+    (["--save_gguf"], ["--save_gguf", "GGUF export is not implemented"]),
+    (["--report_to", "tensorboard"], ["--report_to", "tensorboard", "metrics.jsonl"]),
+    (["--lerning_rate", "1e-4"], ["--lerning_rate", "did you mean --learning_rate?"]),
+    (["--dataset_split", "train[:10%]"], ["--dataset_split", "expected a split name"]),
 ])
 def test_bad_flag_or_value_is_a_usage_error(assets, args, needles):
     proc = expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"]] + args, 2, *needles)
@@ -190,8 +201,69 @@ def test_bad_value_errors_only_where_it_wins(assets, tmp_path):
     expect_failure(base + ["--r", "-3"], 2, "--r", env={"FINETUNE_R": "4"})
 
 
-def test_unrelated_finetune_environment_variables_are_ignored(assets):
-    expect_success(eval_args(assets["model"], assets["rows"]), env={"FINETUNE_NOT_AN_OPTION": "1"})
+def test_unknown_finetune_environment_variable_is_a_usage_error(assets):
+    """A FINETUNE_ variable that is no option is a typo or an option finetune lacks: refused, named."""
+    expect_failure(eval_args(assets["model"], assets["rows"]), 2, "FINETUNE_NOT_AN_OPTION",
+                   "unknown environment variable", env={"FINETUNE_NOT_AN_OPTION": "1"})
+    expect_failure(eval_args(assets["model"], assets["rows"]), 2, "FINETUNE_LORA_ALPA",
+                   "did you mean FINETUNE_LORA_ALPHA?", env={"FINETUNE_LORA_ALPA": "32"})
+    expect_success(["--help"], env={"FINETUNE_NOT_AN_OPTION": "1"})  # help always works
+
+
+def project_script_variables():
+    """The FINETUNE_* names the project's own scripts use, options excepted."""
+    options = set()
+    for line in expect_success(["--help"]).stdout.splitlines():
+        options.update(m.upper() for m in re.findall(r"--(\w+)", line))
+    names = set()
+    for pattern in ["scripts/*.sh", ".ci/*", "bench/*.py", "tests/e2e/conftest.py", "tests/e2e/ddp_launch.py",
+                    "tests/reference/*.py"]:
+        for path in glob.glob(os.path.join(ROOT, pattern)):
+            with open(path, encoding="utf-8") as f:
+                names.update(re.findall(r"\bFINETUNE_([A-Z0-9_]+)", f.read()))
+    return sorted(f"FINETUNE_{name}" for name in names if name not in options)
+
+
+def test_variables_the_project_scripts_export_are_tolerated(assets):
+    """scripts/setup.sh writes build/env.sh, scripts/test.sh and demo.sh export more: the binary runs
+    under all of them, so none may be taken for a mistyped option."""
+    names = project_script_variables()
+    assert {"FINETUNE_FIXTURES", "FINETUNE_PYTHON", "FINETUNE_ROOT", "FINETUNE_BUILD_DIR", "FINETUNE_JOBS"} <= set(names)
+    expect_success(eval_args(assets["model"], assets["rows"]), env={name: "1" for name in names})
+
+
+def test_an_unsloth_command_line_runs_with_only_the_program_name_changed(assets, tmp_path):
+    """unsloth-cli.py's own example, minus what finetune refuses with a reason (4-bit, 8-bit Adam,
+    tensorboard, GGUF, the hub), shrunk to a tiny CPU run."""
+    out = tmp_path / "out"
+    proc = expect_success([
+        "--model_name", assets["model"], "--max_seq_length", 64, "--dtype", "None", "--dataset", assets["rows"],
+        "--r", 8, "--lora_alpha", 16, "--lora_dropout", 0.1, "--bias", "none", "--use_gradient_checkpointing",
+        "unsloth", "--random_state", 3407, "--use_rslora", "--loftq_config", "None", "--use_dora", "false",
+        "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 1, "--warmup_steps", 1,
+        "--max_steps", 2, "--learning_rate", 2e-4, "--logging_steps", 1, "--optim", "adamw_torch",
+        "--weight_decay", 0.005, "--lr_scheduler_type", "linear", "--seed", 3407, "--output_dir", out,
+        "--report_to", "none", "--save_model", "--save_path", tmp_path / "model", "--device", "cpu"])
+    assert last_json_line(proc.stdout)["steps"] == 2
+    assert "LoRA r=8 " in proc.stderr and "(rsLoRA)" in proc.stderr
+    assert "float32 on cpu" in proc.stderr  # None = auto: float32 on the CPU
+    # --save_model's default method is Unsloth's, merged_16bit: a full model, not an adapter.
+    assert (tmp_path / "model" / "config.json").exists() and not (tmp_path / "model" / "adapter_config.json").exists()
+
+
+def test_lora_r_is_r_everywhere(assets, tmp_path):
+    """--lora_r (torchrun refuses --r), lora_r in a config file, FINETUNE_LORA_R: one option."""
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"lora_r": 4}))
+    for args, env, rank in [(["--lora_r", 8], {}, 8), (["--config", config], {}, 4), ([], {"FINETUNE_LORA_R": "6"}, 6),
+                            (["--r", 2, "--lora_r", 3], {}, 3)]:
+        out = tmp_path / f"out_{rank}"
+        proc = expect_success(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", out]
+                              + args + ONE_STEP, env=env)
+        assert f"LoRA r={rank} " in proc.stderr
+        assert json.loads((out / "adapter_config.json").read_text())["r"] == rank
+    expect_failure(["--model_name", assets["model"], "--dataset", assets["rows"]] + ONE_STEP, 2,
+                   "FINETUNE_R", "FINETUNE_LORA_R", env={"FINETUNE_R": "4", "FINETUNE_LORA_R": "8"})
 
 
 # ---------------------------------------------------------------------------------------------

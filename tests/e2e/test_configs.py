@@ -183,8 +183,10 @@ def test_every_config_has_a_scenario():
 
 def test_configs_use_only_known_options_and_name_hub_ids():
     help_text = run_finetune(["--help"], timeout=TIMEOUT_S).stdout
-    known = set(re.findall(r"^\s+--(\w+) <", help_text, flags=re.MULTILINE))
-    assert "require_loss_decrease" in known and "model_name" in known, help_text
+    known = set()  # every name of every option: "  --r, --lora_r <int>"
+    for names in re.findall(r"^\s+(--\w+(?:, --\w+)*) <", help_text, flags=re.MULTILINE):
+        known.update(name.strip()[2:] for name in names.split(","))
+    assert {"require_loss_decrease", "model_name", "r", "lora_r"} <= known, help_text
     for name in config_names():
         options = load_config(name)
         unknown = sorted(set(options) - known)

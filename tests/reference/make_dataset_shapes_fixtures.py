@@ -86,11 +86,13 @@ def layout_cases(out):
                                    ensure_ascii=False),
         "one_line.json": json.dumps(rows[0]),
     }
+    layouts["lines.txt"] = "first line\r\nsecond\u2028third\n\nfifth ünï 東京\rsixth\x0cseventh\n"
     cases = []
     for name, content in layouts.items():
         path = os.path.join(out, "layouts", name)
         write(path, content)
-        loaded = datasets.load_dataset("json", data_files=path, split="train", cache_dir=os.path.join(out, ".hf_cache"))
+        builder = "text" if name.endswith(".txt") else "json"
+        loaded = datasets.load_dataset(builder, data_files=path, split="train", cache_dir=os.path.join(out, ".hf_cache"))
         cases.append({"file": "layouts/" + name, "rows": loaded.to_list()})
     return cases
 

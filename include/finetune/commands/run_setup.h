@@ -7,6 +7,7 @@
 #include <string>
 
 #include "finetune/commands/stage_configs.h"
+#include "finetune/config/dataset_source.h"
 #include "finetune/data/dataset.h"
 #include "finetune/launch/environment.h"
 #include "finetune/lora/attach_lora.h"
@@ -40,12 +41,24 @@ struct Datasets {
   std::string chat_template_description;        // for the banner
 };
 
-// setup.datasets mixed by their weights, or setup.raw_text_file's chunks (+ eval_dataset, or
-// eval_split held out of the training rows with setup.seed); token ids are checked against the
-// model's vocab_size.
-Datasets load_datasets(const DataSetup& setup, const EnvMap& env, const Tokenizer* tokenizer, int64_t vocab_size);
-TokenizedDataset load_one_dataset(const std::string& spec, const DataSetup& setup, const EnvMap& env,
-                                  const Tokenizer* tokenizer, const ChatTemplate* chat_template, int64_t vocab_size);
+// The files training reads: the split setup.dataset_split of each of setup.datasets (none with
+// setup.raw_text_file), and setup.eval_dataset (a path, hub id or split name of the first dataset:
+// config/dataset_source.h) when given. Cheap (file names only), so commands resolve them before
+// loading the model and a wrong split fails at once.
+struct DataSplits {
+  std::vector<DatasetSplit> train;
+  std::optional<DatasetSplit> eval;
+};
+DataSplits resolve_data_splits(const DataSetup& setup, const EnvMap& env);
+
+// Their rows, tokenized: the training splits mixed by setup.dataset_weights, or
+// setup.raw_text_file's chunks; without an eval split, setup.eval_split's fraction of the training
+// rows is held out with setup.seed. Token ids are checked against the model's vocab_size.
+Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const Tokenizer* tokenizer,
+                       int64_t vocab_size);
+
+// `finetune eval`: setup.eval_dataset when given, else the split setup.dataset_split of each dataset.
+std::vector<DatasetSplit> eval_command_splits(const DataSetup& setup, const EnvMap& env);
 
 // Padding id: the tokenizer's pad token, else its EOS, else config.json's pad_token_id, else 0.
 int64_t pad_token_id_for(const CausalLM& model, const Tokenizer* tokenizer);

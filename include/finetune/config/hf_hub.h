@@ -1,9 +1,10 @@
-// Resolving `--model_name` and `--dataset` to local files. A local path wins; otherwise a hub id
-// "ORG/NAME" is looked up in the local Hugging Face cache (no network, ever):
-//   $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (datasets: same roots)
-//   models--ORG--NAME/snapshots/<rev>, with <rev> read from refs/main when present
-//   datasets--ORG--NAME/snapshots/<rev>/**.json[l]
-// When nothing is found the error lists every place that was looked at.
+// The local Hugging Face cache, as huggingface_hub lays it out (no network, ever):
+//   root: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+//   models--ORG--NAME/ or datasets--ORG--NAME/: snapshots/<commit>/ (files, symlinks into blobs/),
+//   refs/<revision> holding a commit: refs/main, and refs/refs/convert/parquet for the revision
+//   "refs/convert/parquet" (a dataset's auto-converted Parquet branch)
+// `--model_name` resolves here; `--dataset` does through dataset_source.h. When nothing is found
+// the error lists every place that was looked at.
 #pragma once
 
 #include <string>
@@ -13,9 +14,21 @@
 
 namespace finetune {
 
+// "ORG/NAME": one slash, no empty part, not a path-looking string.
+bool looks_like_hub_id(const std::string& id);
+
+// A local model directory, or the snapshot of refs/main of a cached model repo.
 std::string resolve_model_dir(const std::string& model_name, const EnvMap& env);
 
-// Data files for a dataset spec: a .json/.jsonl file, a directory of them, or a hub id.
-std::vector<std::string> resolve_dataset_files(const std::string& dataset, const EnvMap& env);
+// The cached snapshots of dataset repo ORG/NAME; an empty string for one that is not there.
+struct DatasetSnapshots {
+  std::string main;            // refs/main's; without refs/main, the newest snapshot but the Parquet branch's
+  std::string parquet_export;  // refs/refs/convert/parquet's
+};
+// What was looked at is appended to `tried` (for the caller's "not found" error).
+DatasetSnapshots find_dataset_snapshots(const std::string& hub_id, const EnvMap& env, std::vector<std::string>& tried);
+
+// "\n  a\n  b": the places looked at, for an error message.
+std::string tried_lines(const std::vector<std::string>& tried);
 
 }  // namespace finetune

@@ -1,10 +1,12 @@
 // Command-line / config-file / environment options.
 //
-// One option table (options.cpp) is the single source of every option's name, group, type,
-// default, range and help text. Values are layered with precedence
+// One option table (option_table.cpp) is the single source of every option's name, aliases,
+// group, type, default, range and help text. Values are layered with precedence
 //     --config FILE.json  <  environment FINETUNE_<KEY>  <  command line
 // and then converted and validated into the typed `Options` struct. Names follow Unsloth's CLI and
-// Hugging Face TrainingArguments, so users can carry their flags over.
+// Hugging Face TrainingArguments, so users can carry their flags over (README: "Coming from
+// Unsloth's CLI"). A FINETUNE_* environment variable that is neither an option nor one of the few
+// the project's scripts export (option_environment.h) is an error.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@ struct Options {
   // --- model
   std::string model_name;            // local dir or hub id resolved via the local HF cache
   int64_t max_seq_length = 2048;
-  std::string dtype = "auto";        // model/dtype_names.h (auto: bf16 on CUDA, fp32 on CPU)
+  std::string dtype = "auto";        // model/dtype_names.h (auto: bf16 on CUDA, fp32 on CPU; None = auto)
   bool load_in_4bit = false;         // accepted for CLI compatibility; true -> "not supported"
   std::string device = "auto";       // auto|cpu|cuda
 
@@ -36,6 +38,7 @@ struct Options {
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
   int64_t random_state = 3407;
   bool use_rslora = false;
+  bool use_dora = false;             // accepted for CLI compatibility; true -> "not implemented yet"
   std::vector<std::string> target_modules = projection_names();
   std::string init_adapter;          // existing PEFT adapter dir to start from
 
@@ -58,8 +61,9 @@ struct Options {
   int64_t seed = 3407;
 
   // --- data
-  std::string dataset;               // .json/.jsonl file, or hub id in the local HF datasets cache
-  std::string eval_dataset;
+  std::string dataset;               // file, directory or hub id in the local HF cache (config/dataset_source.h)
+  std::string dataset_split = "train";  // the split of --dataset to train on (HF datasets' file-name rules)
+  std::string eval_dataset;          // a file, directory or hub id, or the name of a split of --dataset
   double eval_split = 0.0;           // fraction of the training rows held out for evaluation
   int64_t eval_steps = 0;            // 0: evaluate only at the end (when there is eval data)
   std::string chat_template = "auto";  // a name of data/chat_template.h: chat_template_names(), or a file
@@ -82,7 +86,7 @@ struct Options {
   std::string resume_from_checkpoint;  // checkpoint dir, or "true": the newest in output_dir
   bool overwrite_output_dir = false;   // replace an earlier run's files in output_dir
   bool save_model = false;           // also export per --save_method into --save_path
-  std::string save_method = "lora";  // checkpoint/save_methods.h
+  std::string save_method = "merged_16bit";  // checkpoint/save_methods.h; Unsloth CLI's default
   std::string save_path = "model";
 
   // --- logging
@@ -113,6 +117,7 @@ struct OptionSpec {
   std::string default_value;
   std::string help;
   std::vector<std::string> choices;  // the accepted values of a choice option (or a list's items)
+  std::vector<std::string> aliases;  // other names, accepted wherever the name is (flag, file key, FINETUNE_*)
 };
 
 const std::vector<OptionSpec>& option_table();
@@ -127,7 +132,9 @@ struct Command {
 
 // Parses argv (argv[0] is the program name; an optional first positional word picks the action)
 // layered over the config file named by --config and over FINETUNE_<KEY> entries of `env`.
-// Throws UsageError naming the option on an unknown option, a bad value or a value out of range.
+// Throws UsageError naming the option on an unknown option, a bad value or a value out of range,
+// and naming the variable on a FINETUNE_* variable that is neither an option nor one the project's
+// scripts export (README: Options).
 Command parse_command(int argc, const char* const* argv, const EnvMap& env);
 
 // Usage text with every option, grouped.

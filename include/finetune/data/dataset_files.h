@@ -7,6 +7,8 @@
 //             .json file of one object per line is read like .jsonl); or one object spread over
 //             several lines, which is one row (as datasets 5 reads it). Anything else is an error
 //             naming the file, line and column.
+//   .txt      one row {"text": line} per line (str.splitlines(): empty lines included), as
+//             datasets' text builder reads it
 // Objects keep their keys in file order (tojson in a chat template shows them in that order).
 #pragma once
 

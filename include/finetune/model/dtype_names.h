@@ -16,9 +16,10 @@ inline const std::vector<std::string>& dtype_names() {
   return names;
 }
 
+// "none": Unsloth's CLI passes --dtype None for auto-detection (its default).
 inline const std::vector<std::pair<std::string, std::string>>& dtype_aliases() {
   static const std::vector<std::pair<std::string, std::string>> aliases = {
-      {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
+      {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}, {"none", "auto"}};
   return aliases;
 }
 

@@ -1,6 +1,7 @@
 // Small string helpers shared by modules.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,5 +15,10 @@ std::string trim(const std::string& s);
 
 // The items separated by `separator`.
 std::string join(const std::vector<std::string>& items, const std::string& separator);
+
+// The candidate nearest to `word` in edit distance (ASCII case ignored), when it is close enough to
+// be a typo of it (at most a third of the word's length, at least 1): the "did you mean" of an
+// error message. Ties go to the earlier candidate.
+std::optional<std::string> closest_match(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace finetune
