@@ -1,8 +1,9 @@
-// Row-by-row reading of .json / .jsonl dataset files (see dataset_files.h).
+// Row-by-row reading of .json / .jsonl / .parquet dataset files (see dataset_files.h).
 #include "finetune/data/dataset_files.h"
 
 #include <fstream>
 
+#include "finetune/data/parquet_rows.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
 
@@ -58,9 +59,20 @@ void read_json_array(const std::string& path, const std::function<void(const Dat
   }
 }
 
+void read_parquet(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  for_each_parquet_row(path, [&](int64_t row_index, nlohmann::ordered_json value) {
+    DatasetRow row;
+    row.location.file = path;
+    row.location.row = row_index;
+    row.value = nlohmann::json(std::move(value));
+    visit(row);
+  });
+}
+
 }  // namespace
 
 std::string RowLocation::describe() const {
+  if (row >= 0) return file + " row " + std::to_string(row);
   if (element >= 0) return file + " element " + std::to_string(element);
   return file + ":" + std::to_string(line);
 }
@@ -70,8 +82,10 @@ void for_each_dataset_row(const std::string& path, const std::function<void(cons
     read_jsonl(path, visit);
   } else if (ends_with(path, ".json")) {
     read_json_array(path, visit);
+  } else if (ends_with(path, ".parquet")) {
+    read_parquet(path, visit);
   } else {
-    throw Error(path + ": unsupported dataset file type; expected .json (an array of objects) or .jsonl");
+    throw Error(path + ": unsupported dataset file type; expected .json (an array of objects), .jsonl or .parquet");
   }
 }
 
