@@ -160,7 +160,7 @@ std::string timestamp_text(int64_t value, const arrow::TimestampType& type) {
   }
   const int64_t seconds = floor_div(value, per_second);
   const int64_t nanos = (value - seconds * per_second) * (1000000000 / per_second);
-  const std::optional<int> offset = type.timezone().empty() ? std::optional<int>(0) : utc_offset_seconds(type.timezone());
+  const std::optional<int> offset = type.timezone().empty() ? 0 : utc_offset_seconds(type.timezone());
   int64_t days = floor_div(seconds, 86400);
   int64_t second_of_day = seconds - days * 86400 + offset.value_or(0);  // local time; within +-2 days
   days += floor_div(second_of_day, 86400);
@@ -235,7 +235,9 @@ ordered_json map_json(const arrow::MapArray& map, int64_t i) {
   const int64_t end = begin + map.value_length(i);
   if (!is_string_type(*keys.type())) {
     ordered_json pairs = ordered_json::array();
-    for (int64_t k = begin; k < end; ++k) pairs.push_back(ordered_json::array({value_json(keys, k), value_json(items, k)}));
+    for (int64_t k = begin; k < end; ++k) {
+      pairs.push_back(ordered_json::array({value_json(keys, k), value_json(items, k)}));
+    }
     return pairs;
   }
   ordered_json object = ordered_json::object();

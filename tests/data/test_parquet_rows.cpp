@@ -144,7 +144,8 @@ TEST(ParquetRows, TruncatedFileIsAnErrorNamingIt) {
     const std::string path = dir.file("truncated_" + std::to_string(size) + ".parquet");
     dir.write("truncated_" + std::to_string(size) + ".parquet", bytes.substr(0, size));
     int64_t visited = 0;
-    const std::string message = error_message([&] { for_each_parquet_row(path, [&](int64_t, ordered_json) { ++visited; }); });
+    const std::string message =
+        error_message([&] { for_each_parquet_row(path, [&](int64_t, ordered_json) { ++visited; }); });
     expect_contains(message, {path});
     EXPECT_EQ(visited, 0) << size;
   }
@@ -173,7 +174,8 @@ TEST(ParquetRows, TypeWithoutJsonFormNamesFileColumnAndType) {
                         Case{"unsupported_zone.parquet", {"column 'when'", "America/New_York", "time zones"}}}) {
     const std::string path = parquet_fixture(c.file);
     int64_t visited = 0;
-    const std::string message = error_message([&] { for_each_parquet_row(path, [&](int64_t, ordered_json) { ++visited; }); });
+    const std::string message =
+        error_message([&] { for_each_parquet_row(path, [&](int64_t, ordered_json) { ++visited; }); });
     expect_contains(message, {path});
     expect_contains(message, c.parts);
     EXPECT_EQ(visited, 0) << "the schema is checked before the first row";

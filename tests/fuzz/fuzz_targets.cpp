@@ -208,9 +208,10 @@ const std::vector<FuzzTarget> kTargets = {
      run_adapter_config},
     {"parquet_rows", "for_each_parquet_row on a .parquet file (every value dumped), then for_each_dataset_row",
      parquet_rows_seeds,
+     // Thrift compact field headers (i32, struct, list) and little-endian lengths beside the names.
      {"PAR1", "ARROW:schema", "instruction", "messages", "role", "content", "conversations", "from", "value",
-      std::string("\x15\x00", 2), std::string("\x15\x04", 2), std::string("\x19\x1c", 2), std::string("\x00\x00\x00\x00", 4),
-      std::string("\xff\xff\xff\x7f", 4)},
+      std::string("\x15\x00", 2), std::string("\x15\x04", 2), std::string("\x19\x1c", 2),
+      std::string("\x00\x00\x00\x00", 4), std::string("\xff\xff\xff\x7f", 4)},
      run_parquet_rows},
 };
 

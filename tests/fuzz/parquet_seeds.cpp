@@ -102,7 +102,8 @@ std::vector<std::string> parquet_rows_seeds() {
        {"day", array_from_json(arrow::date32(), "[0, 19000, null]")},
        {"map", array_from_json(arrow::map(arrow::utf8(), arrow::int32()), R"([[["a", 1], ["b", null]], null, []])")},
        {"imap", array_from_json(arrow::map(arrow::int16(), arrow::utf8()), R"([[[1, "x"]], [], null])")},
-       {"fsl", array_from_json(arrow::fixed_size_list(arrow::int16(), 2), "[[1, 2], null, [3, null]]")},
+       // No null list: Arrow < 26 cannot read one back ("Expected all lists to be of size=2").
+       {"fsl", array_from_json(arrow::fixed_size_list(arrow::int16(), 2), "[[1, 2], [4, 5], [3, null]]")},
        {"ll", array_from_json(arrow::large_list(arrow::list(arrow::int32())), "[[[1], [], null], null, [[2, 3]]]")},
        {"st", array_from_json(arrow::struct_({field("x", arrow::int32()), field("y", arrow::utf8())}),
                               R"([{"x": 1, "y": "a"}, null, {"x": null, "y": null}])")},

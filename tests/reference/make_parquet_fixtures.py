@@ -111,7 +111,8 @@ def types_table():
         "binary_view": pa.array(cycle([b"bv", None, b"0123456789abcdef"]), pa.binary_view()),
         "list": pa.array(cycle([[1, 2, 3], [], None, [None, 4]]), pa.list_(pa.int64())),
         "large_list": pa.array(cycle([["a"], None, [None, "b"]]), pa.large_list(pa.string())),
-        "fixed_list": pa.array(cycle([[1, 2], None, [None, 3]]), pa.list_(pa.int16(), 2)),
+        # No null list here: Arrow < 26 cannot read one back ("Expected all lists to be of size=2").
+        "fixed_list": pa.array(cycle([[1, 2], [None, 3]]), pa.list_(pa.int16(), 2)),
         "nested_list": pa.array(cycle([[[1], [], None], None, [[2, 3]]]), pa.list_(pa.list_(pa.int32()))),
         "struct": pa.array(cycle([{"x": 1, "y": "a", "inner": {"z": [0.5]}}, None,
                                   {"x": None, "y": None, "inner": None}, {"x": 2, "y": "b", "inner": {"z": None}}]),
