@@ -64,7 +64,7 @@ void read_parquet(const std::string& path, const std::function<void(const Datase
     DatasetRow row;
     row.location.file = path;
     row.location.row = row_index;
-    row.value = nlohmann::json(std::move(value));
+    row.value = nlohmann::json(value);  // DatasetRow holds nlohmann::json, as for .json/.jsonl: keys sorted
     visit(row);
   });
 }
