@@ -4,8 +4,10 @@
 #   2. a Python with torch 2.11.0 (+ transformers/peft for tests): $FINETUNE_PYTHON, else a python3
 #      that already has torch (GPU boxes), else a virtualenv at $FINETUNE_VENV
 #      (default ~/.cache/finetune/venv) with the pinned packages
-#   3. LibTorch: $Torch_DIR / $CMAKE_PREFIX_PATH if given, else that Python's torch
-#   4. cmake configure (once) + build into $FINETUNE_BUILD_DIR (default ./build)
+#   3. LibTorch: $Torch_DIR / $CMAKE_PREFIX_PATH if given, else that Python's torch; Arrow/Parquet
+#      C++ (Parquet datasets): that Python's pyarrow wheel, headers and libraries (required)
+#   4. cmake configure (once, and again when the pyarrow wheel moved or changed) + build into
+#      $FINETUNE_BUILD_DIR (default ./build)
 # Writes $FINETUNE_BUILD_DIR/env.sh, which the other scripts source.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -67,14 +69,34 @@ else
   TORCH_PREFIX=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 fi
 
+# Arrow/Parquet C++ are not packaged by Debian: the pyarrow wheel of the same Python ships them
+# (libarrow.so.<SO>, libparquet.so.<SO>, headers). cmake/ArrowFromWheel.cmake says what is checked.
+if ! ARROW_WHEEL=$("$PYTHON" -c 'import pyarrow as pa; print(pa.get_include()); print(pa.get_library_dirs()[0]); print(pa.__version__)' 2>&1); then
+  log "error: $PYTHON cannot import pyarrow, which provides the Arrow/Parquet C++ libraries finetune reads"
+  log "       Parquet datasets with. Install it for that Python ($PYTHON -m pip install pyarrow; the project"
+  log "       virtualenv pins pyarrow==26.0.1), or point FINETUNE_PYTHON at a Python that has it."
+  log "       ($(tail -n 1 <<<"$ARROW_WHEEL"))"
+  exit 1
+fi
+{ read -r ARROW_INCLUDE_DIR; read -r ARROW_LIBRARY_DIR; read -r ARROW_VERSION; } <<<"$ARROW_WHEEL"
+ARROW_ARGS=(-DARROW_INCLUDE_DIR="$ARROW_INCLUDE_DIR" -DARROW_LIBRARY_DIR="$ARROW_LIBRARY_DIR")
+
 # --- 4. configure + build
 GENERATOR=()
 command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; }
+configure() {
+  cmake -S "$ROOT" -B "$BUILD_DIR" "$@" >"$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
+}
 if [ ! -f "$BUILD_DIR/build.ninja" ] && [ ! -f "$BUILD_DIR/Makefile" ]; then  # never (fully) configured
-  log "configuring $BUILD_DIR against LibTorch at $TORCH_PREFIX"
-  cmake -S "$ROOT" -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" ${FINETUNE_CMAKE_ARGS:-} >"$BUILD_DIR.configure.log" 2>&1 \
-    || { cat "$BUILD_DIR.configure.log" >&2; exit 1; }
+  log "configuring $BUILD_DIR against LibTorch at $TORCH_PREFIX, Arrow $ARROW_VERSION at $ARROW_LIBRARY_DIR"
+  configure "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "${ARROW_ARGS[@]}" \
+    ${FINETUNE_CMAKE_ARGS:-}
+elif [ "$(cached ARROW_INCLUDE_DIR)" != "$ARROW_INCLUDE_DIR" ] || [ "$(cached ARROW_LIBRARY_DIR)" != "$ARROW_LIBRARY_DIR" ] \
+     || [ "$(cached FINETUNE_ARROW_VERSION)" != "$ARROW_VERSION" ]; then
+  # A build directory configured before, or against another pyarrow: only the Arrow location changes.
+  log "configuring $BUILD_DIR again: Arrow $ARROW_VERSION at $ARROW_LIBRARY_DIR"
+  configure "${ARROW_ARGS[@]}"
 fi
 JOBS=${FINETUNE_JOBS:-$(nproc)}
 cmake --build "$BUILD_DIR" -j "$JOBS"

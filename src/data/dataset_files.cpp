@@ -1,10 +1,11 @@
-// Row-by-row reading of .json / .jsonl dataset files (see dataset_files.h).
+// Row-by-row reading of .json / .jsonl / .parquet dataset files (see dataset_files.h).
 #include "finetune/data/dataset_files.h"
 
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "finetune/data/parquet_rows.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
 
@@ -146,9 +147,20 @@ void read_text_lines(const std::string& path, const std::function<void(const Dat
   }
 }
 
+void read_parquet(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
+  for_each_parquet_row(path, [&](int64_t row_index, ordered_json value) {
+    DatasetRow row;
+    row.location.file = path;
+    row.location.row = row_index;
+    row.value = std::move(value);
+    visit(row);
+  });
+}
+
 }  // namespace
 
 std::string RowLocation::describe() const {
+  if (row >= 0) return file + " row " + std::to_string(row);
   if (element >= 0) return file + " element " + std::to_string(element);
   return file + ":" + std::to_string(line);
 }
@@ -158,6 +170,8 @@ void for_each_dataset_row(const std::string& path, const std::function<void(cons
     read_jsonl(path, visit);
   } else if (ends_with(path, ".json")) {
     read_json(path, visit);
+  } else if (ends_with(path, ".parquet")) {
+    read_parquet(path, visit);
   } else if (ends_with(path, ".txt")) {
     read_text_lines(path, visit);
   } else {

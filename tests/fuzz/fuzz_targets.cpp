@@ -9,6 +9,8 @@
 #include "finetune/config/options.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/data/dataset.h"
+#include "finetune/data/dataset_files.h"
+#include "finetune/data/parquet_rows.h"
 #include "finetune/io/safetensors.h"
 #include "finetune/lora/lora_config.h"
 #include "finetune/tokenizer/tokenizer.h"
@@ -121,6 +123,16 @@ void run_dataset_json(const std::string& input, const std::string& dir) {
   run_dataset(input, write_file(dir, "data.json", input));
 }
 
+// The rows as the reader hands them out, dumped (which throws on a string that is not UTF-8), then
+// as for_each_dataset_row hands them to the dataset stage. Not load_dataset: most seeds (the
+// all-types file) are no dataset format, and what load_dataset does with JSON rows is the
+// dataset_jsonl target's.
+void run_parquet_rows(const std::string& input, const std::string& dir) {
+  const std::string path = write_file(dir, "data.parquet", input);
+  for_each_parquet_row(path, [](int64_t, nlohmann::ordered_json row) { row.dump(); });
+  for_each_dataset_row(path, [](const DatasetRow& row) { row.value.dump(); });
+}
+
 void run_option_file(const std::string& input, const std::string& dir) {
   const std::string path = write_file(dir, "run.json", input);
   const char* argv[] = {"finetune", "train", "--config", path.c_str()};
@@ -195,6 +207,13 @@ const std::vector<FuzzTarget> kTargets = {
       "\"target_modules\"", "\"use_dora\"", "\"fan_in_fan_out\"", "\"rank_pattern\"", "\"modules_to_save\"",
       "\"layers_to_transform\"", "\"none\""},
      run_adapter_config},
+    {"parquet_rows", "for_each_parquet_row on a .parquet file (every value dumped), then for_each_dataset_row",
+     parquet_rows_seeds,
+     // Thrift compact field headers (i32, struct, list) and little-endian lengths beside the names.
+     {"PAR1", "ARROW:schema", "instruction", "messages", "role", "content", "conversations", "from", "value",
+      std::string("\x15\x00", 2), std::string("\x15\x04", 2), std::string("\x19\x1c", 2),
+      std::string("\x00\x00\x00\x00", 4), std::string("\xff\xff\xff\x7f", 4)},
+     run_parquet_rows},
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 //             .json file of one object per line is read like .jsonl); or one object spread over
 //             several lines, which is one row (as datasets 5 reads it). Anything else is an error
 //             naming the file, line and column.
+//   .parquet  one object per row, streamed (data/parquet_rows.h: the value conversions)
 //   .txt      one row {"text": line} per line (str.splitlines(): empty lines included), as
 //             datasets' text builder reads it
 // Objects keep their keys in file order (tojson in a chat template shows them in that order).
@@ -24,8 +25,9 @@ struct RowLocation {
   std::string file;
   int64_t line = 0;      // 1-based line of a JSON Lines row; 0 otherwise
   int64_t element = -1;  // index of a row in a .json array (0 for a lone object); -1 otherwise
+  int64_t row = -1;      // 0-based row index in a .parquet file; -1 otherwise
 
-  // "data.jsonl:12" or "data.json element 3"
+  // "data.jsonl:12", "data.json element 3" or "data.parquet row 12"
   std::string describe() const;
 };
 
@@ -36,7 +38,8 @@ struct DatasetRow {
 };
 
 // Calls visit(row) for every row of the file, in order. Throws Error naming the file when it cannot
-// be read, its extension is not a dataset file type, or a .json file has none of the layouts above.
+// be read, its extension is not a dataset file type, a .json file has none of the layouts above,
+// or a .parquet file is unreadable or has a column of a type with no JSON form.
 void for_each_dataset_row(const std::string& path, const std::function<void(const DatasetRow&)>& visit);
 
 }  // namespace finetune
