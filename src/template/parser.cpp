@@ -7,12 +7,12 @@
 #include "builtins.h"
 #include "finetune/template/template.h"
 #include "lexer.h"
+#include "python_text.h"
 
 namespace finetune::jinja {
 namespace {
 
-const std::unordered_set<std::string> kUnsupportedTags = {"extends", "block", "include", "import", "from",
-                                                          "autoescape"};
+const std::unordered_set<std::string> kUnsupportedTags = {"extends", "include", "import", "from", "autoescape"};
 
 class Parser {
  public:
@@ -186,6 +186,8 @@ class Parser {
       out.push_back(std::move(node));
     } else if (tag == "with") {
       out.push_back(parse_with());
+    } else if (tag == "block") {
+      out.push_back(parse_block());
     } else if (tag == "print") {
       next();
       bool first = true;
@@ -314,6 +316,31 @@ class Parser {
     if (call->kind != Expr::Kind::Call) fail("expected call", node->line);
     node->call.reset(static_cast<CallExpr*>(call.release()));
     parse_macro_body(node->caller, "endcall");
+    return node;
+  }
+
+  StmtPtr parse_block() {
+    auto node = std::make_unique<BlockStmt>(next().line);
+    node->name = expect_name();
+    if (!block_names_.insert(node->name).second) fail("block '" + node->name + "' defined twice");
+    node->scoped = skip_name("scoped");
+    node->required = skip_name("required");
+    // A block is a function of its own in jinja2: loop control does not cross it.
+    const int saved_loop_depth = loop_depth_;
+    loop_depth_ = 0;
+    node->body = parse_statements({"endblock"}, true);
+    loop_depth_ = saved_loop_depth;
+    if (current().type == TokenType::Name) {
+      if (current().text != node->name) fail("'" + node->name + "' block ended with '" + current().text + "'");
+      next();
+    }
+    if (node->required) {
+      for (const StmtPtr& stmt : node->body) {
+        const bool blank = stmt->kind == Stmt::Kind::Text &&
+                           python_strip(static_cast<const TextStmt&>(*stmt).text, std::nullopt, true, true).empty();
+        if (!blank) fail("Required blocks can only contain comments or whitespace", stmt->line);
+      }
+    }
     return node;
   }
 
@@ -767,6 +794,7 @@ class Parser {
   int loop_depth_ = 0;
   bool has_generation_ = false;
   std::vector<std::unordered_set<std::string>> loaded_names_;  // one set per macro body being parsed
+  std::unordered_set<std::string> block_names_;
 };
 
 // jinja2's compiler rejects an unknown filter or test, except in the soft frame of an {% if %}
@@ -846,6 +874,7 @@ class NameChecker {
         break;
       }
       case Stmt::Kind::Generation: check_body(static_cast<const BodyStmt&>(stmt).body, false); break;
+      case Stmt::Kind::Block: check_body(static_cast<const BlockStmt&>(stmt).body, false); break;
       default: break;
     }
   }

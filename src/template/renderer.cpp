@@ -124,6 +124,7 @@ Template::Output Renderer::render(const nlohmann::ordered_json& context) {
     throw TemplateError(program_.name, 0, failure.what());
   }
   scope_ = std::make_shared<Scope>(Scope{globals, {}});
+  root_scope_ = scope_;
   buffers_.assign(1, std::string());
   exec_body(program_.body);
 
@@ -172,7 +173,7 @@ void Renderer::charge_size(size_t size) {
     throw RenderFailure("template built a value of " + std::to_string(size) + " bytes or items, over the limit of " +
                         std::to_string(options_.max_output_bytes));
   }
-  charge(size / 256);
+  charge(size / 64);
 }
 
 std::tm Renderer::local_time() const {
@@ -195,7 +196,7 @@ void Renderer::write(const std::string& text) {
   if (buffer.size() + text.size() > options_.max_output_bytes) {
     throw RenderFailure("template output exceeds " + std::to_string(options_.max_output_bytes) + " bytes");
   }
-  charge(text.size() / 256);
+  charge(text.size() / 64);
   buffer += text;
 }
 
@@ -302,6 +303,13 @@ Renderer::Flow Renderer::exec_node(const Stmt& stmt) {
       ScopeGuard scope(*this);
       for (size_t i = 0; i < node.targets.size(); ++i) assign(*scope_, node.targets[i], values[i]);
       return exec_body(node.body);
+    }
+    case Stmt::Kind::Block: {
+      const auto& node = static_cast<const BlockStmt&>(stmt);
+      if (node.required) throw RenderFailure("Required block '" + node.name + "' not found.");
+      ScopeGuard scope(*this, std::make_shared<Scope>(Scope{node.scoped ? scope_ : root_scope_, {}}));
+      exec_body(node.body);
+      return Flow::Normal;
     }
     case Stmt::Kind::Break: return Flow::Break;
     case Stmt::Kind::Continue: return Flow::Continue;
@@ -524,8 +532,9 @@ Value Renderer::eval_node(const Expr& expr) {
     case Expr::Kind::Concat: {
       std::string text;
       for (const ExprPtr& item : static_cast<const ConcatExpr&>(expr).items) {
-        text += python_str(eval(*item));
-        charge_size(text.size());
+        const std::string piece = python_str(eval(*item));
+        charge_size(text.size() + piece.size());
+        text += piece;
       }
       return Value::string(std::move(text));
     }

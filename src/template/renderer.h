@@ -49,7 +49,8 @@ class Renderer {
   bool apply_test(const std::string& name, const Value& operand, Arguments& args);
 
   // The iteration budget: loop iterations, plus items that filters walk and strings they build
-  // (one unit per 256 bytes).
+  // (one unit per 64 bytes, which also bounds the bytes a render can build in all: 64 times the
+  // budget).
   void charge(uint64_t units);
   // A string or list of this many bytes/items may be built (max_output_bytes), and is charged.
   void charge_size(size_t size);
@@ -95,6 +96,7 @@ class Renderer {
   const TemplateProgram& program_;
   const TemplateOptions& options_;
   std::shared_ptr<Scope> scope_;
+  std::shared_ptr<Scope> root_scope_;  // the template's top level
   std::vector<std::string> buffers_;
   size_t counted_bytes_ = 0;       // of buffers_[0], already counted in counted_characters_
   size_t counted_characters_ = 0;
