@@ -575,4 +575,67 @@ DIVERGENCES = [
     ("bigint/3", "{{ -9223372036854775807 - 2 }}", {}),
     ("complex/0", "{{ (-8) ** 0.5 }}", {}),
     ("bytes/0", "{{ 'abc'.encode() }}", {}),
+    ("surrogate/0", "{{ '\\ud800'[:0] }}", {}),  # lone surrogates cannot be UTF-8
 ]
+
+section(
+    "whitespace_more",
+    "{% if true %}   {% endif %}|",
+    "{% if true %}\n   {% endif %}|",
+    "{% if true %}\n\t\x0c {% endif %}|",
+    "  {# first #}\nx",
+    "{{ 'v' }}  {% if true %}w{% endif %}",
+    "{% for i in range(2) %}\n  {%- raw %} {{ raw }} {% endraw %}\n{% endfor %}",
+    "{# {% if %} }} {{ #}after",
+    "{{ '%}' }}{% set x = '%}' %}{{ x }}{{ \"}}\" }}{{ {'a': {'b': 1}} }}{% set d = {'k': {'j': 2}} %}{{ d.k.j }}",
+    "a\r\n  {%- if true %}\r\n  b\r\n  {%- endif %}\r\nc",
+    "{%- if true -%}\u2029\u0085x\u2029{%- endif -%}",
+    "{% if true %}\n\n{% endif %}x",
+    "{% set x = 1 %}\n\n{{ x }}\n\n",
+    "{%- macro m() -%}\n  m\n{%- endmacro %}\n{{- m() -}}\n",
+    "{% for x in [1, 2] %}\n{{ x }}\n{%- if not loop.last %}, {% endif %}\n{% endfor %}",
+    "<{%- if true %} x {% endif -%}>",
+    "{{- ' ' -}} {{- 'a' }} {{ 'b' -}} \n\n {{ 'c' }}",
+    "{%+ if true -%}  a  {%- endif +%}  b",
+    "x\n{%- generation %}\ny\n{% endgeneration -%}\nz",
+)
+
+section(
+    "unicode_more",
+    "{{ 'ǅungla'|lower }} {{ 'ǆungla'|title }} {{ 'ΣΑΣ ΣΑΣ'|title }} {{ 'ŉ'|upper }} {{ 'ﬃ'|capitalize }} {{ 'ß'.title() }} {{ 'İstanbul'|lower }}",
+    "{{ 'ΌΣΟΣ, ΟΣ.'|lower }} {{ 'Σ'|lower }} {{ 'AΣ'|lower }} {{ 'AΣ\u0301'|lower }} {{ 'A\u0301Σ b'|lower }} {{ 'aΣb'|lower }}",
+    "{{ 'Ǳ'.swapcase() }} {{ 'ǲ'.swapcase() }} {{ 'ﬁ'.title() }} {{ 'hello wörld ǆ'.title() }} {{ '\u1e9e'|lower }}",
+    "{{ 'abc' < 'abd' }} {{ 'é' > 'z' }} {{ '🙂' > 'é' }} {{ ['é', 'e', 'z', 'É']|sort }} {{ ['é', 'e', 'z', 'É']|sort(case_sensitive=true) }}",
+    "{{ ['\\x85', '\\u00a0', '\\u0301', '\\u3000', '\\U0001F600', '\\u2028', '\\U000E007F', '\\u0600'] }}",
+    "{{ 'a\u0301'|length }} {{ '🙂'|length }} {{ '🙂🙂'[1] }} {{ 'ab🙂cd'[1:-1] }} {{ 'ab🙂cd'|reverse }} {{ 'x🙂y'.find('y') }}",
+    ("{{ text|upper }} {{ text|length }} {{ text[::-1] }} {{ text.split() }} {{ text|tojson }} {{ [text] }}", {"text": "Ça\u00a0va — 日本語 \U0001F468\u200d\U0001F469 \u0000 end"}),
+)
+
+section(
+    "repr_more",
+    "{{ [1e16, 1e15, 0.1, 1.7976931348623157e308, 2.2250738585072014e-308, 1e-7, 123456789012345678.0, 0.5e-323] }}",
+    "{{ [100.0, 1e21, 1e22, 12345.678, -1.5e-10, 3.0e0, 9.999999999999999e15, 1.0000000000000002] }}",
+    "{{ ('a', ('b',), (), [()]) }} {{ {'t': (1,)} }} {{ [{}, [], ''] }}",
+    "{{ [\"'\", '\"', '\\'\"', '\\\\'] }}",
+    "{{ [true, false, none, 0, -0, 1.0, -0.0] }} {{ {true: 1, 0: 2} }}",
+    ("{{ v }} {{ v|tojson }} {{ v|string }}", {"v": {"n": 1e16, "f": 0.1, "i": -12, "s": "x\ny", "l": [1.5e-7, 2e+100]}}),
+    "{{ (1, 2)|list }} {{ [1, 2]|map('string')|list }} {{ {'a': 1}.items()|list }} {{ range(3)|list }}",
+    "{{ {'a': 1}.keys()|list }}{{ ['x']|map('upper')|first }}",
+)
+
+section(
+    "scoping_more",
+    "{% set x = 9 %}{% for i in range(3) %}{% if i == 1 %}{% set x = i %}{% endif %}{{ x }}{% endfor %}{{ x }}",
+    "{% for i in range(2) %}{% set x = i %}{% for j in range(2) %}{{ x }}{% set x = j %}{{ x }}{% endfor %}{{ x }};{% endfor %}",
+    "{% macro m() %}{{ i }}{% endmacro %}{% for i in range(2) %}[{{ m() }}]{% endfor %}",
+    "{% set ns = namespace(items=[]) %}{% for i in range(3) %}{% set ns.items = ns.items + [i] %}{% endfor %}{{ ns.items }}",
+    "{% for i in range(2) %}{% set ns = namespace(v=i) %}{% set ns.v = ns.v + 10 %}{{ ns.v }}{% endfor %}",
+    "{% macro outer() %}{% macro inner() %}in{% endmacro %}{{ inner() }}{% endmacro %}{{ outer() }}{{ inner is defined }}",
+    "{% set x = 'top' %}{% macro m() %}{% set x = 'macro' %}{{ x }}{% endmacro %}{{ m() }}{{ x }}",
+    "{% macro m() %}{{ caller('a') }}{{ caller('b') }}{% endmacro %}{% set y = 'outer' %}{% call(v) m() %}{{ v }}{{ y }}{% set y = v %}{% endcall %}{{ y }}",
+    "{% with x = 1 %}{% macro m() %}{{ x }}{% endmacro %}{{ m() }}{% endwith %}",
+    "{% for i in range(3) %}{% set loop_var = loop.index %}{% endfor %}{{ loop_var }}",
+    "{% if true %}{% for i in range(2) %}{% set z = i %}{% endfor %}{% set z = 'if' %}{% endif %}{{ z }}",
+    ("{% set messages = messages[1:] %}{{ messages|length }}{% for messages in [1] %}{{ messages }}{% endfor %}{{ messages|length }}", {"messages": MESSAGES}),
+    ("{% set bos_token = 'X' %}{{ bos_token }}", {"bos_token": "<s>"}),
+)
