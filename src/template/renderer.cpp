@@ -12,7 +12,7 @@
 namespace finetune::jinja {
 
 // Note [Evaluation depth]
-constexpr int kMaxEvaluationDepth = 3000;
+constexpr int kMaxEvaluationDepth = 1000;
 
 struct Scope {
   std::shared_ptr<Scope> parent;

@@ -17,8 +17,10 @@
 //
 // Note [Evaluation depth]
 // Each statement executed and expression evaluated inside another adds one level; past
-// kMaxEvaluationDepth the render fails rather than overflow the stack. The parser's nesting limit
-// and the macro depth limit keep real templates far below it.
+// kMaxEvaluationDepth (1000) the render fails rather than overflow the stack: about 1 MB of stack
+// in a release build, 3 MB under AddressSanitizer. Real templates stay far below it (TRL's
+// chat templates reach 24 levels on conversations with tools); a macro recursing 128 deep
+// (max_macro_depth; jinja2 itself stops near 150-200) takes about 600.
 #pragma once
 
 #include <memory>

@@ -53,7 +53,7 @@ TEST(TemplateLimits, NestingLimitIsConfigurable) {
 
 TEST(TemplateLimits, MacroRecursionIsBounded) {
   EXPECT_EQ(error_message("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}"),
-            "macro calls nested deeper than 64 levels");
+            "macro calls nested deeper than 128 levels");
   // Deeply nested statements inside a recursive macro hit the evaluation-depth bound first.
   const std::string deep_body = repeat("{% if true %}", 60) + "{{ m() }}" + repeat("{% endif %}", 60);
   EXPECT_NE(error_message("{% macro m() %}" + deep_body + "{% endmacro %}{{ m() }}").find("nested deeper than"),
