@@ -29,11 +29,10 @@
 
 #include "ast.h"
 #include "finetune/template/template.h"
+#include "scope.h"
 #include "value.h"
 
 namespace finetune::jinja {
-
-struct Scope;
 
 class Renderer {
  public:
@@ -61,7 +60,7 @@ class Renderer {
   // Keeps a namespace alive until the render ends, then releases it (Note [Value nesting]).
   void track(std::shared_ptr<Object> object);
 
-  // A macro or caller call (MacroObject::call).
+  // Calls a macro or a caller (macro.h), binding `args` as jinja2 does.
   Value call_macro(const MacroDefinition& macro, const std::shared_ptr<Scope>& closure, Arguments& args);
 
  private:
@@ -92,8 +91,38 @@ class Renderer {
   // Runs `body` in a new scope (child of the current one) into its own buffer.
   std::string render_captured(const Body& body, Flow* flow);
 
-  class ScopeGuard;
-  class DepthGuard;
+  // Note [Evaluation depth]
+  static constexpr int kMaxEvaluationDepth = 1000;
+
+  class ScopeGuard {
+   public:
+    ScopeGuard(Renderer& renderer, std::shared_ptr<Scope> scope) : renderer_(renderer), saved_(renderer.scope_) {
+      renderer_.scope_ = std::move(scope);
+    }
+    explicit ScopeGuard(Renderer& renderer) : ScopeGuard(renderer, std::make_shared<Scope>(Scope{renderer.scope_, {}})) {}
+    ~ScopeGuard() { renderer_.scope_ = std::move(saved_); }
+    ScopeGuard(const ScopeGuard&) = delete;
+    ScopeGuard& operator=(const ScopeGuard&) = delete;
+
+   private:
+    Renderer& renderer_;
+    std::shared_ptr<Scope> saved_;
+  };
+
+  class DepthGuard {
+   public:
+    explicit DepthGuard(Renderer& renderer) : renderer_(renderer) {
+      if (++renderer_.depth_ > kMaxEvaluationDepth) {
+        throw RenderFailure("template evaluation nested deeper than " + std::to_string(kMaxEvaluationDepth) + " levels");
+      }
+    }
+    ~DepthGuard() { --renderer_.depth_; }
+    DepthGuard(const DepthGuard&) = delete;
+    DepthGuard& operator=(const DepthGuard&) = delete;
+
+   private:
+    Renderer& renderer_;
+  };
 
   const TemplateProgram& program_;
   const TemplateOptions& options_;
