@@ -146,7 +146,7 @@ struct MacroDefinition {
 };
 
 struct Stmt {
-  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, With, Break, Continue, Generation };
+  enum class Kind { Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, With, Break, Continue, Generation, Block };
   Stmt(Kind kind, size_t line) : kind(kind), line(line) {}
   virtual ~Stmt() = default;
 
@@ -218,6 +218,16 @@ struct WithStmt : Stmt {
 
 struct BodyStmt : Stmt {  // Generation: {% generation %}body{% endgeneration %}
   BodyStmt(Kind kind, size_t line) : Stmt(kind, line) {}
+  Body body;
+};
+
+// {% block name [scoped] [required] %}: rendered in place (a template that extends nothing). Its
+// body sees the template's top-level variables, and with `scoped` also the enclosing ones.
+struct BlockStmt : Stmt {
+  explicit BlockStmt(size_t line) : Stmt(Kind::Block, line) {}
+  std::string name;
+  bool scoped = false;
+  bool required = false;
   Body body;
 };
 

@@ -47,6 +47,14 @@ Value get_attribute(const Value& object, const std::string& name) {
       if (has_method(object, name)) return bound_method(object, name);
       if (const Value* value = object.as_dict().find(name)) return *value;
       break;
+    case Value::Kind::Bool:
+    case Value::Kind::Int:
+    case Value::Kind::Float:
+      if (name == "real") return object.is_float() ? object : Value::integer(object.as_int());
+      if (name == "imag") return object.is_float() ? Value::number(0.0) : Value::integer(0);
+      if (object.is_integral() && name == "numerator") return Value::integer(object.as_int());
+      if (object.is_integral() && name == "denominator") return Value::integer(1);
+      break;
     default:
       if (has_method(object, name)) return bound_method(object, name);
       break;
@@ -92,10 +100,17 @@ Value get_item(const Value& object, const Value& key) {
   return Value::undefined(object_type_repr(object) + " has no element " + python_repr(key));
 }
 
+// jinja2 compiles x[a:b] to a plain Python subscript (no getitem fallback), so failures raise.
 Value get_slice(const Value& object, const Value* start, const Value* stop, const Value* step) {
   if (object.is_undefined()) throw_undefined(object);
+  if (object.is_dict()) throw RenderFailure("unhashable type: 'slice'");
+  if (!object.is_sequence() && !object.is_string()) {
+    throw RenderFailure("'" + type_name(object) + "' object is not subscriptable");
+  }
   for (const Value* bound : {start, stop, step}) {
-    if (!bound->is_none() && !bound->is_integral()) return Value::undefined("slice indices must be integers or None");
+    if (!bound->is_none() && !bound->is_integral()) {
+      throw RenderFailure("slice indices must be integers or None or have an __index__ method");
+    }
   }
   if (object.is_sequence()) {
     const ValueList& items = object.as_list();
@@ -103,13 +118,10 @@ Value get_slice(const Value& object, const Value* start, const Value* stop, cons
     for (const size_t i : slice_positions(static_cast<int64_t>(items.size()), start, stop, step)) out.push_back(items[i]);
     return object.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
   }
-  if (object.is_string()) {
-    const std::vector<char32_t> text = decode_utf8(object.as_string());
-    std::vector<char32_t> out;
-    for (const size_t i : slice_positions(static_cast<int64_t>(text.size()), start, stop, step)) out.push_back(text[i]);
-    return Value::string(encode_utf8(out));
-  }
-  return Value::undefined(object_type_repr(object) + " cannot be sliced");
+  const std::vector<char32_t> text = decode_utf8(object.as_string());
+  std::vector<char32_t> out;
+  for (const size_t i : slice_positions(static_cast<int64_t>(text.size()), start, stop, step)) out.push_back(text[i]);
+  return Value::string(encode_utf8(out));
 }
 
 std::vector<std::optional<Value>> bind_arguments(const std::string& function, Arguments& args,

@@ -42,7 +42,7 @@ std::optional<int64_t> parse_python_int(const std::string& input, int64_t base) 
   if (prefixed) i += 2;
   const bool base_zero_decimal = base == 0;
   if (base == 0) base = 10;
-  if (base < 2 || base > 36) throw RenderFailure("int() base must be >= 2 and <= 36, or 0");
+  if (base < 2 || base > 36) return std::nullopt;  // a ValueError in Python, handled the same way
   const size_t digits_start = i;
   uint64_t value = 0;
   bool any = false;
@@ -139,22 +139,23 @@ Value filter_int(Renderer&, const Value& value, Arguments& args) {
   const Value fallback = bound[0] ? *bound[0] : Value::integer(0);
   if (value.is_undefined()) throw_undefined(value);
   if (value.is_integral()) return Value::integer(value.as_int());
-  if (value.is_float() || value.is_string()) {
-    std::optional<double> number;
-    if (value.is_string()) {
-      const int64_t base = bound[1] ? (bound[1]->is_integral() ? bound[1]->as_int() : -1) : 10;
-      if (base < 0) return fallback;
+  // jinja2: int(value[, base]); on TypeError/ValueError int(float(value)), whose failures (an
+  // OverflowError for infinity included) give the default. int(inf) itself is an OverflowError.
+  std::optional<double> number;
+  if (value.is_string()) {
+    const int64_t base = bound[1] ? (bound[1]->is_integral() ? bound[1]->as_int() : -1) : 10;
+    if (base >= 0) {
       if (const auto parsed = parse_python_int(value.as_string(), base)) return Value::integer(*parsed);
-      number = parse_python_float(value.as_string());
-    } else {
-      number = value.as_double();
     }
-    if (!number || std::isnan(*number)) return fallback;
+    number = parse_python_float(value.as_string());
+    if (number && std::isinf(*number)) return fallback;
+  } else if (value.is_float()) {
+    number = value.as_double();
     if (std::isinf(*number)) throw RenderFailure("cannot convert float infinity to integer");
-    if (std::fabs(*number) >= 9223372036854775808.0) throw RenderFailure("integer result does not fit in 64 bits");
-    return Value::integer(static_cast<int64_t>(*number));
   }
-  return fallback;
+  if (!number || std::isnan(*number)) return fallback;
+  if (std::fabs(*number) >= 9223372036854775808.0) throw RenderFailure("integer result does not fit in 64 bits");
+  return Value::integer(static_cast<int64_t>(*number));
 }
 
 Value filter_float(Renderer&, const Value& value, Arguments& args) {

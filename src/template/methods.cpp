@@ -115,6 +115,11 @@ Value call_str_method(Renderer& renderer, const std::string& text, const std::st
     renderer.charge_size(text.size());
     return string_list(python_splitlines(text, bound[0] && truthy(*bound[0])));
   }
+  if (name == "format") {
+    std::string out = python_str_format(text, args);
+    renderer.charge_size(out.size());
+    return Value::string(std::move(out));
+  }
   no_keywords(name, args);
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     auto bound = bind_arguments(name, args, {"chars"});
@@ -215,11 +220,6 @@ Value call_str_method(Renderer& renderer, const std::string& text, const std::st
     const bool sign = !text.empty() && (text[0] == '+' || text[0] == '-');
     return Value::string((sign ? text.substr(0, 1) : "") + std::string(static_cast<size_t>(width - length), '0') +
                          text.substr(sign ? 1 : 0));
-  }
-  if (name == "format") {
-    std::string out = python_str_format(text, args);
-    renderer.charge_size(out.size());
-    return Value::string(std::move(out));
   }
   bind_arguments(name, args, {});
   if (name == "upper") return Value::string(python_upper(text));

@@ -1,5 +1,6 @@
 #include "operators.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -19,15 +20,21 @@ namespace {
   throw RenderFailure("integer result does not fit in 64 bits");
 }
 
-int64_t checked(bool overflowed, int64_t value) {
-  if (overflowed) throw_overflow();
-  return value;
+// a op b with overflow detection (op: one of __builtin_{add,sub,mul}_overflow).
+template <class Op>
+int64_t checked(Op op, int64_t a, int64_t b) {
+  int64_t result;
+  if (op(a, b, &result)) throw_overflow();
+  return result;
 }
+
+bool add_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_add_overflow(a, b, out); }
+bool sub_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_sub_overflow(a, b, out); }
+bool mul_overflow(int64_t a, int64_t b, int64_t* out) { return __builtin_mul_overflow(a, b, out); }
 
 Value add(const Value& a, const Value& b, Renderer& renderer) {
   if (a.is_integral() && b.is_integral()) {
-    int64_t sum;
-    return Value::integer(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &sum), sum));
+    return Value::integer(checked(add_overflow, a.as_int(), b.as_int()));
   }
   if (a.is_number() && b.is_number()) return Value::number(a.as_double() + b.as_double());
   if (a.is_string() && b.is_string()) {
@@ -59,9 +66,13 @@ Value repeat(const Value& sequence, int64_t times, Renderer& renderer) {
   if (unit != 0 && static_cast<uint64_t>(times) > std::numeric_limits<size_t>::max() / unit) throw_overflow();
   renderer.charge_size(unit * static_cast<size_t>(times));
   if (sequence.is_string()) {
+    const size_t total = unit * static_cast<size_t>(times);
     std::string out;
-    out.reserve(unit * static_cast<size_t>(times));
-    for (int64_t i = 0; i < times; ++i) out += sequence.as_string();
+    out.reserve(total);
+    out = sequence.as_string();
+    while (!out.empty() && out.size() * 2 <= total) out += out;  // doubling: memcpy-sized copies
+    out.append(out, 0, total - std::min(out.size(), total));
+    out.resize(total);
     return Value::string(std::move(out), sequence.markup());
   }
   ValueList items;
@@ -72,8 +83,7 @@ Value repeat(const Value& sequence, int64_t times, Renderer& renderer) {
 
 Value multiply(const Value& a, const Value& b, Renderer& renderer) {
   if (a.is_integral() && b.is_integral()) {
-    int64_t product;
-    return Value::integer(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &product), product));
+    return Value::integer(checked(mul_overflow, a.as_int(), b.as_int()));
   }
   if (a.is_number() && b.is_number()) return Value::number(a.as_double() * b.as_double());
   const bool a_sequence = a.is_string() || a.is_sequence();
@@ -144,9 +154,9 @@ Value power(const Value& a, const Value& b) {
     int64_t exponent = b.as_int();
     int64_t result = 1;
     while (exponent > 0) {
-      if (exponent & 1) result = checked(__builtin_mul_overflow(result, base, &result), result);
+      if (exponent & 1) result = checked(mul_overflow, result, base);
       exponent >>= 1;
-      if (exponent > 0) base = checked(__builtin_mul_overflow(base, base, &base), base);
+      if (exponent > 0) base = checked(mul_overflow, base, base);
     }
     return Value::integer(result);
   }
@@ -168,8 +178,7 @@ Value python_binary(ChainOp op, const Value& a, const Value& b, Renderer& render
     case ChainOp::Add: return add(a, b, renderer);
     case ChainOp::Subtract:
       if (a.is_integral() && b.is_integral()) {
-        int64_t difference;
-        return Value::integer(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &difference), difference));
+        return Value::integer(checked(sub_overflow, a.as_int(), b.as_int()));
       }
       if (a.is_number() && b.is_number()) return Value::number(a.as_double() - b.as_double());
       throw_unsupported("-", a, b);

@@ -13,6 +13,7 @@
 #include "finetune/data/parquet_rows.h"
 #include "finetune/io/safetensors.h"
 #include "finetune/lora/lora_config.h"
+#include "finetune/template/template.h"
 #include "finetune/tokenizer/tokenizer.h"
 #include "finetune/util/json_parse.h"
 #include "fuzz_seeds.h"
@@ -146,6 +147,37 @@ void run_adapter_config(const std::string& input, const std::string& dir) {
   lora_scaling(config);
 }
 
+// A conversation with a system prompt, tools, a tool call and its result, and content parts.
+const nlohmann::ordered_json& chat_context() {
+  static const nlohmann::ordered_json kContext = nlohmann::ordered_json::parse(R"({
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather in x? \u00e9 \ud83d\ude00"},
+      {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "x", "days": 2}}}]},
+      {"role": "tool", "content": "sunny"},
+      {"role": "assistant", "content": [{"type": "text", "text": "It is sunny."}]}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}],
+    "documents": null, "add_generation_prompt": false, "bos_token": "<s>", "eos_token": "</s>"})");
+  return kContext;
+}
+
+// A template as a tokenizer_config.json carries it: parsed, then rendered with and without the
+// generation prompt. Tighter bounds than the defaults keep every input well within the
+// per-input time limit; they exercise the same checks.
+void run_chat_template(const std::string& input, const std::string&) {
+  jinja::TemplateOptions options;
+  options.max_iterations = 200000;
+  options.max_output_bytes = 1 << 20;
+  const jinja::Template chat_template(input, "fuzzed template", options);
+  nlohmann::ordered_json context = chat_context();
+  for (const bool prompt : {false, true}) {
+    context["add_generation_prompt"] = prompt;
+    chat_template.render(context);
+  }
+}
+
 const std::vector<std::string> kTokenizerWords = {
     "\"type\"", "\"BPE\"", "\"Sequence\"", "\"Split\"", "\"ByteLevel\"", "\"NFC\"", "\"TemplateProcessing\"",
     "\"Regex\"", "\"String\"", "\"Isolated\"", "\"Removed\"", "\"vocab\"", "\"merges\"", "\"added_tokens\"",
@@ -207,6 +239,7 @@ const std::vector<FuzzTarget> kTargets = {
       "\"target_modules\"", "\"use_dora\"", "\"fan_in_fan_out\"", "\"rank_pattern\"", "\"modules_to_save\"",
       "\"layers_to_transform\"", "\"none\""},
      run_adapter_config},
+<<<<<<< HEAD
     {"parquet_rows", "for_each_parquet_row on a .parquet file (every value dumped), then for_each_dataset_row",
      parquet_rows_seeds,
      // Thrift compact field headers (i32, struct, list) and little-endian lengths beside the names.
@@ -214,6 +247,20 @@ const std::vector<FuzzTarget> kTargets = {
       std::string("\x15\x00", 2), std::string("\x15\x04", 2), std::string("\x19\x1c", 2),
       std::string("\x00\x00\x00\x00", 4), std::string("\xff\xff\xff\x7f", 4)},
      run_parquet_rows},
+=======
+    {"chat_template", "jinja::Template (parse + render a chat template on a conversation with tools)",
+     chat_template_seeds,
+     {"{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "+%}", "{% for x in ", "{% endfor %}",
+      "{% if ", "{% elif ", "{% else %}", "{% endif %}", "{% set ", "{% endset %}", "{% macro m(a, b=1) %}",
+      "{% endmacro %}", "{% call m() %}", "{% endcall %}", "{% filter upper %}", "{% endfilter %}",
+      "{% generation %}", "{% endgeneration %}", "{% raw %}", "{% endraw %}", "{% break %}", "{% continue %}",
+      "{% with ", "namespace(", "loop.index", "loop.previtem", "messages", "message['content']", "|tojson",
+      "|trim", "|length", "|map(attribute='role')", "|selectattr('role', 'eq', 'user')", " is defined",
+      " is string", " is mapping", "raise_exception('x')", "range(", "~", "**", "//", "[::-1]", "caller()",
+      ".split(", ".items()", "|dictsort", "|indent(", "strftime_now('%Y')", " if ", " else ", " not in ",
+      "none", "true", "'", "\"", "(", ")", "[", "]"},
+     run_chat_template},
+>>>>>>> jinja
 };
 
 }  // namespace

@@ -49,7 +49,7 @@ class TemplateError : public Error {
 
 struct TemplateOptions {
   int max_nesting_depth = 64;           // parsing: statements and expressions nested in one another
-  int max_macro_depth = 64;             // rendering: macro and caller() calls nested in one another
+  int max_macro_depth = 128;            // rendering: macro and caller() calls nested in one another
   size_t max_output_bytes = 64 << 20;   // rendering: the output, and any string or list built on the way
   uint64_t max_iterations = 5'000'000;  // rendering: loop iterations plus items walked by filters
   // strftime_now()'s clock (local time); empty: the system clock.
