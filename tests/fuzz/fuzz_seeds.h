@@ -19,11 +19,8 @@ std::vector<std::string> dataset_jsonl_seeds();       // one file per row format
 std::vector<std::string> dataset_json_seeds();
 std::vector<std::string> option_file_seeds();         // --config FILE.json
 std::vector<std::string> adapter_config_seeds();      // adapter_config.json
-<<<<<<< HEAD
 std::vector<std::string> parquet_rows_seeds();        // .parquet datasets (parquet_seeds.cpp: Arrow's writer)
-=======
 std::vector<std::string> chat_template_seeds();       // chat templates (chat_template_seeds.cpp)
->>>>>>> jinja
 
 // The shard the checkpoint index seeds name, holding tensors "a" (F32 [2]) and "b" (BF16 [3]).
 extern const char* const kShardName;

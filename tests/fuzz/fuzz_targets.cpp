@@ -239,7 +239,6 @@ const std::vector<FuzzTarget> kTargets = {
       "\"target_modules\"", "\"use_dora\"", "\"fan_in_fan_out\"", "\"rank_pattern\"", "\"modules_to_save\"",
       "\"layers_to_transform\"", "\"none\""},
      run_adapter_config},
-<<<<<<< HEAD
     {"parquet_rows", "for_each_parquet_row on a .parquet file (every value dumped), then for_each_dataset_row",
      parquet_rows_seeds,
      // Thrift compact field headers (i32, struct, list) and little-endian lengths beside the names.
@@ -247,7 +246,6 @@ const std::vector<FuzzTarget> kTargets = {
       std::string("\x15\x00", 2), std::string("\x15\x04", 2), std::string("\x19\x1c", 2),
       std::string("\x00\x00\x00\x00", 4), std::string("\xff\xff\xff\x7f", 4)},
      run_parquet_rows},
-=======
     {"chat_template", "jinja::Template (parse + render a chat template on a conversation with tools)",
      chat_template_seeds,
      {"{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", "+%}", "{% for x in ", "{% endfor %}",
@@ -260,7 +258,6 @@ const std::vector<FuzzTarget> kTargets = {
       ".split(", ".items()", "|dictsort", "|indent(", "strftime_now('%Y')", " if ", " else ", " not in ",
       "none", "true", "'", "\"", "(", ")", "[", "]"},
      run_chat_template},
->>>>>>> jinja
 };
 
 }  // namespace
