@@ -49,7 +49,7 @@ if(NOT ARROW_SO_VERSION)
   message(FATAL_ERROR "finetune: no ARROW_SO_VERSION in ${arrow_config_header}")
 endif()
 # scripts/setup.sh configures again when the Python's pyarrow version differs from this.
-set(FINETUNE_ARROW_VERSION "${ARROW_VERSION}" CACHE INTERNAL "Arrow version of ARROW_INCLUDE_DIR")
+set(ARROW_WHEEL_VERSION "${ARROW_VERSION}" CACHE INTERNAL "Arrow version of ARROW_INCLUDE_DIR")
 
 set(ARROW_LIBRARIES)
 foreach(name parquet arrow)  # the order they link in: libparquet needs libarrow

@@ -93,7 +93,7 @@ if [ ! -f "$BUILD_DIR/build.ninja" ] && [ ! -f "$BUILD_DIR/Makefile" ]; then  # 
   configure "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" "${ARROW_ARGS[@]}" \
     ${FINETUNE_CMAKE_ARGS:-}
 elif [ "$(cached ARROW_INCLUDE_DIR)" != "$ARROW_INCLUDE_DIR" ] || [ "$(cached ARROW_LIBRARY_DIR)" != "$ARROW_LIBRARY_DIR" ] \
-     || [ "$(cached FINETUNE_ARROW_VERSION)" != "$ARROW_VERSION" ]; then
+     || [ "$(cached ARROW_WHEEL_VERSION)" != "$ARROW_VERSION" ]; then
   # A build directory configured before, or against another pyarrow: only the Arrow location changes.
   log "configuring $BUILD_DIR again: Arrow $ARROW_VERSION at $ARROW_LIBRARY_DIR"
   configure "${ARROW_ARGS[@]}"

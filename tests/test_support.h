@@ -2,6 +2,8 @@
 // expected finetune::Error, and deeply nested JSON.
 #pragma once
 
+#include <cstdint>
+
 #include <gtest/gtest.h>
 
 #include <ftw.h>
@@ -81,6 +83,27 @@ inline std::string nested_json(char bracket, size_t bytes = 120000) {
   text += bracket == '[' ? "" : "0";
   for (size_t i = 0; i < levels; ++i) text += close;
   return text;
+}
+
+// Python's str.strip() on UTF-8 text (what Jinja's `trim` does): drops leading and trailing
+// characters for which str.isspace() is true, Unicode spaces such as U+3000 included.
+inline std::string python_strip(const std::string& text) {
+  auto space_at = [&](size_t pos, size_t& length) {
+    const auto lead = static_cast<unsigned char>(text[pos]);
+    length = lead < 0x80 ? 1 : (lead & 0xE0) == 0xC0 ? 2 : (lead & 0xF0) == 0xE0 ? 3 : 4;
+    if (pos + length > text.size()) return (length = 1), false;
+    uint32_t c = length == 1 ? lead : lead & (0x7F >> length);
+    for (size_t i = 1; i < length; ++i) c = (c << 6) | (static_cast<unsigned char>(text[pos + i]) & 0x3F);
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  };
+  size_t begin = 0, length = 0;
+  while (begin < text.size() && space_at(begin, length)) begin += length;
+  size_t end = begin;
+  for (size_t pos = begin; pos < text.size(); pos += length) {
+    if (!space_at(pos, length)) end = pos + length;
+  }
+  return text.substr(begin, end - begin);
 }
 
 }  // namespace finetune::testing

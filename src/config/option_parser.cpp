@@ -279,8 +279,8 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   }
 
   if (command.options.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
-  if (command.action == "train" && command.options.dataset.empty())
-    throw UsageError("--dataset: required for train (a data file, a directory, or a hub id)");
+  if (command.action == "train" && command.options.dataset.empty() && command.options.raw_text_file.empty())
+    throw UsageError("--dataset: required for train (a data file, a directory, or a hub id; or --raw_text_file)");
   return command;
 }
 

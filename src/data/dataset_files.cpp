@@ -104,21 +104,15 @@ void read_json(const std::string& path, const std::function<void(const DatasetRo
   for (const DatasetRow& row : rows) visit(row);
 }
 
-// Python's str.splitlines() line boundaries at `pos`: the length of the boundary, 0 if none.
+// The line break at `pos` in Python's text mode (universal newlines: "\n", "\r\n" and a lone
+// "\r"): its length, 0 if none. Other Unicode line separators stay in the line, as datasets reads it.
 size_t line_boundary_at(const std::string& text, size_t pos) {
-  const auto c = static_cast<unsigned char>(text[pos]);
-  if (c == '\r') return pos + 1 < text.size() && text[pos + 1] == '\n' ? 2 : 1;
-  if (c == '\n' || c == 0x0B || c == 0x0C || (c >= 0x1C && c <= 0x1E)) return 1;
-  if (c == 0xC2 && pos + 1 < text.size() && static_cast<unsigned char>(text[pos + 1]) == 0x85) return 2;  // U+0085
-  if (c == 0xE2 && pos + 2 < text.size() && static_cast<unsigned char>(text[pos + 1]) == 0x80 &&
-      (static_cast<unsigned char>(text[pos + 2]) == 0xA8 || static_cast<unsigned char>(text[pos + 2]) == 0xA9)) {
-    return 3;  // U+2028, U+2029
-  }
-  return 0;
+  if (text[pos] == '\r') return pos + 1 < text.size() && text[pos + 1] == '\n' ? 2 : 1;
+  return text[pos] == '\n' ? 1 : 0;
 }
 
-// A .txt file as HF datasets' text builder reads it: one row {"text": line} per line of
-// str.splitlines() (empty lines included, line breaks dropped).
+// A .txt file as HF datasets' text builder reads it: one row {"text": line} per line (empty lines
+// included, line breaks dropped).
 void read_text_lines(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
   const std::string text = read_whole_file(path);
   int64_t line_number = 0;

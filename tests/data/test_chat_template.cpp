@@ -30,11 +30,7 @@ std::string generated_text(const RenderedChat& rendered) {
 // What each built-in trains on for one assistant message: its content as the template writes it
 // and the end-of-turn token.
 std::string expected_generated(const std::string& name, const std::string& content, const std::string& eos) {
-  if (name == "llama3") {
-    const size_t first = content.find_first_not_of(" \t\n\r\v\f");
-    const size_t last = content.find_last_not_of(" \t\n\r\v\f");
-    return (first == std::string::npos ? "" : content.substr(first, last - first + 1)) + "<|eot_id|>";
-  }
+  if (name == "llama3") return testing::python_strip(content) + "<|eot_id|>";
   if (name == "mistral") return " " + content + eos;
   return content + "<|im_end|>";
 }

@@ -74,22 +74,6 @@ ChatTemplate builtin(const std::string& name, const Tokenizer& tokenizer) {
   return ChatTemplate::select(name, {}, tokenizer.special_tokens(), nlohmann::ordered_json::object());
 }
 
-// Python's str.strip() for the characters the reference conversations use around content.
-std::string python_strip(const std::string& text) {
-  static const std::vector<std::string> spaces = {" ", "\t", "\n", "\r", "\x0b", "\x0c", "\xe3\x80\x80", "\xc2\xa0"};
-  std::string out = text;
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const std::string& space : spaces) {
-      if (out.size() >= space.size() && out.compare(0, space.size(), space) == 0) out.erase(0, space.size()), changed = true;
-      if (out.size() >= space.size() && out.compare(out.size() - space.size(), space.size(), space) == 0)
-        out.erase(out.size() - space.size()), changed = true;
-    }
-  }
-  return out;
-}
-
 const std::string kAlpacaPrefix =
     "Below is an instruction that describes a task, paired with an input that provides further context. "
     "Write a response that appropriately completes the request.\n\n### Instruction:\n";
@@ -165,7 +149,7 @@ TEST_F(DatasetLoading, ConversationsMatchReferenceTemplates) {
         const std::string content = m.at("content");
         conversations.push_back({{"from", role == "user" ? "human" : role == "assistant" ? "gpt" : role}, {"value", content}});
         if (role != "assistant") continue;
-        if (name == "llama3") trainable += python_strip(content) + "<|eot_id|>";
+        if (name == "llama3") trainable += testing::python_strip(content) + "<|eot_id|>";
         else if (name == "mistral") trainable += " " + content + "</s>";
         else trainable += content + "<|im_end|>";
       }

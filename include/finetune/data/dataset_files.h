@@ -8,7 +8,7 @@
 //             several lines, which is one row (as datasets 5 reads it). Anything else is an error
 //             naming the file, line and column.
 //   .parquet  one object per row, streamed (data/parquet_rows.h: the value conversions)
-//   .txt      one row {"text": line} per line (str.splitlines(): empty lines included), as
+//   .txt      one row {"text": line} per line ("\n", "\r\n" or "\r"; empty lines included), as
 //             datasets' text builder reads it
 // Objects keep their keys in file order (tojson in a chat template shows them in that order).
 #pragma once
