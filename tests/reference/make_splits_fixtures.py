@@ -192,6 +192,7 @@ def make_hub(root):
 
 def main():
     out = sys.argv[1]
+    shutil.rmtree(out, ignore_errors=True)  # layouts and the fake cache are rebuilt from scratch each run
     os.makedirs(out, exist_ok=True)
     layouts = {}
     for name, files in LAYOUTS.items():
