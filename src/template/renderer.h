@@ -88,8 +88,12 @@ class Renderer {
   std::string pop_buffer();
   size_t top_level_characters();
 
-  // Runs `body` in a new scope (child of the current one) into its own buffer.
-  std::string render_captured(const Body& body, Flow* flow);
+  // A new scope, child of `parent`, with the frame's unbound names bound to Undefined
+  // (Note [Static scoping] in scope_analysis.h).
+  static std::shared_ptr<Scope> frame_scope(std::shared_ptr<Scope> parent, const UnboundNames& unbound);
+
+  // Runs `body` in a new frame (child of the current scope) into its own buffer.
+  std::string render_captured(const Body& body, const UnboundNames& unbound, Flow* flow);
 
   // Note [Evaluation depth]
   static constexpr int kMaxEvaluationDepth = 1000;
