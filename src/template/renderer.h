@@ -1,10 +1,11 @@
 // Runs a parsed template: statements write to output buffers, expressions evaluate to Values.
 //
 // Scopes follow jinja2: the render context is the outermost scope and top-level {% set %} shadows
-// it; every loop iteration, macro call, caller, filter/set block, {% with %} and
+// it; every loop iteration, macro call, caller, filter/set block, {% with %}, {% block %} and
 // {% generation %} body gets a new scope whose assignments stay inside it ({% if %} does not), so a
 // value set in a loop is gone at the next iteration, as the namespace() idiom expects. Macros see
-// the scope they were defined in, as it is when they are called.
+// the scope they were defined in, as it is when they are called. A new scope starts with the names
+// its frame assigns before reading bound to Undefined (Note [Static scoping] in scope_analysis.h).
 //
 // Note [Generation spans]
 // transformers' AssistantTracker records, for each {% generation %} block, the length of what the
