@@ -123,7 +123,7 @@ size_t Renderer::top_level_characters() {
 }
 
 std::shared_ptr<Scope> Renderer::frame_scope(std::shared_ptr<Scope> parent, const UnboundNames& unbound) {
-  auto scope = std::make_shared<Scope>(Scope{std::move(parent), {}});
+  auto scope = std::make_shared<Scope>(std::move(parent));
   for (const std::string& name : unbound) scope->set(name, undefined_name(name));
   return scope;
 }

@@ -104,7 +104,7 @@ class Renderer {
     ScopeGuard(Renderer& renderer, std::shared_ptr<Scope> scope) : renderer_(renderer), saved_(renderer.scope_) {
       renderer_.scope_ = std::move(scope);
     }
-    explicit ScopeGuard(Renderer& renderer) : ScopeGuard(renderer, std::make_shared<Scope>(Scope{renderer.scope_, {}})) {}
+    explicit ScopeGuard(Renderer& renderer) : ScopeGuard(renderer, std::make_shared<Scope>(renderer.scope_)) {}
     ~ScopeGuard() { renderer_.scope_ = std::move(saved_); }
     ScopeGuard(const ScopeGuard&) = delete;
     ScopeGuard& operator=(const ScopeGuard&) = delete;

@@ -10,17 +10,39 @@ namespace {
 // copied from an enclosing frame ("alias"), or unbound.
 enum class Load { Parameter, Resolve, Alias, Unbound };
 
-// jinja2's Symbols: the frame's names (ordered, so the result is deterministic) and which it assigns.
+// jinja2's Symbols: the frame's names (ordered, so the result is deterministic) and which it
+// assigns. Where jinja2 copies a frame's table for each {% if %} branch, a branch here is an
+// overlay on `base` holding only what the branch adds, so long chains of ifs cost no copies.
 struct Symbols {
-  const Symbols* parent = nullptr;
+  const Symbols* parent = nullptr;  // the enclosing frame
+  const Symbols* base = nullptr;    // the same frame, for a branch overlay
   std::map<std::string, Load> refs;
   std::set<std::string> stores;
 
-  bool has_ref(const std::string& name) const {
-    for (const Symbols* s = this; s != nullptr; s = s->parent) {
-      if (s->refs.count(name) != 0) return true;
+  const Load* own_ref(const std::string& name) const {
+    for (const Symbols* s = this; s != nullptr; s = s->base) {
+      const auto it = s->refs.find(name);
+      if (it != s->refs.end()) return &it->second;
+    }
+    return nullptr;
+  }
+
+  bool stored(const std::string& name) const {
+    for (const Symbols* s = this; s != nullptr; s = s->base) {
+      if (s->stores.count(name) != 0) return true;
     }
     return false;
+  }
+
+  bool has_ref(const std::string& name) const {
+    return own_ref(name) != nullptr || (parent != nullptr && parent->has_ref(name));
+  }
+
+  Symbols branch() const {
+    Symbols overlay;
+    overlay.parent = parent;
+    overlay.base = this;
+    return overlay;
   }
 
   void load(const std::string& name) {
@@ -29,7 +51,7 @@ struct Symbols {
 
   void store(const std::string& name) {
     stores.insert(name);
-    if (refs.count(name) != 0) return;
+    if (own_ref(name) != nullptr) return;
     refs[name] = parent != nullptr && parent->has_ref(name) ? Load::Alias : Load::Unbound;
   }
 
@@ -38,14 +60,18 @@ struct Symbols {
     refs[name] = Load::Parameter;
   }
 
-  // After an {% if %}: a name first assigned in a branch counts as read from outside.
-  void branch_update(const std::vector<Symbols>& branches) {
+  // After an {% if %} (branches are overlays on this): a name first assigned in a branch counts
+  // as read from outside.
+  void branch_update(const std::vector<const Symbols*>& branches) {
     std::set<std::string> branch_stores;
-    for (const Symbols& branch : branches) branch_stores.insert(branch.stores.begin(), branch.stores.end());
-    for (const std::string& name : stores) branch_stores.erase(name);
-    for (const Symbols& branch : branches) {
-      for (const auto& [name, load] : branch.refs) refs[name] = load;
-      stores.insert(branch.stores.begin(), branch.stores.end());
+    for (const Symbols* branch : branches) {
+      for (const std::string& name : branch->stores) {
+        if (!stored(name)) branch_stores.insert(name);
+      }
+    }
+    for (const Symbols* branch : branches) {
+      for (const auto& [name, load] : branch->refs) refs[name] = load;
+      stores.insert(branch->stores.begin(), branch->stores.end());
     }
     for (const std::string& name : branch_stores) {
       refs[name] = parent != nullptr && parent->has_ref(name) ? Load::Alias : Load::Resolve;
@@ -119,19 +145,20 @@ void visit_stmt(const Stmt& stmt, Symbols& symbols) {
     case Stmt::Kind::If: {
       const auto& node = static_cast<const IfStmt&>(stmt);
       visit_expr(*node.branches.front().first, symbols);
-      Symbols body = symbols;
+      Symbols body = symbols.branch();
       visit_frame(node.branches.front().second, body);
-      // jinja2 nests elif branches as Ifs of their own, visited one after the other.
-      Symbols elifs = symbols;
+      // jinja2 nests elif branches as Ifs of their own, visited one after the other (each with an
+      // empty elif list and else, which add nothing).
+      Symbols elifs = symbols.branch();
       for (size_t i = 1; i < node.branches.size(); ++i) {
         visit_expr(*node.branches[i].first, elifs);
-        Symbols branch = elifs;
+        Symbols branch = elifs.branch();
         visit_frame(node.branches[i].second, branch);
-        elifs.branch_update({branch, elifs, elifs});
+        elifs.branch_update({&branch});
       }
-      Symbols otherwise = symbols;
+      Symbols otherwise = symbols.branch();
       visit_frame(node.else_body, otherwise);
-      symbols.branch_update({body, elifs, otherwise});
+      symbols.branch_update({&body, &elifs, &otherwise});
       break;
     }
     case Stmt::Kind::For: visit_expr(*static_cast<const ForStmt&>(stmt).iterable, symbols); break;
