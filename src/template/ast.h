@@ -63,6 +63,10 @@ struct GetItemExpr : Expr {  // object[index]; index may be a SliceExpr
       : Expr(Kind::GetItem, line), object(std::move(object)), index(std::move(index)) {}
   ExprPtr object;
   ExprPtr index;
+  // Inside a {{ }} whose whole expression is constant: jinja2's compiler evaluates that expression
+  // when compiling, subscripts through the sandbox's getitem, so a slice of something unsliceable
+  // gives Undefined there instead of the TypeError it raises at render time.
+  bool constant = false;
 };
 
 struct SliceExpr : Expr {  // start:stop:step, each optional
@@ -124,6 +128,11 @@ struct ConditionalExpr : Expr {  // then_value if test else else_value (else opt
   ExprPtr test, then_value, else_value;
 };
 
+// Names a frame (the template, a loop body, a macro, a block body) assigns without reading them
+// first: jinja2 binds them to Undefined when the frame starts (Note [Static scoping] in
+// scope_analysis.h). Filled in by analyze_scopes after parsing.
+using UnboundNames = std::vector<std::string>;
+
 // Assignment targets: a name, a tuple of targets, or a namespace attribute (ns.attr).
 struct Target {
   enum class Kind { Name, Tuple, NamespaceAttr };
@@ -143,6 +152,7 @@ struct MacroDefinition {
   bool uses_caller = false;   // the body reads `caller`
   bool uses_varargs = false;  // ... `varargs`: extra positional arguments are accepted
   bool uses_kwargs = false;   // ... `kwargs`: unknown keyword arguments are accepted
+  UnboundNames unbound;
 };
 
 struct Stmt {
@@ -177,6 +187,8 @@ struct ForStmt : Stmt {
   ExprPtr condition;  // for x in xs if condition
   Body body;
   Body else_body;
+  UnboundNames body_unbound;  // per iteration
+  UnboundNames else_unbound;
 };
 
 struct SetStmt : Stmt {
@@ -190,6 +202,7 @@ struct SetBlockStmt : Stmt {  // {% set x | filter %}...{% endset %}
   Target target;
   ExprPtr filter;  // null, or a filter chain headed by a FilterExpr with a null operand
   Body body;
+  UnboundNames unbound;
 };
 
 struct MacroStmt : Stmt {
@@ -207,6 +220,7 @@ struct FilterBlockStmt : Stmt {
   explicit FilterBlockStmt(size_t line) : Stmt(Kind::FilterBlock, line) {}
   ExprPtr filter;  // a chain headed by a FilterExpr with a null operand
   Body body;
+  UnboundNames unbound;
 };
 
 struct WithStmt : Stmt {
@@ -214,11 +228,13 @@ struct WithStmt : Stmt {
   std::vector<Target> targets;
   std::vector<ExprPtr> values;
   Body body;
+  UnboundNames unbound;
 };
 
 struct BodyStmt : Stmt {  // Generation: {% generation %}body{% endgeneration %}
   BodyStmt(Kind kind, size_t line) : Stmt(kind, line) {}
   Body body;
+  UnboundNames unbound;
 };
 
 // {% block name [scoped] [required] %}: rendered in place (a template that extends nothing). Its
@@ -229,11 +245,13 @@ struct BlockStmt : Stmt {
   bool scoped = false;
   bool required = false;
   Body body;
+  UnboundNames unbound;
 };
 
 struct TemplateProgram {
   std::string name;
   Body body;
+  UnboundNames unbound;
   bool has_generation = false;
 };
 

@@ -86,7 +86,7 @@ Value get_item(const Value& object, const Value& key) {
           const size_t begin = byte_offset_of(text, static_cast<size_t>(index));
           size_t end = begin + 1;
           while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) ++end;
-          return Value::string(text.substr(begin, end - begin));
+          return Value::string(text.substr(begin, end - begin), object.markup());
         }
       }
       break;
@@ -101,27 +101,31 @@ Value get_item(const Value& object, const Value& key) {
 }
 
 // jinja2 compiles x[a:b] to a plain Python subscript (no getitem fallback), so failures raise.
-Value get_slice(const Value& object, const Value* start, const Value* stop, const Value* step) {
+Value get_slice(const Value& object, const Value& start, const Value& stop, const Value& step, bool lenient) {
   if (object.is_undefined()) throw_undefined(object);
-  if (object.is_dict()) throw RenderFailure("unhashable type: 'slice'");
+  auto type_error = [&](const std::string& message) {
+    if (lenient) return Value::undefined(object_type_repr(object) + " has no element slice");
+    throw RenderFailure(message);
+  };
+  if (object.is_dict()) return type_error("unhashable type: 'slice'");
   if (!object.is_sequence() && !object.is_string()) {
-    throw RenderFailure("'" + type_name(object) + "' object is not subscriptable");
+    return type_error("'" + type_name(object) + "' object is not subscriptable");
   }
-  for (const Value* bound : {start, stop, step}) {
+  for (const Value* bound : {&start, &stop, &step}) {
     if (!bound->is_none() && !bound->is_integral()) {
-      throw RenderFailure("slice indices must be integers or None or have an __index__ method");
+      return type_error("slice indices must be integers or None or have an __index__ method");
     }
   }
   if (object.is_sequence()) {
     const ValueList& items = object.as_list();
     ValueList out;
-    for (const size_t i : slice_positions(static_cast<int64_t>(items.size()), start, stop, step)) out.push_back(items[i]);
+    for (const size_t i : slice_positions(static_cast<int64_t>(items.size()), &start, &stop, &step)) out.push_back(items[i]);
     return object.is_list() ? Value::list(std::move(out)) : Value::tuple(std::move(out));
   }
   const std::vector<char32_t> text = decode_utf8(object.as_string());
   std::vector<char32_t> out;
-  for (const size_t i : slice_positions(static_cast<int64_t>(text.size()), start, stop, step)) out.push_back(text[i]);
-  return Value::string(encode_utf8(out));
+  for (const size_t i : slice_positions(static_cast<int64_t>(text.size()), &start, &stop, &step)) out.push_back(text[i]);
+  return Value::string(encode_utf8(out), object.markup());
 }
 
 std::vector<std::optional<Value>> bind_arguments(const std::string& function, Arguments& args,

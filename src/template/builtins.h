@@ -25,8 +25,9 @@ Value find_global(const std::string& name);
 // An Undefined object fails.
 Value get_attribute(const Value& object, const std::string& name);
 Value get_item(const Value& object, const Value& key);
-// obj[start:stop:step] on a list, tuple or string; null bounds are omitted ones.
-Value get_slice(const Value& object, const Value* start, const Value* stop, const Value* step);
+// obj[start:stop:step] on a list, tuple or string (None bounds are omitted ones). Anything else
+// is a TypeError, or with `lenient` (a constant expression, GetItemExpr::constant) Undefined.
+Value get_slice(const Value& object, const Value& start, const Value& stop, const Value& step, bool lenient);
 
 // Python-style argument binding for a builtin: `names` are its parameters after any operand, the
 // first `required` of them mandatory. Fails on unknown keywords, too many arguments or a missing

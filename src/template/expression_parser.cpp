@@ -4,6 +4,34 @@
 
 namespace finetune::jinja {
 
+// What jinja2's compiler can evaluate when compiling (as_const): literals and operations on them.
+// Names and calls never are, nor the filters that take the render context.
+bool is_constant(const Expr& expr) {
+  switch (expr.kind) {
+    case Expr::Kind::Name:
+    case Expr::Kind::Call: return false;
+    case Expr::Kind::Conditional:  // without else, jinja2 folds it only when its test is true
+      if (!static_cast<const ConditionalExpr&>(expr).else_value) return false;
+      break;
+    case Expr::Kind::Filter: {
+      static const std::unordered_set<std::string> kContextFilters = {"map", "select", "reject", "selectattr",
+                                                                       "rejectattr"};
+      if (kContextFilters.count(static_cast<const FilterExpr&>(expr).name) != 0) return false;
+      if (!static_cast<const FilterExpr&>(expr).operand) return false;
+      break;
+    }
+    default: break;
+  }
+  bool constant = true;
+  for_each_child(expr, [&](const Expr& child) { constant = constant && is_constant(child); });
+  return constant;
+}
+
+void mark_constant_subscripts(Expr& expr) {
+  if (expr.kind == Expr::Kind::GetItem) static_cast<GetItemExpr&>(expr).constant = true;
+  for_each_child(expr, [](const Expr& child) { mark_constant_subscripts(const_cast<Expr&>(child)); });
+}
+
 void ExpressionParser::check_assignable(const std::string& name, size_t line) const {
   static const std::unordered_set<std::string> kConstants = {"true", "false", "none", "True", "False", "None"};
   if (kConstants.count(name) != 0) fail("can't assign to 'const'", line);

@@ -16,6 +16,11 @@
 
 namespace finetune::jinja {
 
+// Whether jinja2's compiler evaluates `expr` when compiling (literals and operations on them).
+bool is_constant(const Expr& expr);
+// Marks every subscript in `expr` as inside a constant output (GetItemExpr::constant).
+void mark_constant_subscripts(Expr& expr);
+
 class ExpressionParser {
  public:
   ExpressionParser(std::vector<Token> tokens, const std::string& name, int max_depth)

@@ -188,7 +188,7 @@ Value filter_reverse(Renderer& renderer, const Value& value, Arguments& args) {
   if (value.is_string()) {
     std::vector<char32_t> text = decode_utf8(value.as_string());
     std::reverse(text.begin(), text.end());
-    return Value::string(encode_utf8(text));
+    return Value::string(encode_utf8(text), value.markup());
   }
   const bool reversible_view = value.is_iterator() && !value.as_iterator().single_pass;
   if (value.is_sequence() || value.is_dict() || value.is_undefined() || reversible_view) {

@@ -14,10 +14,13 @@
 namespace finetune::jinja {
 namespace {
 
-Value text_result(Renderer& renderer, std::string text) {
+// `markup`: jinja2's soft_str keeps markupsafe's Markup, whose str methods return Markup.
+Value text_result(Renderer& renderer, std::string text, bool markup = false) {
   renderer.charge_size(text.size());
-  return Value::string(std::move(text));
+  return Value::string(std::move(text), markup);
 }
+
+bool is_markup(const Value& value) { return value.is_string() && value.markup(); }
 
 // Python's int(text, base) for a string (whitespace around, sign, _ between digits, 0x/0o/0b).
 std::optional<int64_t> parse_python_int(const std::string& input, int64_t base) {
@@ -222,17 +225,17 @@ Value filter_round(Renderer&, const Value& value, Arguments& args) {
 
 Value filter_lower(Renderer& renderer, const Value& value, Arguments& args) {
   no_arguments("lower", args);
-  return text_result(renderer, python_lower(soft_str(value)));
+  return text_result(renderer, python_lower(soft_str(value)), is_markup(value));
 }
 
 Value filter_upper(Renderer& renderer, const Value& value, Arguments& args) {
   no_arguments("upper", args);
-  return text_result(renderer, python_upper(soft_str(value)));
+  return text_result(renderer, python_upper(soft_str(value)), is_markup(value));
 }
 
 Value filter_capitalize(Renderer& renderer, const Value& value, Arguments& args) {
   no_arguments("capitalize", args);
-  return text_result(renderer, python_capitalize(soft_str(value)));
+  return text_result(renderer, python_capitalize(soft_str(value)), is_markup(value));
 }
 
 // jinja2's title: words start after "-", whitespace or an opening bracket; each piece becomes
@@ -264,7 +267,7 @@ Value filter_trim(Renderer&, const Value& value, Arguments& args) {
     if (!bound[0]->is_string()) throw RenderFailure("strip arg must be None or str");
     chars = bound[0]->as_string();
   }
-  return Value::string(python_strip(soft_str(value), chars, true, true));
+  return Value::string(python_strip(soft_str(value), chars, true, true), is_markup(value));
 }
 
 Value filter_string(Renderer&, const Value& value, Arguments& args) {
@@ -303,7 +306,7 @@ Value filter_center(Renderer& renderer, const Value& value, Arguments& args) {
   auto bound = bind_arguments("center", args, {"width"});
   Arguments method_args;
   method_args.positional.push_back(bound[0] ? *bound[0] : Value::integer(80));
-  return renderer.call(get_attribute(Value::string(soft_str(value)), "center"), method_args);
+  return renderer.call(get_attribute(Value::string(soft_str(value), is_markup(value)), "center"), method_args);
 }
 
 Value filter_indent(Renderer& renderer, const Value& value, Arguments& args) {
@@ -311,7 +314,8 @@ Value filter_indent(Renderer& renderer, const Value& value, Arguments& args) {
   std::string indention(4, ' ');
   if (bound[0]) {
     if (bound[0]->is_string()) {
-      indention = bound[0]->as_string();
+      // indention + line on a Markup line is Markup.__radd__: the indention is escaped.
+      indention = is_markup(value) && !is_markup(*bound[0]) ? html_escape(bound[0]->as_string()) : bound[0]->as_string();
     } else if (bound[0]->is_integral()) {
       const int64_t width = bound[0]->as_int();
       if (width > (1 << 20)) throw RenderFailure("indent width too large");
@@ -338,24 +342,28 @@ Value filter_indent(Renderer& renderer, const Value& value, Arguments& args) {
     }
   }
   if (bound[1] && truthy(*bound[1])) out = indention + out;
-  return text_result(renderer, std::move(out));
+  return text_result(renderer, std::move(out), is_markup(value));
 }
 
+// jinja2 takes len() and slices of the value as given: a list within the length comes back
+// unchanged (and a longer one fails, as list + str does).
 Value filter_truncate(Renderer& renderer, const Value& value, Arguments& args) {
   auto bound = bind_arguments("truncate", args, {"length", "killwords", "end", "leeway"});
-  const std::string text = soft_str(value);
   const int64_t length = bound[0] ? (bound[0]->is_integral() ? bound[0]->as_int() : -1) : 255;
   const std::string end = bound[2] ? soft_str(*bound[2]) : "...";
   const int64_t leeway = bound[3] && !bound[3]->is_none() ? (bound[3]->is_integral() ? bound[3]->as_int() : -1) : 5;
   const auto end_length = static_cast<int64_t>(code_point_count(end));
   if (length < end_length) throw RenderFailure("expected length >= " + std::to_string(end_length) + ", got " + std::to_string(length));
   if (leeway < 0) throw RenderFailure("expected leeway >= 0, got " + std::to_string(leeway));
-  if (static_cast<int64_t>(code_point_count(text)) <= length + leeway) return Value::string(text);
+  if (static_cast<int64_t>(python_length(value)) <= length + leeway) return value;
+  if (!value.is_string()) throw RenderFailure("can only concatenate " + type_name(value) + " (not \"str\") to " + type_name(value));
+  const std::string& text = value.as_string();
   std::string kept = text.substr(0, byte_offset_of(text, static_cast<size_t>(length - end_length)));
   if (!(bound[1] && truthy(*bound[1]))) {
     const size_t space = kept.rfind(' ');
     if (space != std::string::npos) kept = kept.substr(0, space);
   }
+  if (value.markup()) return text_result(renderer, kept + (bound[2] && is_markup(*bound[2]) ? end : html_escape(end)), true);
   return text_result(renderer, kept + end);
 }
 
@@ -385,7 +393,7 @@ Value filter_format(Renderer& renderer, const Value& value, Arguments& args) {
   } else {
     format_args = Value::tuple(args.positional);
   }
-  return text_result(renderer, python_percent_format(soft_str(value), format_args));
+  return text_result(renderer, python_percent_format(soft_str(value), format_args, is_markup(value)), is_markup(value));
 }
 
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).

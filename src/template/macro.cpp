@@ -112,7 +112,7 @@ Value Renderer::call_macro(const MacroDefinition& macro, const std::shared_ptr<S
     throw RenderFailure("macro '" + macro.name + "' takes not more than " + std::to_string(count) + " argument(s)");
   }
 
-  ScopeGuard scope(*this, std::make_shared<Scope>(Scope{closure, {}}));
+  ScopeGuard scope(*this, frame_scope(closure, macro.unbound));
   for (size_t i = 0; i < count; ++i) {
     if (values[i]) scope_->set(macro.params[i], *values[i]);
   }

@@ -101,7 +101,8 @@ Value justify(const std::string& method, const std::string& text, Arguments& arg
   return Value::string(std::move(out));
 }
 
-Value call_str_method(Renderer& renderer, const std::string& text, const std::string& name, Arguments& args) {
+Value call_str_method(Renderer& renderer, const std::string& text, const std::string& name, Arguments& args,
+                      bool markup) {
   const std::string method = "str." + name;
   if (name == "split" || name == "rsplit") {
     auto bound = bind_arguments(name, args, {"sep", "maxsplit"});
@@ -116,7 +117,7 @@ Value call_str_method(Renderer& renderer, const std::string& text, const std::st
     return string_list(python_splitlines(text, bound[0] && truthy(*bound[0])));
   }
   if (name == "format") {
-    std::string out = python_str_format(text, args);
+    std::string out = python_str_format(text, args, markup);
     renderer.charge_size(out.size());
     return Value::string(std::move(out));
   }
@@ -177,12 +178,14 @@ Value call_str_method(Renderer& renderer, const std::string& text, const std::st
     const ValueList items = iterate(*bound[0]);
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_string()) {
+      if (!items[i].is_string() && !markup) {
         throw RenderFailure("sequence item " + std::to_string(i) + ": expected str instance, " + type_name(items[i]) +
                             " found");
       }
       if (i > 0) out += text;
-      out += items[i].as_string();
+      // Markup.join escapes every item that is not Markup (any value: escape() takes str() first).
+      const bool escape = markup && !(items[i].is_string() && items[i].markup());
+      out += escape ? html_escape(python_str(items[i])) : items[i].as_string();
       renderer.charge_size(out.size());
     }
     return Value::string(std::move(out));
@@ -298,6 +301,33 @@ Value call_sequence_method(const Value& receiver, const std::string& name, Argum
   throw RenderFailure(python_repr(*bound[0]) + " is not in " + type_name(receiver));
 }
 
+// markupsafe's Markup: the string methods it wraps return Markup (lists and tuples of Markup for
+// split and partition); replace escapes the new text, ljust/rjust/center the fill character.
+const std::unordered_set<std::string> kMarkupMethods = {
+    "capitalize", "title", "lower", "upper", "replace", "ljust", "rjust", "lstrip", "rstrip", "center", "strip",
+    "swapcase", "zfill", "casefold", "removeprefix", "removesuffix", "partition", "rpartition", "split", "rsplit",
+    "splitlines", "join", "format"};
+
+Value as_markup(const Value& value) {
+  if (value.is_string()) return Value::string(value.as_string(), true);
+  if (!value.is_sequence()) return value;
+  ValueList items;
+  for (const Value& item : value.as_list()) items.push_back(as_markup(item));
+  return value.is_list() ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+}
+
+Value call_markup_method(Renderer& renderer, const std::string& text, const std::string& name, Arguments& args) {
+  auto escape_argument = [&](size_t index) {
+    if (index < args.positional.size() && args.positional[index].is_string() && !args.positional[index].markup()) {
+      args.positional[index] = Value::string(html_escape(args.positional[index].as_string()), true);
+    }
+  };
+  if (name == "replace") escape_argument(1);
+  if (name == "ljust" || name == "rjust" || name == "center") escape_argument(1);
+  const Value result = call_str_method(renderer, text, name, args, true);
+  return kMarkupMethods.count(name) != 0 ? as_markup(result) : result;
+}
+
 class BoundMethod : public Object {
  public:
   BoundMethod(Value receiver, std::string name) : receiver_(std::move(receiver)), name_(std::move(name)) {}
@@ -311,7 +341,9 @@ class BoundMethod : public Object {
 
   Value call(Renderer& renderer, Arguments& args) const override {
     switch (receiver_.kind()) {
-      case Value::Kind::String: return call_str_method(renderer, receiver_.as_string(), name_, args);
+      case Value::Kind::String:
+        if (receiver_.markup()) return call_markup_method(renderer, receiver_.as_string(), name_, args);
+        return call_str_method(renderer, receiver_.as_string(), name_, args, false);
       case Value::Kind::Dict: return call_dict_method(receiver_, name_, args);
       default: return call_sequence_method(receiver_, name_, args);
     }

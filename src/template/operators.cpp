@@ -172,6 +172,11 @@ Value power(const Value& a, const Value& b) {
 }  // namespace
 
 Value python_binary(ChainOp op, const Value& a, const Value& b, Renderer& renderer) {
+  if (op == ChainOp::Modulo && a.is_string()) {  // str % anything formats (an Undefined prints as "")
+    std::string text = python_percent_format(a.as_string(), b, a.markup());
+    renderer.charge_size(text.size());
+    return Value::string(std::move(text), a.markup());
+  }
   if (a.is_undefined()) throw_undefined(a);
   if (b.is_undefined()) throw_undefined(b);
   switch (op) {
@@ -183,13 +188,7 @@ Value python_binary(ChainOp op, const Value& a, const Value& b, Renderer& render
       if (a.is_number() && b.is_number()) return Value::number(a.as_double() - b.as_double());
       throw_unsupported("-", a, b);
     case ChainOp::Multiply: return multiply(a, b, renderer);
-    case ChainOp::Modulo:
-      if (a.is_string()) {
-        std::string text = python_percent_format(a.as_string(), b);
-        renderer.charge_size(text.size());
-        return Value::string(std::move(text));
-      }
-      return divide(op, a, b);
+    case ChainOp::Modulo: return divide(op, a, b);
     case ChainOp::Divide:
     case ChainOp::FloorDivide: return divide(op, a, b);
     case ChainOp::Power: return power(a, b);

@@ -1,11 +1,13 @@
 #include "parser.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "expression_parser.h"
 #include "finetune/template/template.h"
 #include "name_check.h"
 #include "python_text.h"
+#include "scope_analysis.h"
 
 namespace finetune::jinja {
 namespace {
@@ -42,6 +44,7 @@ class Parser : public ExpressionParser {
           next();
           const size_t line = current().line;
           ExprPtr value = parse_tuple(true, {}, false);
+          if (is_constant(*value)) mark_constant_subscripts(*value);
           expect(TokenType::VariableEnd, "end of print statement");
           body.push_back(std::make_unique<OutputStmt>(line, std::move(value)));
           break;
@@ -110,7 +113,9 @@ class Parser : public ExpressionParser {
         if (!first) expect_op(",");
         first = false;
         const size_t expr_line = current().line;
-        out.push_back(std::make_unique<OutputStmt>(expr_line, parse_expression(true)));
+        ExprPtr value = parse_expression(true);
+        if (is_constant(*value)) mark_constant_subscripts(*value);
+        out.push_back(std::make_unique<OutputStmt>(expr_line, std::move(value)));
       }
     } else if (tag == "break" || tag == "continue") {
       if (loop_depth_ == 0) fail("'" + tag + "' outside of a loop");
@@ -196,6 +201,11 @@ class Parser : public ExpressionParser {
       macro.params.push_back(param);
     }
     expect_op(")");
+    const auto caller = std::find(macro.params.begin(), macro.params.end(), "caller");
+    if (caller != macro.params.end() &&
+        static_cast<size_t>(caller - macro.params.begin()) < macro.params.size() - macro.defaults.size()) {
+      fail("When defining macros or call blocks the special \"caller\" argument must be omitted or be given a default.");
+    }
   }
 
   // The body of a macro or caller: a new function, so loop control does not cross it, and the
@@ -282,6 +292,7 @@ std::shared_ptr<TemplateProgram> parse_template(const std::string& source, const
                                                 int max_nesting_depth) {
   std::shared_ptr<TemplateProgram> program = Parser(tokenize(source, name), name, max_nesting_depth).run();
   check_filter_and_test_names(program->body, name);
+  analyze_scopes(*program);
   return program;
 }
 

@@ -80,7 +80,7 @@ std::string char_of(const Value& value) {
 
 }  // namespace
 
-std::string python_percent_format(const std::string& format, const Value& args) {
+std::string python_percent_format(const std::string& format, const Value& args, bool escape_values) {
   ValueList positional;
   const Dict* mapping = nullptr;
   if (args.is_tuple()) {
@@ -160,6 +160,7 @@ std::string python_percent_format(const std::string& format, const Value& args) 
       case 'r':
       case 'a': {
         std::string text = type == 's' ? python_str(value) : python_repr(value);
+        if (escape_values && !(value.is_string() && value.markup())) text = html_escape(text);
         if (precision) text = truncate_code_points(text, static_cast<size_t>(std::max<int64_t>(*precision, 0)));
         out += pad(text, field_width, left ? '<' : '>', " ");
         break;
@@ -195,7 +196,9 @@ std::string python_percent_format(const std::string& format, const Value& args) 
         throw RenderFailure(std::string("unsupported format character '") + type + "'");
     }
   }
-  if (!used_mapping && mapping == nullptr && next_arg < positional.size()) {
+  // Python skips this check when the argument is a mapping-like object (dict, list, ...).
+  const bool mapping_like = args.is_dict() || args.is_list() || args.is_undefined();
+  if (!used_mapping && !mapping_like && next_arg < positional.size()) {
     throw RenderFailure("not all arguments converted during string formatting");
   }
   return out;
@@ -349,7 +352,7 @@ const Value& keyword_argument(const Arguments& args, const std::string& name) {
 
 }  // namespace
 
-std::string python_str_format(const std::string& format, const Arguments& args) {
+std::string python_str_format(const std::string& format, const Arguments& args, bool escape_values) {
   std::string out;
   size_t auto_index = 0;
   for (size_t i = 0; i < format.size(); ++i) {
@@ -424,7 +427,8 @@ std::string python_str_format(const std::string& format, const Arguments& args) 
     } else if (conversion != '\0') {
       throw RenderFailure(std::string("Unknown conversion specifier ") + conversion);
     }
-    out += format_value(value, spec);
+    const std::string formatted = format_value(value, spec);
+    out += escape_values && !(value.is_string() && value.markup()) ? html_escape(formatted) : formatted;
   }
   return out;
 }

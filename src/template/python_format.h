@@ -11,7 +11,9 @@
 
 namespace finetune::jinja {
 
-std::string python_percent_format(const std::string& format, const Value& args);
-std::string python_str_format(const std::string& format, const Arguments& args);
+// With `escape_values` (the format string is markupsafe Markup), each %s / %r value and each
+// {} field is HTML-escaped unless it is Markup itself.
+std::string python_percent_format(const std::string& format, const Value& args, bool escape_values = false);
+std::string python_str_format(const std::string& format, const Arguments& args, bool escape_values = false);
 
 }  // namespace finetune::jinja

@@ -29,7 +29,7 @@ Template::Output Renderer::render(const nlohmann::ordered_json& context) {
   } catch (const RenderFailure& failure) {
     throw TemplateError(program_.name, 0, failure.what());
   }
-  scope_ = std::make_shared<Scope>(Scope{globals, {}});
+  scope_ = frame_scope(globals, program_.unbound);
   root_scope_ = scope_;
   buffers_.assign(1, std::string());
   exec_body(program_.body);
@@ -122,8 +122,14 @@ size_t Renderer::top_level_characters() {
   return counted_characters_;
 }
 
-std::string Renderer::render_captured(const Body& body, Flow* flow) {
-  ScopeGuard scope(*this);
+std::shared_ptr<Scope> Renderer::frame_scope(std::shared_ptr<Scope> parent, const UnboundNames& unbound) {
+  auto scope = std::make_shared<Scope>(std::move(parent));
+  for (const std::string& name : unbound) scope->set(name, undefined_name(name));
+  return scope;
+}
+
+std::string Renderer::render_captured(const Body& body, const UnboundNames& unbound, Flow* flow) {
+  ScopeGuard scope(*this, frame_scope(scope_, unbound));
   push_buffer();
   *flow = exec_body(body);
   return pop_buffer();
@@ -168,7 +174,7 @@ Renderer::Flow Renderer::exec_node(const Stmt& stmt) {
     case Stmt::Kind::SetBlock: {
       const auto& node = static_cast<const SetBlockStmt&>(stmt);
       Flow flow;
-      Value content = Value::string(render_captured(node.body, &flow));
+      Value content = Value::string(render_captured(node.body, node.unbound, &flow));
       if (flow != Flow::Normal) return flow;  // loop control left the block before its assignment
       if (node.filter) {
         const Value* saved = block_content_;
@@ -193,7 +199,7 @@ Renderer::Flow Renderer::exec_node(const Stmt& stmt) {
     case Stmt::Kind::FilterBlock: {
       const auto& node = static_cast<const FilterBlockStmt&>(stmt);
       Flow flow;
-      const Value content = Value::string(render_captured(node.body, &flow));
+      const Value content = Value::string(render_captured(node.body, node.unbound, &flow));
       if (flow != Flow::Normal) return flow;
       const Value* saved = block_content_;
       block_content_ = &content;
@@ -206,14 +212,14 @@ Renderer::Flow Renderer::exec_node(const Stmt& stmt) {
       const auto& node = static_cast<const WithStmt&>(stmt);
       ValueList values;
       for (const ExprPtr& value : node.values) values.push_back(eval(*value));
-      ScopeGuard scope(*this);
+      ScopeGuard scope(*this, frame_scope(scope_, node.unbound));
       for (size_t i = 0; i < node.targets.size(); ++i) assign(*scope_, node.targets[i], values[i]);
       return exec_body(node.body);
     }
     case Stmt::Kind::Block: {
       const auto& node = static_cast<const BlockStmt&>(stmt);
       if (node.required) throw RenderFailure("Required block '" + node.name + "' not found.");
-      ScopeGuard scope(*this, std::make_shared<Scope>(Scope{node.scoped ? scope_ : root_scope_, {}}));
+      ScopeGuard scope(*this, frame_scope(node.scoped ? scope_ : root_scope_, node.unbound));
       exec_body(node.body);
       return Flow::Normal;
     }
@@ -222,7 +228,8 @@ Renderer::Flow Renderer::exec_node(const Stmt& stmt) {
     case Stmt::Kind::Generation: {
       // Note [Generation spans]
       Flow flow;
-      const std::string text = render_captured(static_cast<const BodyStmt&>(stmt).body, &flow);
+      const auto& node = static_cast<const BodyStmt&>(stmt);
+      const std::string text = render_captured(node.body, node.unbound, &flow);
       const size_t begin = top_level_characters();
       generation_characters_.emplace_back(begin, begin + code_point_count(text));
       write(text);
@@ -244,9 +251,12 @@ Renderer::Flow Renderer::exec_for(const ForStmt& node) {
     }
     items = std::move(kept);
   }
-  if (items.empty()) {
-    ScopeGuard scope(*this);
+  auto run_else = [&] {
+    ScopeGuard scope(*this, frame_scope(scope_, node.else_unbound));
     exec_body(node.else_body);
+  };
+  if (items.empty()) {
+    run_else();
     return Flow::Normal;
   }
   // Note [Value nesting]: a loop object that outlives its loop keeps no values.
@@ -256,14 +266,20 @@ Renderer::Flow Renderer::exec_for(const ForStmt& node) {
   } loop_holder{std::make_shared<LoopContext>(std::move(items))};
   LoopContext& loop = *loop_holder.loop;
   const Value loop_value = Value::object(loop_holder.loop);
+  bool iterated = false;
   for (size_t i = 0; i < loop.length(); ++i) {
     charge(1);
     loop.set_index(i);
-    ScopeGuard scope(*this);
+    ScopeGuard scope(*this, frame_scope(scope_, node.body_unbound));
     scope_->set("loop", loop_value);
     assign(*scope_, node.target, loop.item(i));
-    if (exec_body(node.body) == Flow::Break) break;
+    // jinja2 marks the loop as having iterated at the end of the body, so an iteration that ends in
+    // break or continue does not count for {% else %}.
+    const Flow flow = exec_body(node.body);
+    if (flow == Flow::Break) break;
+    if (flow == Flow::Normal) iterated = true;
   }
+  if (!iterated) run_else();
   return Flow::Normal;
 }
 

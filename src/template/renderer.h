@@ -1,10 +1,11 @@
 // Runs a parsed template: statements write to output buffers, expressions evaluate to Values.
 //
 // Scopes follow jinja2: the render context is the outermost scope and top-level {% set %} shadows
-// it; every loop iteration, macro call, caller, filter/set block, {% with %} and
+// it; every loop iteration, macro call, caller, filter/set block, {% with %}, {% block %} and
 // {% generation %} body gets a new scope whose assignments stay inside it ({% if %} does not), so a
 // value set in a loop is gone at the next iteration, as the namespace() idiom expects. Macros see
-// the scope they were defined in, as it is when they are called.
+// the scope they were defined in, as it is when they are called. A new scope starts with the names
+// its frame assigns before reading bound to Undefined (Note [Static scoping] in scope_analysis.h).
 //
 // Note [Generation spans]
 // transformers' AssistantTracker records, for each {% generation %} block, the length of what the
@@ -88,8 +89,12 @@ class Renderer {
   std::string pop_buffer();
   size_t top_level_characters();
 
-  // Runs `body` in a new scope (child of the current one) into its own buffer.
-  std::string render_captured(const Body& body, Flow* flow);
+  // A new scope, child of `parent`, with the frame's unbound names bound to Undefined
+  // (Note [Static scoping] in scope_analysis.h).
+  static std::shared_ptr<Scope> frame_scope(std::shared_ptr<Scope> parent, const UnboundNames& unbound);
+
+  // Runs `body` in a new frame (child of the current scope) into its own buffer.
+  std::string render_captured(const Body& body, const UnboundNames& unbound, Flow* flow);
 
   // Note [Evaluation depth]
   static constexpr int kMaxEvaluationDepth = 1000;
@@ -99,7 +104,7 @@ class Renderer {
     ScopeGuard(Renderer& renderer, std::shared_ptr<Scope> scope) : renderer_(renderer), saved_(renderer.scope_) {
       renderer_.scope_ = std::move(scope);
     }
-    explicit ScopeGuard(Renderer& renderer) : ScopeGuard(renderer, std::make_shared<Scope>(Scope{renderer.scope_, {}})) {}
+    explicit ScopeGuard(Renderer& renderer) : ScopeGuard(renderer, std::make_shared<Scope>(renderer.scope_)) {}
     ~ScopeGuard() { renderer_.scope_ = std::move(saved_); }
     ScopeGuard(const ScopeGuard&) = delete;
     ScopeGuard& operator=(const ScopeGuard&) = delete;

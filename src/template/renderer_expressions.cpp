@@ -45,7 +45,7 @@ Value Renderer::eval_node(const Expr& expr) {
       const Value start = slice.start ? eval(*slice.start) : Value::none();
       const Value stop = slice.stop ? eval(*slice.stop) : Value::none();
       const Value step = slice.step ? eval(*slice.step) : Value::none();
-      return get_slice(object, &start, &stop, &step);
+      return get_slice(object, start, stop, step, node.constant);
     }
     case Expr::Kind::Slice: throw RenderFailure("a slice is only valid inside []");
     case Expr::Kind::Call: return eval_call(static_cast<const CallExpr&>(expr), nullptr);

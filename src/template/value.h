@@ -5,7 +5,8 @@
 // builtin functions, bound methods, loop contexts).
 //
 // Values are immutable once built, as in jinja2's ImmutableSandboxedEnvironment, except namespaces
-// (attribute assignment) and iterators (consumed once); containers are shared, so copies are cheap.
+// (attribute assignment), iterators (consumed once) and the state of loop contexts, cyclers and
+// joiners; containers are shared, so copies are cheap.
 //
 // Note [Value nesting]
 // Containers record their nesting depth when built, and building one deeper than kMaxValueDepth

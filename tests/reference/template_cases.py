@@ -639,3 +639,63 @@ section(
     ("{% set messages = messages[1:] %}{{ messages|length }}{% for messages in [1] %}{{ messages }}{% endfor %}{{ messages|length }}", {"messages": MESSAGES}),
     ("{% set bos_token = 'X' %}{{ bos_token }}", {"bos_token": "<s>"}),
 )
+
+section(
+    "calls_more",
+    "{% macro list_items(items) %}<ul>{% for i in items %}<li>{{ caller(i, loop.index) }}</li>{% endfor %}</ul>{% endmacro %}"
+    "{% call(item, n) list_items(['a', 'b']) %}{{ n }}={{ item|upper }}{% endcall %}",
+    "{% macro outer() %}[{{ caller() }}]{% endmacro %}{% macro inner() %}({{ caller() }}){% endmacro %}"
+    "{% call outer() %}{% call inner() %}core{% endcall %}{% endcall %}",
+    "{% macro m(a, b=2) %}{{ a }}{{ b }}{{ caller() }}{% endmacro %}{% call m(1, b=3) %}C{% endcall %}",
+    "{% macro m() %}{{ caller(1, 2) }}{% endmacro %}{% call(a, b=5, c=7) m() %}{{ a }}{{ b }}{{ c }}{% endcall %}",
+    "{% macro m() %}{{ kwargs }}{{ caller() }}{% endmacro %}{% call m(x=1) %}body{% endcall %}",
+    "{% macro m(caller) %}{{ caller() }}{% endmacro %}{% call m() %}explicit caller{% endcall %}",
+    "{% macro m(caller=none) %}{{ caller() }}{% endmacro %}{% call m() %}explicit caller{% endcall %}",
+    "{% set f = 'x'.upper %}{{ f() }} {% set g = [3, 1, 2]|sort %}{{ g }} {% set h = range %}{{ h(2)|list }}",
+    "{% macro m(x) %}{{ x }}{% endmacro %}{{ m(*[1]) }}{{ m(**{'x': 2}) }}{{ [1, 2]|join(*[', ']) }}",
+    "{{ dict(**{'a': 1}) }} {{ namespace(**{'k': 'v'}).k }}",
+    "{% filter indent(2, true) %}line1\nline2{% endfilter %}",
+    "{% filter tojson %}{'not': 'json'}{% endfilter %}",
+    "{% filter format('x') %}[%s]{% endfilter %}",
+    "{% set s %}{% for i in range(3) %}{{ i }}{% endfor %}{% endset %}{{ s|length }}{{ s is string }}",
+    "{% macro m() %}{% for x in [1, 2] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}{% endmacro %}{{ m() }}",
+)
+
+section(
+    "loops_more",
+    "{% for x in [1, 2, 3] %}{{ loop.index }}{% if loop.first %}F{% endif %}{% if loop.last %}L{% endif %}{% endfor %}",
+    "{% for x in [] %}{{ loop.index }}{% else %}{{ loop is defined }}{% endfor %}",
+    "{% for i in range(3) %}{% for j in range(3) %}{% if j == 1 %}{% continue %}{% endif %}{{ i }}{{ j }} {% endfor %}{% endfor %}",
+    "{% for x in range(5) if x != 2 %}{% if loop.index > 2 %}{% break %}{% endif %}{{ x }}{% else %}never{% endfor %}",
+    "{% for x in {'b': 1, 'a': 2}|dictsort %}{{ x[0] }}{{ x[1] }}{% endfor %}",
+    "{% for key, value in {'b': 1, 'a': 2}|dictsort(by='value', reverse=true) %}{{ key }}{% endfor %}",
+    "{% for x in ['a', 'b']|reverse %}{{ x }}{{ loop.index }}{{ loop.length }}{% endfor %}",
+    "{% for x in [1, 2, 3]|select('odd') %}{{ loop.length }}{{ loop.last }}{% endfor %}",
+    "{% for a in [1, 2] %}{% for b in [3, 4] %}{{ loop.previtem }}{{ loop.nextitem }}|{% endfor %}{{ loop.nextitem }};{% endfor %}",
+    "{% set items = [{'k': 1}, {'k': 2}] %}{% for it in items %}{{ it.k }}{{ items[loop.index0].k }}{% endfor %}",
+    ("{% for m in messages %}{% if loop.index0 > 0 and messages[loop.index0 - 1].role == 'user' %}after-user:{% endif %}{{ m.role }} {% endfor %}", {"messages": MESSAGES}),
+    ("{% for m in messages[::-1] %}{{ m.role[0] }}{% endfor %} {% for m in messages|reverse %}{{ loop.revindex }}{% endfor %}", {"messages": MESSAGES}),
+    ("{% for m in messages %}{% if m.role == 'user' %}{% set last_user = loop.index0 %}{% endif %}{% endfor %}[{{ last_user }}]"
+     "{% set ns = namespace(last=-1) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.last = loop.index0 %}{% endif %}{% endfor %}{{ ns.last }}", {"messages": MESSAGES}),
+)
+
+section(
+    "static_scoping",
+    ("{% for i in [1] %}[{{ b }}]{% endfor %}{% set b = 'x' %}{{ b }}", {"b": "B"}),
+    ("{{ b }}{% for i in [1] %}[{{ b }}]{% endfor %}{% set b = 'x' %}", {"b": "B"}),
+    ("{% if true %}{{ b }}{% endif %}{% for i in [1] %}[{{ b }}]{% endfor %}{% set b = 'x' %}", {"b": "B"}),
+    ("{% for i in [1] %}[{{ b }}]{% endfor %}{% if false %}{% set b = 'x' %}{% endif %}", {"b": "B"}),
+    ("{% macro m() %}[{{ b }}]{% endmacro %}{{ m() }}{% set b = 'x' %}{{ m() }}", {"b": "B"}),
+    ("{% set s %}[{{ b }}]{% endset %}{{ s }}{% set b = 1 %}", {"b": "B"}),
+    ("{% with %}[{{ b }}]{% endwith %}{% set b = 1 %}", {"b": "B"}),
+    ("{% for i in [1] %}{% for j in [1] %}[{{ b }}]{% endfor %}{% set b = i %}[{{ b }}]{% endfor %}", {"b": "B"}),
+    ("{% for i in [1] %}[{{ b }}]{% endfor %}{% macro b() %}{% endmacro %}", {"b": "B"}),
+    ("{% for i in [1] %}[{{ b }}]{% endfor %}{% for b in [1] %}{% endfor %}", {"b": "B"}),
+    ("{% for i in [1] %}[{{ b }}]{% endfor %}{% set ns = namespace() %}{% set ns.b = 1 %}", {"b": "B"}),
+    ("{% if x %}{% set b = 1 %}{% elif y %}{% set c = 2 %}{% else %}{% set b = 3 %}{% endif %}{% for i in [1] %}[{{ b }}{{ c }}]{% endfor %}", {"b": "B", "c": "C"}),
+    ("{% generation %}[{{ b }}]{% endgeneration %}{% set b = 1 %}", {"b": "B"}),
+    "{% for x in [1, 2] %}{{ x }}{% continue %}{% else %}else-runs{% endfor %}",
+    "{% for x in [1, 2] %}{% break %}{% else %}else-runs{% endfor %}",
+    "{% for x in [1, 2] %}{{ x }}{% if x == 2 %}{% break %}{% endif %}{% else %}else-runs{% endfor %}",
+    "{% for x in [1, 2] %}{% if x == 1 %}{% continue %}{% endif %}{{ x }}{% else %}else-runs{% endfor %}",
+)

@@ -113,6 +113,56 @@ CONVERSATIONS = {
 WITH_TOOLS = {"tool_calls", "two_tool_calls"}
 
 
+def unusual_conversations(count, seed=20240726):
+    """Seeded random conversations in shapes real datasets contain: None or empty content, content
+    parts with images, tool calls with string or dict arguments (with and without ids, with and
+    without the "function" wrapper), reasoning fields, tool results, unexpected roles."""
+    import random
+
+    rng = random.Random(seed)
+    texts = ["hi", "", " spaced ", "multi\nline\n", "<think>r</think>a", "<think>\nr\n</think>\n\na", "ünï 🙂",
+             "{\"json\": 1}", "</s><s>", "<|im_end|>"]
+
+    def content():
+        r = rng.random()
+        if r < 0.6:
+            return rng.choice(texts)
+        if r < 0.75:
+            return [{"type": "text", "text": rng.choice(texts)}]
+        if r < 0.85:
+            return [{"type": "image"}, {"type": "text", "text": rng.choice(texts)}]
+        return None if r < 0.93 else [{"type": "text", "text": rng.choice(texts)}, {"type": "video"}]
+
+    def tool_call():
+        arguments = rng.choice([{"a": 1}, {"q": "x", "n": [1, 2], "o": {"k": None}}, "{\"a\": 1}", {}])
+        call = {"type": "function", "function": {"name": rng.choice(["f", "get_weather"]), "arguments": arguments}}
+        if rng.random() < 0.5:
+            call["id"] = f"call_{rng.randint(0, 99)}"
+        return call["function"] if rng.random() < 0.2 else call
+
+    def message(role):
+        m = {"role": role, "content": content()}
+        if role == "assistant" and rng.random() < 0.3:
+            m["tool_calls"] = [tool_call() for _ in range(rng.randint(1, 2))]
+        if role == "assistant" and rng.random() < 0.2:
+            m["reasoning_content"] = rng.choice(texts)
+        if role == "tool" and rng.random() < 0.5:
+            m["name"] = "f"
+        return m
+
+    for _ in range(count):
+        messages = [message("system")] if rng.random() < 0.4 else []
+        for _ in range(rng.randint(1, 3)):
+            messages.append(message("user"))
+            if rng.random() < 0.8:
+                messages.append(message("assistant"))
+            if rng.random() < 0.2:
+                messages.append(message("tool"))
+        if rng.random() < 0.15:
+            messages.append(message(rng.choice(["developer", "user", "assistant"])))
+        yield messages, rng.random() < 0.5, rng.random() < 0.4
+
+
 def contexts():
     """(name, context) pairs: every conversation with and without a generation prompt, and the
     thinking switch on a few; tool conversations also once without their tools list."""
@@ -133,6 +183,10 @@ def contexts():
     yield "documents", {"messages": CONVERSATIONS["single_user"], "tools": None,
                         "documents": [{"title": "Doc 1", "text": "Paris is in France."}],
                         "add_generation_prompt": True, **SPECIAL_TOKENS}
+    for index, (messages, add_generation_prompt, with_tools) in enumerate(unusual_conversations(8)):
+        yield f"unusual/{index}", {"messages": messages, "tools": [WEATHER_TOOL] if with_tools else None,
+                                    "documents": None, "add_generation_prompt": add_generation_prompt,
+                                    **SPECIAL_TOKENS}
     yield "extra_kwargs", {"messages": CONVERSATIONS["user_assistant"], "tools": None, "documents": None,
                            "add_generation_prompt": False, "date_string": "26 Jul 2024",
                            "custom_instructions": "Be kind.", "reasoning_effort": "high", **SPECIAL_TOKENS}

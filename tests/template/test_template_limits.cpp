@@ -99,6 +99,17 @@ TEST(TemplateLimits, IterationBudgetIsConfigurable) {
   EXPECT_EQ(error_message("{% for i in range(50) %}{% endfor %}", options), "<no error>");
 }
 
+TEST(TemplateLimits, ManyNamesAndBranchesStayFast) {
+  const auto start = std::chrono::steady_clock::now();
+  std::string branches = "{% set x = 0 %}";
+  for (int i = 0; i < 50000; ++i) branches += "{% if c" + std::to_string(i) + " %}{% set v" + std::to_string(i) + " = 1 %}{% endif %}";
+  EXPECT_EQ(Template(branches + "{{ x }}").render({}).text, "0");
+  std::string sets = "{% for i in range(300) %}";
+  for (int i = 0; i < 5000; ++i) sets += "{% set v" + std::to_string(i) + " = i %}";
+  EXPECT_EQ(Template(sets + "{% endfor %}done").render({}).text, "done");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
 TEST(TemplateLimits, DeepValuesAndNamespaceChainsAreSafe) {
   // A list nested 10000 deep would recurse when printed, compared or destroyed.
   EXPECT_NE(error_message("{% set ns = namespace(x=1) %}{% for i in range(10000) %}{% set ns.x = [ns.x] %}"

@@ -10,9 +10,14 @@
 // globals (range, dict, namespace, cycler, joiner) as a chat template uses them. Values behave like
 // the Python objects jinja2 sees: they print with Python's str()/repr(), dicts keep insertion order,
 // truthiness and comparisons are Python's, undefined names are jinja2's default Undefined.
-// Not supported: template inheritance and inclusion (extends, block, include, import, from),
-// autoescape blocks, \N{...} string escapes, and integers beyond 64 bits (an error, where Python
-// would compute them).
+// Not supported (a TemplateError where jinja2 would do something): template inheritance and
+// inclusion (extends, include, import, from; a {% block %} renders in place), autoescape blocks,
+// recursive loops, the filters groupby, filesizeformat, pprint, random, striptags, urlencode, urlize,
+// wordwrap and xmlattr, lipsum(), a few rare str methods (encode, casefold, expandtabs, format_map,
+// isidentifier, isprintable, translate), \N{...} and lone-surrogate string escapes, integers beyond
+// 64 bits and complex numbers. Known differences in what prints: objects jinja2 prints with a memory
+// address (functions, generators) print without one, range() is a list, and strftime_now's %f is
+// always 000000.
 //
 // Templates come from downloaded files, so parsing and rendering are bounded (TemplateOptions):
 // nesting depth, macro recursion, output size and total loop iterations; exceeding a bound is a
