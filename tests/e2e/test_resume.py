@@ -163,7 +163,9 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
     """kill -9 at random moments, 30 times, each run resuming from the newest checkpoint (a crash
     loop): every checkpoint-N/ left behind loads, and the run that finally completes equals an
     uninterrupted one bit for bit."""
-    steps = 80
+    # A run advances at most 3 checkpoints (steps) between kills, so 30 kills cover at most 90 steps
+    # and the run cannot finish early however fast the machine is.
+    steps = 120
     reference = tmp_path / "reference"
     check_ok(run_launched("single", 1, train_args(setup, reference, ["--max_steps", steps, "--save_steps", 0])),
              "uninterrupted")
@@ -179,8 +181,11 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
     while kills < 30:
         resume = ["--resume_from_checkpoint", "true"] if newest() else ["--overwrite_output_dir"]
         job = start("single", 1, args + resume)
-        if rng.random() < 0.2:  # anywhere, start-up included
-            time.sleep(rng.uniform(0.0, 1.5))
+        if rng.random() < 0.2:  # anywhere, start-up included, but before checkpoint newest + 3
+            deadline = time.monotonic() + rng.uniform(0.0, 1.5)
+            limit = newest() + 3
+            wait_for(lambda: time.monotonic() >= deadline or any(out.glob(f"checkpoint-{limit}*")) or
+                     job.poll() is not None, 120, f"a random moment before checkpoint-{limit}")
         else:  # while or right after checkpoint T is written, whatever the machine's speed
             target = newest() + rng.randint(1, 2)
             wait_for(lambda: any(out.glob(f"checkpoint-{target}*")) or job.poll() is not None, 120,
