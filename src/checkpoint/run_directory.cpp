@@ -10,11 +10,6 @@
 namespace finetune {
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_run_artifact(const std::string& name) {
   // Temporaries of a run that stopped while saving are not a run's files: the start removes them.
   for (const char* marker : {".tmp-", ".old-", ".tmp."}) {

@@ -34,8 +34,6 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
   return variables;
 }
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
-
 }  // namespace
 
 std::string option_env_key(const std::string& option_name) {

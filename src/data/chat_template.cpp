@@ -15,10 +15,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string read_template_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError("--chat_template: cannot open template file " + path);

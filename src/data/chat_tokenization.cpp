@@ -4,15 +4,12 @@
 #include <algorithm>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
 
 using nlohmann::ordered_json;
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::vector<int32_t> encode_rendered(const Tokenizer& tokenizer, const std::string& text) {
   return tokenizer.encode(text, /*add_special_tokens=*/false);

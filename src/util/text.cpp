@@ -17,6 +17,12 @@ std::string trim(const std::string& s) {
   return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
 }
 
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::string join(const std::vector<std::string>& items, const std::string& separator) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];

@@ -13,6 +13,9 @@ std::string lowercase(std::string s);
 // Without leading and trailing ASCII whitespace (space, tab, CR, LF).
 std::string trim(const std::string& s);
 
+bool starts_with(const std::string& text, const std::string& prefix);
+bool ends_with(const std::string& text, const std::string& suffix);
+
 // The items separated by `separator`.
 std::string join(const std::vector<std::string>& items, const std::string& separator);
 
