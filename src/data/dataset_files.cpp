@@ -7,28 +7,17 @@
 
 #include "finetune/data/parquet_rows.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/file_contents.h"
 #include "finetune/util/json_parse.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
 
 using nlohmann::ordered_json;
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\n") == std::string::npos;
-}
-
-std::string read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open dataset file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) throw Error(path + ": read error");
-  return buffer.str();
 }
 
 DatasetRow row_at_line(const std::string& path, int64_t line_number, const std::string& line) {
@@ -67,7 +56,7 @@ void visit_array(const std::string& path, ordered_json& document, const std::fun
 
 // A .json file: an array, JSON Lines, or one object over several lines (see dataset_files.h).
 void read_json(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
-  const std::string text = read_whole_file(path);
+  const std::string text = read_file(path, "dataset file");
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
     ordered_json document = parse_ordered_json(text, path);
@@ -114,7 +103,7 @@ size_t line_boundary_at(const std::string& text, size_t pos) {
 // A .txt file as HF datasets' text builder reads it: one row {"text": line} per line (empty lines
 // included, line breaks dropped).
 void read_text_lines(const std::string& path, const std::function<void(const DatasetRow&)>& visit) {
-  const std::string text = read_whole_file(path);
+  const std::string text = read_file(path, "dataset file");
   int64_t line_number = 0;
   size_t start = 0;
   size_t pos = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/file_contents.h"
 #include "finetune/util/json_parse.h"
 
 namespace finetune {
@@ -79,11 +80,7 @@ std::vector<ordered_json> json_lines(const std::string& text, const std::string&
 }  // namespace
 
 std::string read_raw_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open raw text file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
+  std::string text = read_file(path, "raw text file");
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
   text = universal_newlines(text);
   const std::string extension = lowercase_extension(path);

@@ -9,19 +9,12 @@
 #include "finetune/tokenizer/decode_text.h"
 #include "finetune/tokenizer/sentencepiece_proto.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/file_contents.h"
 
 namespace finetune {
 namespace {
 
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // "▁"
-
-std::string read_binary_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 // "<0x41>" -> 0x41, as tokenizers' ByteFallback decoder recognises byte tokens; -1 otherwise.
 int byte_token_value(const std::string& token) {
@@ -42,7 +35,7 @@ bool is_valid_utf8(const std::string& bytes) { return utf8_lossy(bytes) == bytes
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const TokenizerConfig& config)
     : path_(path), clean_up_tokenization_spaces_(config.clean_up_tokenization_spaces) {
-  const std::string serialized = read_binary_file(path);
+  const std::string serialized = read_file(path);
   const SentencePieceModelInfo info = parse_sentencepiece_model(serialized, path);
   if (info.model_type != 2) {
     throw Error(path + ": trainer_spec.model_type is " + std::to_string(info.model_type) +

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/file_contents.h"
 #include "finetune/util/json_fields.h"
 #include "finetune/util/json_parse.h"
 
@@ -70,14 +71,6 @@ ChatTemplates chat_templates_from(const nlohmann::json& value, const std::string
   throw Error(path + ": field 'chat_template' must be a string or a list of {\"name\", \"template\"} entries");
 }
 
-std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path.string() + ": cannot open");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 // transformers 5 saves templates next to the config: chat_template.jinja (the default) and
 // additional_chat_templates/<name>.jinja. When any exist they replace tokenizer_config.json's
 // chat_template entirely (PreTrainedTokenizerBase.from_pretrained).
@@ -85,12 +78,12 @@ ChatTemplates template_files(const std::filesystem::path& model_dir) {
   namespace fs = std::filesystem;
   ChatTemplates templates;
   const fs::path default_file = model_dir / "chat_template.jinja";
-  if (fs::is_regular_file(default_file)) templates["default"] = read_text_file(default_file);
+  if (fs::is_regular_file(default_file)) templates["default"] = read_file(default_file.string());
   const fs::path extra_dir = model_dir / "additional_chat_templates";
   if (fs::is_directory(extra_dir)) {
     for (const auto& entry : fs::directory_iterator(extra_dir)) {
       if (entry.is_regular_file() && entry.path().extension() == ".jinja") {
-        templates[entry.path().stem().string()] = read_text_file(entry.path());
+        templates[entry.path().stem().string()] = read_file(entry.path().string());
       }
     }
   }

@@ -1,4 +1,5 @@
 #include "finetune/util/atomic_file.h"
+#include "finetune/util/file_contents.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -71,11 +72,7 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 }
 
 void copy_file_atomically(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  if (!in) throw Error(from + ": cannot open for copying");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  write_file_atomically(to, buffer.str());
+  write_file_atomically(to, read_file(from, "for copying"));
 }
 
 }  // namespace finetune
