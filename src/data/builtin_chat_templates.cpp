@@ -16,28 +16,23 @@ namespace {
   "{%- endif -%}"                                                                       \
   "{%- endmacro -%}"
 
-const char kChatMl[] = FINETUNE_CONTENT_MACRO
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message.role + '\\n' -}}"
-    "{%- if message.role == 'assistant' -%}"
-    "{%- generation -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endgeneration -%}"
-    "{%- else -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endif -%}"
-    "{{- '\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+// ChatML's messages and generation prompt: "<|im_start|>{role}\n{content}<|im_end|>\n".
+#define FINETUNE_CHATML_MESSAGES                                                                          \
+  "{%- for message in messages -%}"                                                                      \
+  "{{- '<|im_start|>' + message.role + '\\n' -}}"                                                        \
+  "{%- if message.role == 'assistant' -%}"                                                               \
+  "{%- generation -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endgeneration -%}"          \
+  "{%- else -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endif -%}"                        \
+  "{{- '\\n' -}}"                                                                                         \
+  "{%- endfor -%}"                                                                                       \
+  "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
+
+const char kChatMl[] = FINETUNE_CONTENT_MACRO FINETUNE_CHATML_MESSAGES;
 
 const char kQwen25[] = FINETUNE_CONTENT_MACRO
     "{%- if messages[0].role != 'system' -%}"
     "{{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' -}}"
-    "{%- endif -%}"
-    "{%- for message in messages -%}"
-    "{{- '<|im_start|>' + message.role + '\\n' -}}"
-    "{%- if message.role == 'assistant' -%}"
-    "{%- generation -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endgeneration -%}"
-    "{%- else -%}{{- content_text(message.content) + '<|im_end|>' -}}{%- endif -%}"
-    "{{- '\\n' -}}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+    "{%- endif -%}" FINETUNE_CHATML_MESSAGES;
 
 const char kLlama3[] = FINETUNE_CONTENT_MACRO
     "{{- bos_token -}}"
@@ -72,6 +67,7 @@ const char kMistral[] = FINETUNE_CONTENT_MACRO
     "{%- endif -%}"
     "{%- endfor -%}";
 
+#undef FINETUNE_CHATML_MESSAGES
 #undef FINETUNE_CONTENT_MACRO
 
 }  // namespace
