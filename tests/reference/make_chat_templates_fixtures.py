@@ -24,7 +24,6 @@ families); assistant_masks_prefix is tests/reference/chat_masks.py's per-turn pr
 completion_only_loss=True).
 """
 import copy
-import importlib
 import json
 import os
 import shutil
@@ -322,30 +321,6 @@ def make_spm(directory, model_path, family):
     return config
 
 
-def read_spm_proto_without_protobuf():
-    """As make_tokenizer_fixtures.read_spm_proto_without_protobuf (transformers reads tokenizer.model
-    through protobuf, which the reference venv lacks), resolving the module by name: once transformers
-    is imported, `transformers.convert_slow_tokenizer` can be the function of that name."""
-    try:
-        import google.protobuf  # noqa: F401
-        return
-    except ImportError:
-        pass
-    import sentencepiece as spm
-    module = importlib.import_module("transformers.convert_slow_tokenizer")
-
-    def init(self, model):
-        sp = spm.SentencePieceProcessor(model_file=model)
-        pieces = []
-        for i in range(sp.get_piece_size()):
-            kind = 2 if sp.is_unknown(i) else 3 if sp.is_control(i) else 5 if sp.is_unused(i) else 6 if sp.is_byte(i) else 1
-            pieces.append(SimpleNamespace(piece=sp.id_to_piece(i), score=sp.get_score(i), type=kind))
-        self.proto = SimpleNamespace(pieces=pieces, trainer_spec=SimpleNamespace(unk_id=sp.unk_id(), model_type=2),
-                                     normalizer_spec=SimpleNamespace(precompiled_charsmap=b""))
-
-    module.SentencePieceExtractor.__init__ = init
-
-
 def write_family_tokenizer(directory, family, template, bases):
     if family["kind"].startswith("bl_"):
         config = make_byte_level(directory, bases["byte_level"], family)
@@ -567,7 +542,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     import transformers
     transformers.logging.set_verbosity_error()
-    read_spm_proto_without_protobuf()
+    tok_fx.read_spm_proto_without_protobuf()
 
     corpus = tok_fx.training_corpus()
     work = tempfile.mkdtemp(prefix="chat_templates_")

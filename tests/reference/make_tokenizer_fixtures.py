@@ -274,9 +274,12 @@ def read_spm_proto_without_protobuf():
         return
     except ImportError:
         pass
+    import importlib
     from types import SimpleNamespace
     import sentencepiece as spm
-    from transformers import convert_slow_tokenizer
+    # By name: once transformers is imported, `transformers.convert_slow_tokenizer` can be the
+    # function of that name rather than the module.
+    convert_slow_tokenizer = importlib.import_module("transformers.convert_slow_tokenizer")
 
     def init(self, model):
         sp = spm.SentencePieceProcessor(model_file=model)
