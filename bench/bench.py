@@ -5,6 +5,8 @@ the same workload, same call. Prints a table and writes JSON.
 
 settings: seed = per-device batch 1, accumulation 4 (Unsloth multi-GPU guide); b8 = batch 8,
 accumulation 1; best = packing for us (when available), batch 8 for the reference.
+variants: lora = bf16 base; qlora = 4-bit NF4 base (--load_in_4bit; the reference quantizes with
+transformers + bitsandbytes); qlora8 = qlora with 8-bit AdamW on both sides (Unsloth's defaults).
 """
 import argparse
 import json
@@ -27,6 +29,10 @@ BEST_CHECKPOINTING = {"llama-3.2-1b": False, "qwen3-8b": True}
 # "best" for the reference: the largest batch that fits (batch 8 on the 8B shape runs out of the
 # H200's 141 GB: it materialises fp32 logits over the 152k vocabulary).
 REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2}
+# Each variant's flags, ours and the reference's.
+VARIANTS = {"lora": ([], []),
+            "qlora": (["--load_in_4bit"], ["--load_in_4bit"]),
+            "qlora8": (["--load_in_4bit", "--optim", "adamw_8bit"], ["--load_in_4bit", "--optim", "adamw_8bit"])}
 
 
 def launcher(n):
@@ -43,13 +49,13 @@ def run(cmd, log_path, timeout):
     return proc.stdout, time.time() - t0
 
 
-def ours(args, model, data, setting, n, work, profile=False):
+def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
     s = dict(SETTINGS[setting])
     checkpointing = True
     if setting == "best":
         s = dict(batch=PACKED_ROWS[os.path.basename(model)], accum=1)
         checkpointing = BEST_CHECKPOINTING[os.path.basename(model)]
-    out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{n}" + ("-profile" if profile else ""))
+    out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{variant}-{n}" + ("-profile" if profile else ""))
     steps = args.warmup + args.steps if not profile else 6
     cmd = launcher(n) + [args.finetune, "--model_name", model, "--dataset", data, "--max_steps", str(steps),
                          "--per_device_train_batch_size", str(s["batch"]), "--gradient_accumulation_steps",
@@ -59,15 +65,16 @@ def ours(args, model, data, setting, n, work, profile=False):
                          "--use_gradient_checkpointing", "true" if checkpointing else "false"]
     if setting == "best":
         cmd += ["--packing", "true"]
+    cmd += VARIANTS[variant][0]
     if profile:  # steps 4-6 after 3 warm-up steps: kernel time breakdown and a Chrome trace
         cmd += ["--profile_start_step", "4", "--profile_steps", "3"]
         run(cmd, out + ".log", args.timeout)
         summary = os.path.join(out, "kernel_summary-rank0.txt")
-        name = f"kernel_summary-{os.path.basename(model)}-{setting}.txt"
+        name = f"kernel_summary-{os.path.basename(model)}-{setting}-{variant}.txt"
         with open(summary) as src, open(os.path.join(args.out, name), "w") as dst:
             text = src.read()
             dst.write(" ".join(cmd) + "\n\n" + text)
-        print(f"\n== profile {os.path.basename(model)} {setting} (1 GPU) ==\n" + text, flush=True)
+        print(f"\n== profile {os.path.basename(model)} {setting} {variant} (1 GPU) ==\n" + text, flush=True)
         return None
     stdout, wall = run(cmd, out + ".log", args.timeout)
     summary = json.loads(stdout.strip().splitlines()[-1])
@@ -80,15 +87,16 @@ def ours(args, model, data, setting, n, work, profile=False):
             "peak_memory_gib": summary.get("peak_memory_gib"), "final_loss": last["loss"], "wall_s": wall}
 
 
-def reference(args, model, data, setting, n, work):
+def reference(args, model, data, setting, n, work, variant="lora"):
     s = dict(SETTINGS[setting])
     if setting == "best":
         s["batch"] = REFERENCE_BEST_BATCH[os.path.basename(model)]
     script = os.path.join(HERE, "reference_train.py")
     cmd = (["python3", script] if n == 1 else ["torchrun", "--standalone", f"--nproc_per_node={n}", script])
     cmd += ["--model", model, "--data", data, "--batch", str(s["batch"]), "--accum", str(s["accum"]),
-            "--steps", str(args.ref_steps), "--warmup_steps", "3"]
-    stdout, wall = run(cmd, os.path.join(work, f"ref-{os.path.basename(model)}-{setting}-{n}.log"), args.timeout)
+            "--steps", str(args.ref_steps), "--warmup_steps", "3"] + VARIANTS[variant][1]
+    stdout, wall = run(cmd, os.path.join(work, f"ref-{os.path.basename(model)}-{setting}-{variant}-{n}.log"),
+                       args.timeout)
     result = json.loads(stdout.strip().splitlines()[-1])
     result["wall_s"] = wall
     return result
@@ -100,6 +108,9 @@ def main():
     p.add_argument("--shapes", default="llama-3.2-1b")
     p.add_argument("--settings", default="seed,b8")
     p.add_argument("--gpus", default="1")
+    p.add_argument("--variants", default="lora", help="comma-separated: " + ", ".join(VARIANTS))
+    p.add_argument("--qlora_check", action="store_true",
+                   help="first check bf16 QLoRA logits against fp32 on the same dequantized weights (gpu_qlora_check.py)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--ref_steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=10)
@@ -140,31 +151,46 @@ def main():
             if proc.returncode != 0:
                 print(proc.stderr[-3000:])
                 raise RuntimeError(f"GPU training parity failed on {shape}")
+        if args.qlora_check:  # bf16 QLoRA vs fp32 on the same dequantized weights, before any timing
+            stdout, _ = run(["python3", os.path.join(HERE, "gpu_qlora_check.py"), "--finetune", args.finetune,
+                             "--model", model, "--data", data, "--work", args.work],
+                            os.path.join(args.work, f"qlora_check-{shape}.log"), args.timeout)
+            with open(os.path.join(args.out, f"qlora_check-{shape}.json"), "w") as f:
+                f.write(stdout)
+            print(stdout, flush=True)
+        variants = args.variants.split(",")
         if args.profile:
             for setting in args.settings.split(","):
-                ours(args, model, data, setting, 1, args.work, profile=True)
+                for variant in variants:
+                    ours(args, model, data, setting, 1, args.work, profile=True, variant=variant)
         for setting in args.settings.split(","):
             for n in map(int, args.gpus.split(",")):
-                row = {"shape": shape, "setting": setting, "gpus": n}
-                row["ours"] = ours(args, model, data, setting, n, args.work)
-                if not args.skip_reference:
-                    row["reference"] = reference(args, model, data, setting, n, args.work)
-                results.append(row)
-                print(json.dumps(row), flush=True)
-                with open(os.path.join(args.out, "bench-" + args.shapes.replace(",", "_") + ".json"), "w") as f:
-                    json.dump(results, f, indent=1)
-    print(f"\n{'shape':14} {'setting':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} {'ratio':>6} "
-          f"{'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}")
-    base = {}
+                for variant in variants:
+                    row = {"shape": shape, "setting": setting, "variant": variant, "gpus": n}
+                    row["ours"] = ours(args, model, data, setting, n, args.work, variant=variant)
+                    if not args.skip_reference:
+                        row["reference"] = reference(args, model, data, setting, n, args.work, variant=variant)
+                    results.append(row)
+                    print(json.dumps(row), flush=True)
+                    with open(os.path.join(args.out, "bench-" + args.shapes.replace(",", "_") + ".json"), "w") as f:
+                        json.dump(results, f, indent=1)
+    print(f"\n{'shape':14} {'setting':7} {'variant':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} "
+          f"{'ratio':>6} {'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}")
+    base, lora = {}, {}
+    for r in results:
+        lora.setdefault((r["shape"], r["setting"], r["gpus"]), {})[r["variant"]] = r["ours"]["tokens_per_s_per_gpu"]
     for r in results:
         o, ref = r["ours"], r.get("reference", {})
         ratio = o["tokens_per_s_per_gpu"] / ref["tokens_per_s_per_gpu"] if ref else float("nan")
-        key = (r["shape"], r["setting"])
+        key = (r["shape"], r["setting"], r["variant"])
         base.setdefault(key, o["tokens_per_s_per_gpu"])
         eff = o["tokens_per_s_per_gpu"] / base[key]
-        print(f"{r['shape']:14} {r['setting']:7} {r['gpus']:>4} {o['tokens_per_s_per_gpu']:>15.0f} "
+        same = lora[(r["shape"], r["setting"], r["gpus"])]
+        vs_lora = f"  vs our bf16 LoRA {o['tokens_per_s_per_gpu'] / same['lora']:.2f}" \
+            if r["variant"] != "lora" and "lora" in same else ""
+        print(f"{r['shape']:14} {r['setting']:7} {r['variant']:7} {r['gpus']:>4} {o['tokens_per_s_per_gpu']:>15.0f} "
               f"{ref.get('tokens_per_s_per_gpu', float('nan')):>14.0f} {ratio:>6.2f} {o['peak_memory_gib'] or 0:>9.2f} "
-              f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}  scaling {eff:.3f}")
+              f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}  scaling {eff:.3f}{vs_lora}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """The reference: a hand-written PyTorch DDP + transformers + PEFT LoRA loop, bf16 base, fp32
-adapters, gradient checkpointing, fused AdamW, token-normalised loss. Launch with torchrun (or
+adapters, gradient checkpointing, fused AdamW, token-normalised loss. With --load_in_4bit the base
+is quantized by transformers + bitsandbytes (NF4, double quantization, bf16 compute: QLoRA) and
+PEFT wraps its Linear4bit layers; --optim adamw_8bit uses bitsandbytes' AdamW8bit. Launch with torchrun (or
 plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
 tokens), optimizer steps/s and peak GPU memory, measured after `--warmup_steps` steps.
 """
@@ -24,6 +26,8 @@ def main():
     p.add_argument("--warmup_steps", type=int, default=5)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--max_seq_length", type=int, default=2048)
+    p.add_argument("--load_in_4bit", action="store_true")
+    p.add_argument("--optim", default="adamw_torch_fused", choices=["adamw_torch_fused", "adamw_8bit"])
     args = p.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -34,15 +38,30 @@ def main():
         dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     device = torch.device("cuda", local_rank)
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
+    if args.load_in_4bit:
+        quantization = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                       bnb_4bit_use_double_quant=True,
+                                                       bnb_4bit_compute_dtype=torch.bfloat16)
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16,
+                                                                  quantization_config=quantization,
+                                                                  device_map={"": local_rank})
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
     config = peft.LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     model = peft.get_peft_model(model, config)
+    # from_pretrained returns eval mode, where transformers skips checkpointing: train() makes the
+    # checkpointed layers recompute (dropout is 0, so nothing else changes).
+    model.train()
     params = [q for q in model.parameters() if q.requires_grad]
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank]) if world > 1 else model
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, fused=True)
+    if args.optim == "adamw_8bit":
+        import bitsandbytes
+        optimizer = bitsandbytes.optim.AdamW8bit(params, lr=args.lr, weight_decay=0.01)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, fused=True)
 
     rows = [json.loads(l) for l in open(args.data)]
     rows = [r for r in rows][rank::world]
@@ -98,7 +117,7 @@ def main():
         dist.all_reduce(totals)
     peak = torch.cuda.max_memory_allocated(device) / 2**30
     if rank == 0:
-        print(json.dumps({"tool": "reference", "world": world, "batch": args.batch, "accum": args.accum,
+        print(json.dumps({"tool": "reference", "load_in_4bit": args.load_in_4bit, "optim": args.optim, "world": world, "batch": args.batch, "accum": args.accum,
                           "tokens_per_s_per_gpu": totals.item() / elapsed / world, "steps_per_s": args.steps / elapsed,
                           "peak_memory_gib": peak}))
     if world > 1:

@@ -2,10 +2,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "finetune/model/device_selection.h"
+#include "finetune/quant/nf4.h"
+#include "finetune/quant/nf4_state_dict.h"
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
@@ -25,29 +28,70 @@ std::string shard_name(size_t index, size_t count) {
   return buffer;
 }
 
+// transformers' BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+// bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype).to_dict(), as it writes it.
+nlohmann::json quantization_config_4bit(const std::string& compute_dtype) {
+  return {{"_load_in_4bit", true},
+          {"_load_in_8bit", false},
+          {"bnb_4bit_compute_dtype", compute_dtype},
+          {"bnb_4bit_quant_storage", "uint8"},
+          {"bnb_4bit_quant_type", "nf4"},
+          {"bnb_4bit_use_double_quant", true},
+          {"llm_int8_enable_fp32_cpu_offload", false},
+          {"llm_int8_has_fp16_weight", false},
+          {"llm_int8_skip_modules", nullptr},
+          {"llm_int8_threshold", 6.0},
+          {"load_in_4bit", true},
+          {"load_in_8bit", false},
+          {"quant_method", "bitsandbytes"}};
+}
+
+// Every tensor of the exported checkpoint, adapters folded in: projections merged (a 4-bit base
+// dequantized first; the merge sums in fp32 and rounds once to the model dtype) and, for a 4-bit
+// export, re-quantized to NF4 with its statistics under transformers' names.
+std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& model, bool quantize_4bit) {
+  std::map<std::string, const Linear*> projection_of_weight;
+  for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto add_projection = [&](const std::string& name, const Linear& linear) {
+    auto merged = linear.adapter ? linear.adapter->merged_weight(linear) : linear.dense_weight();  // (out, in)
+    if (!quantize_4bit) {
+      out.emplace_back(name, merged);
+      return;
+    }
+    const auto weight = quantize_nf4(merged, /*compress_statistics=*/true);
+    for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.emplace_back(name + suffix, tensor);
+  };
+  for (const auto& [name, parameter] : model.named_parameters()) {
+    auto it = projection_of_weight.find(name);
+    if (it == projection_of_weight.end()) {
+      out.emplace_back(name, parameter);
+    } else {
+      add_projection(name, *it->second);
+      projection_of_weight.erase(it);
+    }
+  }
+  for (const auto& [name, linear] : projection_of_weight) add_projection(name, *linear);  // 4-bit bases
+  return out;
+}
+
 }  // namespace
 
-void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir) {
+void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir,
+                   bool quantize_4bit) {
   at::NoGradGuard no_grad;
   std::filesystem::create_directories(out_dir);
 
-  std::map<const void*, const Linear*> adapted_by_weight;
-  for (const auto& [name, linear] : model.named_linears()) {
-    if (linear->adapter) adapted_by_weight[linear->weight.data_ptr()] = linear;
-  }
   // Merge on the device, keep CPU copies, split into shards in parameter order.
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
   int64_t shard_bytes = 0;
-  for (const auto& [name, weight] : model.named_parameters()) {
-    at::Tensor merged = weight;
-    auto it = adapted_by_weight.find(weight.data_ptr());
-    if (it != adapted_by_weight.end()) merged = it->second->adapter->merged_weight(*it->second);
-    const int64_t bytes = merged.numel() * static_cast<int64_t>(merged.element_size());
+  for (const auto& [name, tensor] : merged_tensors(model, quantize_4bit)) {
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
     if (shard_bytes > 0 && shard_bytes + bytes > kMaxShardBytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().emplace_back(name, merged.cpu());
+    shards.back().emplace_back(name, tensor.cpu());
     shard_bytes += bytes;
   }
   if (shards.size() == 1) {
@@ -71,6 +115,11 @@ void export_merged(const CausalLM& model, const std::string& base_model_dir, con
   const auto dtype = dtype_string(model.dtype());
   config["dtype"] = dtype;
   if (config.contains("torch_dtype")) config["torch_dtype"] = dtype;
+  if (quantize_4bit) {
+    config["quantization_config"] = quantization_config_4bit(dtype);
+  } else {
+    config.erase("quantization_config");  // a 4-bit base merged into 16-bit weights
+  }
   write_file_atomically(out_dir + "/config.json", config.dump(2) + "\n");
   for (const char* file : kCopiedFiles) {
     const auto source = std::filesystem::path(base_model_dir) / file;

@@ -12,8 +12,8 @@ void export_model(const CausalLM& model, const LoraConfig& lora, const ExportCon
                   const std::string& base_model_dir) {
   if (config.save_method == "lora") {
     save_adapter(model, lora, config.base_model_name, config.save_path);
-  } else if (config.save_method == "merged_16bit") {
-    export_merged(model, base_model_dir, config.save_path);
+  } else if (config.save_method == "merged_16bit" || config.save_method == "merged_4bit") {
+    export_merged(model, base_model_dir, config.save_path, config.save_method == "merged_4bit");
   } else {
     throw UsageError("--save_method: '" + config.save_method + "' is not supported (" +
                      join(supported_save_methods(), ", ") + ")");

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "finetune/io/safetensors.h"
+#include "finetune/checkpoint/projection_weights_4bit.h"
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/util/errors.h"
 
@@ -44,6 +45,7 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
     }
     parameter.copy_(source);
   }
+  if (model.projections_4bit()) load_projections_4bit(model, files, expected);
   for (const auto& name : files.tensor_names()) {
     if (expected.count(name) == 0 && !is_ignorable(name)) {
       if (name == "lm_head.weight" && model.config().tie_word_embeddings) continue;  // a tied copy

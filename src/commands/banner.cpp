@@ -22,7 +22,9 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
   const int64_t global_batch = shape.per_device_batch * shape.gradient_accumulation_steps * launch.world_size;
   log::info("finetune | model " + model.config().architecture + " from " + loaded.model_dir + " (" +
             with_thousands(model.parameter_count()) + " parameters, " + dtype_string(model.dtype()) + " on " +
-            model.device().str() + ", loaded in " + c10::str(loaded.load_seconds) + " s)");
+            model.device().str() + (model.projections_4bit() ? ", projections 4-bit" : "") + ", loaded in " +
+            c10::str(loaded.load_seconds) + " s" +
+            (loaded.load_peak_gib ? ", peak " + c10::str(*loaded.load_peak_gib) + " GiB" : std::string()) + ")");
   log::info("kernels: " + model.kernel_policy().describe());
   log::info("LoRA r=" + std::to_string(lora.r) + " alpha=" + c10::str(lora.lora_alpha) +
             (lora.use_rslora ? " (rsLoRA)" : "") + " dropout=" + c10::str(lora.lora_dropout) + " | trainable " +

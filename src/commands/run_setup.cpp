@@ -11,6 +11,7 @@
 #include "finetune/data/sampler.h"
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/model_weights.h"
+#include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -20,10 +21,13 @@ namespace finetune {
 
 LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::Device& device) {
   const auto start = std::chrono::steady_clock::now();
+  reset_peak_device_memory(device);
   LoadedModel loaded;
   loaded.model_dir = resolve_model_dir(source.model_name, env);
   auto config = load_model_config(loaded.model_dir);
-  loaded.model = std::make_unique<CausalLM>(std::move(config), select_dtype(source.dtype, device), device);
+  const bool projections_4bit = source.load_in_4bit || config.quantization.has_value();
+  loaded.model = std::make_unique<CausalLM>(std::move(config), select_dtype(source.dtype, device), device,
+                                            projections_4bit);
   load_weights(*loaded.model, loaded.model_dir);
   const std::filesystem::path dir(loaded.model_dir);
   if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model")) {
@@ -36,6 +40,7 @@ LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::D
     }
   }
   loaded.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  loaded.load_peak_gib = peak_device_memory_gib(device);
   return loaded;
 }
 

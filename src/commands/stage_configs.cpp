@@ -11,7 +11,7 @@
 namespace finetune {
 
 ModelSource model_source_from(const Options& options) {
-  return {options.model_name, options.dtype, options.device};
+  return {options.model_name, options.dtype, options.device, options.load_in_4bit};
 }
 
 AdapterSetup adapter_setup_from(const Options& options) {

@@ -209,6 +209,38 @@ void read_sliding_window(const Fields& fields, const Family& family, ModelConfig
 
 }  // namespace
 
+// quantization_config: only bitsandbytes 4-bit checkpoints (transformers' BitsAndBytesConfig.to_dict()).
+static std::optional<Bnb4bitQuantization> read_quantization(const Fields& fields, const std::string& source) {
+  if (!fields.has("quantization_config")) return std::nullopt;
+  if (!fields.at("quantization_config").is_object())
+    fields.fail("quantization_config", "expected an object, got " + json_excerpt(fields.at("quantization_config")));
+  const Fields quant(fields.at("quantization_config"), source, "quantization_config.");
+  const std::string method = quant.string("quant_method", "");
+  if (method != "bitsandbytes")
+    quant.fail("quant_method", "\"" + method + "\" is not supported (only bitsandbytes 4-bit checkpoints)");
+  if (quant.boolean("load_in_8bit", false))
+    quant.fail("load_in_8bit", "8-bit (LLM.int8) checkpoints are not supported (only bitsandbytes 4-bit)");
+  if (!quant.boolean("load_in_4bit", false)) quant.fail("load_in_4bit", "expected true (a bitsandbytes 4-bit checkpoint)");
+  Bnb4bitQuantization out;
+  out.quant_type = quant.string("bnb_4bit_quant_type", "fp4");
+  if (out.quant_type != "nf4" && out.quant_type != "fp4")
+    quant.fail("bnb_4bit_quant_type", "\"" + out.quant_type + "\" is not supported (nf4, fp4)");
+  out.use_double_quant = quant.boolean("bnb_4bit_use_double_quant", false);
+  out.compute_dtype = quant.string("bnb_4bit_compute_dtype", "float32");
+  const std::string storage = quant.string("bnb_4bit_quant_storage", "uint8");
+  if (storage != "uint8") quant.fail("bnb_4bit_quant_storage", "\"" + storage + "\" is not supported (only uint8)");
+  if (quant.has("llm_int8_skip_modules")) {
+    const auto& skip = quant.at("llm_int8_skip_modules");
+    if (!skip.is_array()) quant.fail("llm_int8_skip_modules", "expected a list of names, got " + json_excerpt(skip));
+    for (const auto& name : skip) {
+      if (!name.is_string()) quant.fail("llm_int8_skip_modules", "expected a list of names, got " + json_excerpt(skip));
+      out.skip_modules.push_back(name.get<std::string>());
+    }
+  }
+  out.raw = fields.at("quantization_config");
+  return out;
+}
+
 ModelConfig model_config_from_json(const json& config_json, const std::string& source) {
   if (!config_json.is_object()) throw Error(source + ": expected a JSON object");
   const Fields fields(config_json, source);
@@ -268,6 +300,7 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   config.eos_token_ids = read_eos(fields, family);
   config.pad_token_id = fields.optional_integer("pad_token_id", std::nullopt);
   read_sliding_window(fields, family, config);
+  config.quantization = read_quantization(fields, source);
   config.raw = config_json;
   return config;
 }

@@ -152,7 +152,8 @@ std::vector<OptionRow> build_option_table() {
                          {"paged_adamw_8bit", "8-bit optimizers are not implemented"},
                          {"paged_adamw_32bit", "paged optimizers are not implemented"}}};
   const ChoiceSet scheduler{lr_scheduler_types()};
-  const ChoiceSet save_method{supported_save_methods(), {}, unsupported_save_methods(), kGgufSaveMethodPrefix,
+  const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), unsupported_save_methods(),
+                              kGgufSaveMethodPrefix,
                               "GGUF export is not implemented"};
   // Unsloth CLI's --report_to choices (HF's integrations): named, so the refusal says why.
   std::vector<std::pair<std::string, std::string>> integrations;
@@ -170,9 +171,9 @@ std::vector<OptionRow> build_option_table() {
       int_row("max_seq_length", "model", &Options::max_seq_length, 2, "longest training sequence in tokens"),
       choice_row("dtype", "model", &Options::dtype, dtype,
                  "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
-      unsupported_true_row("load_in_4bit", "model", &Options::load_in_4bit,
-                           "4-bit quantized base weights are not implemented",
-                           "accepted for Unsloth compatibility; must be false"),
+      bool_row("load_in_4bit", "model", &Options::load_in_4bit,
+               "quantize the decoder projections to 4-bit NF4 at load (QLoRA, bitsandbytes' format and double "
+               "quantization); a checkpoint saved in 4-bit loads as 4-bit either way"),
       choice_row("device", "model", &Options::device, device, "where to train"),
 
       // --- LoRA
@@ -188,8 +189,7 @@ std::vector<OptionRow> build_option_table() {
       unsupported_true_row("use_dora", "LoRA", &Options::use_dora, "DoRA adapters are not implemented yet",
                            "accepted for Unsloth compatibility; must be false until DoRA is implemented"),
       unsupported_string_row("loftq_config", "LoRA",
-                             "LoftQ initialisation is not implemented: it is for quantized base weights, and "
-                             "finetune trains unquantized ones",
+                             "LoftQ initialisation is not implemented (PEFT's default initialisation is used)",
                              "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
       string_row("init_adapter", "LoRA", &Options::init_adapter, true,

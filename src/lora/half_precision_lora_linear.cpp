@@ -28,19 +28,22 @@ at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b) {
 
 struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionLoraLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& lora_A,
-                            const at::Tensor& lora_B, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& bias, const LoraAdapter* adapter) {
+                            const at::Tensor& lora_B, const Linear* base, const LoraAdapter* adapter) {
     const auto dtype = x.scalar_type();
+    // A 4-bit base weight is dequantized here and again in backward, never kept (linear.h).
+    const auto weight = base->dense_weight();
+    const auto& bias = base->bias;
     const int64_t r = lora_A.size(0);
     const auto operands = half_precision_operands(*adapter, dtype);
     auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
-    auto y = bias ? at::addmm(*bias, rows, weight.t()) : at::mm(rows, weight.t());          // (N, out)
+    auto y = bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());  // (N, out)
     // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
     auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t()), adapter->scaling, dtype,
                                     adapter->kernels.lora_split_kernel);
     // y += u B^T, accumulated by the GEMM: the sum is rounded once.
     y.addmm_(u_split.narrow(1, 0, r), operands->B_split.narrow(1, 0, r).t());
-    ctx->save_for_backward({rows, weight, u_split, operands->A_split, operands->B_split});
+    ctx->save_for_backward({rows, u_split, operands->A_split, operands->B_split});
+    ctx->saved_data["base"] = reinterpret_cast<int64_t>(base);
     ctx->saved_data["scaling"] = adapter->scaling;
     ctx->saved_data["split_kernel"] = adapter->kernels.lora_split_kernel;
     auto out_sizes = x.sizes().vec();
@@ -51,10 +54,10 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto& rows = saved[0];
-    const auto& weight = saved[1];
-    const auto& u_split = saved[2];
-    const auto& A_split = saved[3];
-    const auto& B_split = saved[4];
+    const auto& u_split = saved[1];
+    const auto& A_split = saved[2];
+    const auto& B_split = saved[3];
+    const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
     const double scaling = ctx->saved_data["scaling"].toDouble();
     const bool split_kernel = ctx->saved_data["split_kernel"].toBool();
     const int64_t r = A_split.size(0) / 2;
@@ -64,7 +67,7 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     auto g_split = scaled_sum_split(matmul_to_float(dy, B_split), scaling, dy.scalar_type(), split_kernel);
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
-      dx = at::mm(dy, weight);                                                                // (N, in)
+      dx = at::mm(dy, base->dense_weight());                                                  // (N, in)
       dx.addmm_(g_split.narrow(1, 0, r), A_split.narrow(0, 0, r));                            // += g A
       auto in_sizes = grad.sizes().vec();
       in_sizes.back() = rows.size(1);
@@ -74,7 +77,7 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     if (ctx->needs_input_grad(2)) {
       d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split), 1);                              // dy^T u
     }
-    return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -102,11 +105,8 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   return operands;
 }
 
-at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      const LoraAdapter& adapter) {
-  // An undefined tensor cannot be a Function input: a missing bias travels as nullopt.
-  const auto optional_bias = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
-  return HalfPrecisionLoraLinear::apply(x, adapter.lora_A, adapter.lora_B, weight, optional_bias, &adapter);
+at::Tensor half_precision_lora_linear(const at::Tensor& x, const Linear& base, const LoraAdapter& adapter) {
+  return HalfPrecisionLoraLinear::apply(x, adapter.lora_A, adapter.lora_B, &base, &adapter);
 }
 
 }  // namespace finetune

@@ -18,7 +18,7 @@ bool LoraAdapter::uses_half_precision_path(const at::Tensor& x, bool training) c
 
 at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool training) const {
   if (uses_half_precision_path(x, training)) {
-    return half_precision_lora_linear(x, base.dense_weight(), base.bias, *this);
+    return half_precision_lora_linear(x, base, *this);
   }
   auto result = base.base_forward(x);
   // As PEFT: the adapter runs in fp32, the sum is promoted, then cast back to the base dtype.
@@ -34,7 +34,7 @@ at::Tensor LoraAdapter::merged_weight(const Linear& base) const {
   // PEFT's merge adds the fp32 delta into the weight in place (W.data += delta): the sum is taken
   // in fp32 and rounded once to W's dtype. Rounding the delta to bf16 first would round twice and
   // differ from PEFT by one unit in the last place in about a quarter of the elements.
-  const auto& weight = base.dense_weight();
+  const auto weight = base.dense_weight();
   const auto delta = at::matmul(lora_B, lora_A) * scaling;  // (out, in) fp32
   return (weight.to(at::kFloat) + delta).to(weight.scalar_type());
 }

@@ -12,23 +12,27 @@
 namespace finetune {
 namespace {
 
-Linear make_linear(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options) {
+// A 4-bit projection's weight is a meta tensor (its shape, no storage) until the loader gives it
+// the 4-bit one (checkpoint/model_weights.h): the dense weight never exists on the device.
+Linear make_linear(int64_t in_features, int64_t out_features, bool bias, const at::TensorOptions& options,
+                   bool weight_4bit) {
   Linear layer;
-  layer.weight = at::empty({out_features, in_features}, options);
+  layer.compute_dtype = c10::typeMetaToScalarType(options.dtype());
+  layer.weight = at::empty({out_features, in_features}, weight_4bit ? options.device(at::kMeta) : options);
   if (bias) layer.bias = at::empty({out_features}, options);
   return layer;
 }
 
 void add_linear(std::vector<std::pair<std::string, at::Tensor>>& out, const std::string& prefix,
                 const Linear& layer) {
-  out.emplace_back(prefix + ".weight", layer.weight);
+  if (!layer.weight.is_meta()) out.emplace_back(prefix + ".weight", layer.weight);
   if (layer.bias.defined()) out.emplace_back(prefix + ".bias", layer.bias);
 }
 
 }  // namespace
 
-CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device)
-    : config_(std::move(config)), dtype_(dtype), device_(device),
+CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit)
+    : config_(std::move(config)), dtype_(dtype), device_(device), projections_4bit_(projections_4bit),
       kernels_(choose_kernel_policy(device, dtype, config_)) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   const int64_t hidden = config_.hidden_size;
@@ -41,17 +45,17 @@ CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device)
   for (auto& layer : layers_) {
     layer.input_layernorm = at::empty({hidden}, options);
     layer.post_attention_layernorm = at::empty({hidden}, options);
-    layer.q_proj = make_linear(hidden, q_size, config_.attention_bias, options);
-    layer.k_proj = make_linear(hidden, kv_size, config_.attention_bias, options);
-    layer.v_proj = make_linear(hidden, kv_size, config_.attention_bias, options);
-    layer.o_proj = make_linear(q_size, hidden, config_.attention_output_bias, options);
+    layer.q_proj = make_linear(hidden, q_size, config_.attention_bias, options, projections_4bit);
+    layer.k_proj = make_linear(hidden, kv_size, config_.attention_bias, options, projections_4bit);
+    layer.v_proj = make_linear(hidden, kv_size, config_.attention_bias, options, projections_4bit);
+    layer.o_proj = make_linear(q_size, hidden, config_.attention_output_bias, options, projections_4bit);
     if (config_.qk_norm) {
       layer.q_norm = at::empty({head_dim}, options);
       layer.k_norm = at::empty({head_dim}, options);
     }
-    layer.gate_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options);
-    layer.up_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options);
-    layer.down_proj = make_linear(config_.intermediate_size, hidden, config_.mlp_bias, options);
+    layer.gate_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options, projections_4bit);
+    layer.up_proj = make_linear(hidden, config_.intermediate_size, config_.mlp_bias, options, projections_4bit);
+    layer.down_proj = make_linear(config_.intermediate_size, hidden, config_.mlp_bias, options, projections_4bit);
   }
   norm_ = at::empty({hidden}, options);
   if (!config_.tie_word_embeddings) lm_head_ = at::empty({config_.vocab_size, hidden}, options);
@@ -192,6 +196,9 @@ at::Tensor CausalLM::lm_head(const at::Tensor& hidden) const { return at::linear
 int64_t CausalLM::parameter_count() const {
   int64_t count = 0;
   for (const auto& [name, tensor] : named_parameters()) count += tensor.numel();
+  for (const auto& [name, linear] : named_linears()) {
+    if (linear->is_4bit()) count += linear->in_features() * linear->out_features();
+  }
   return count;
 }
 

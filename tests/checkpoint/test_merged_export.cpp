@@ -57,7 +57,7 @@ TEST(MergedExport, EqualsPeftMergeAndUnload) {
 
     testing::TempDir out;
     const std::string merged_dir = out.file("merged");
-    export_merged(model, base_dir, merged_dir);
+    export_merged(model, base_dir, merged_dir, /*quantize_4bit=*/false);
     const TensorFixture ours(merged_dir + "/model.safetensors");
     const TensorFixture peft("checkpoint", name + "/peft_merged/model.safetensors");
     const TensorFixture base("checkpoint", name + "/base/model.safetensors");

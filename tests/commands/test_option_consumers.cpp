@@ -112,6 +112,9 @@ TEST(OptionConsumers, SaveMethodsAreTheOnesTheExportWrites) {
   for (const auto& method : supported_save_methods()) {
     EXPECT_EQ(parse_train({"--save_method", method}).options.save_method, method);
   }
+  for (const auto& [alias, method] : save_method_aliases()) {
+    EXPECT_EQ(parse_train({"--save_method", alias}).options.save_method, method);
+  }
   for (const auto& [method, reason] : unsupported_save_methods()) {
     EXPECT_THROW(parse_train({"--save_method", method}), UsageError) << method;
   }

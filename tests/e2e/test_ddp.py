@@ -44,10 +44,13 @@ def uneven_rows(count, seed):
     return rows
 
 
-# name -> (rows file, per-device batch B of each of the 2 ranks, accumulation, steps)
+# name -> (rows file, per-device batch B of each of the 2 ranks, accumulation, steps, extra flags)
 CASES = {
-    "even": ("train.jsonl", 2, 1, 5),           # 16 rows, 4 per step: wraps into a second epoch
-    "uneven_accumulated": ("uneven.jsonl", 2, 2, 3),  # 16 rows, 8 per step over 2 micro-steps
+    "even": ("train.jsonl", 2, 1, 5, []),           # 16 rows, 4 per step: wraps into a second epoch
+    "uneven_accumulated": ("uneven.jsonl", 2, 2, 3, []),  # 16 rows, 8 per step over 2 micro-steps
+    # QLoRA: 4-bit NF4 base projections, then also bitsandbytes' 8-bit AdamW (Unsloth's defaults).
+    "uneven_4bit": ("uneven.jsonl", 2, 2, 3, ["--load_in_4bit"]),
+    "even_4bit_adamw_8bit": ("train.jsonl", 2, 1, 5, ["--load_in_4bit", "--optim", "adamw_8bit"]),
 }
 
 
@@ -64,14 +67,14 @@ def setup(tmp_path_factory):
 
 def train_args(setup, out, case, batch_size, steps=None, timeout_s=60, save_steps=2):
     root, base, adapter = setup
-    data, _, accumulation, case_steps = CASES[case]
+    data, _, accumulation, case_steps, extra = CASES[case]
     return ["--model_name", base, "--dataset", root / data, "--init_adapter", adapter, "--output_dir", out,
             "--max_steps", steps or case_steps, "--per_device_train_batch_size", batch_size,
             "--gradient_accumulation_steps", accumulation, "--learning_rate", 2e-2, "--warmup_steps", 1,
             "--lr_scheduler_type", "linear", "--max_grad_norm", 1.0, "--weight_decay", 0.01,
             "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu", "--ddp_backend", "gloo",
             "--shuffle", "false", "--logging_steps", 1, "--save_steps", save_steps, "--ddp_timeout", timeout_s,
-            "--use_gradient_checkpointing", "false"]
+            "--use_gradient_checkpointing", "false"] + extra
 
 
 def metrics(out):
@@ -87,7 +90,7 @@ def single_process(setup):
     """The 1-rank x batch 2B reference of each case (started by hand: no launcher at all)."""
     root = setup[0]
     runs = {}
-    for case, (_, batch_size, _, _) in CASES.items():
+    for case, (_, batch_size, _, _, _) in CASES.items():
         out = root / f"single_{case}"
         proc = check_ok(run_launched("single", 1, train_args(setup, out, case, 2 * batch_size)), "single process")
         runs[case] = (out, proc)
@@ -98,6 +101,7 @@ def single_process(setup):
     ("mpirun", "even"), ("mpirun", "uneven_accumulated"),
     ("torchrun", "even"), ("torchrun", "uneven_accumulated"),
     ("mpirun-mpi-rendezvous", "uneven_accumulated"),
+    ("mpirun", "uneven_4bit"), ("torchrun", "even_4bit_adamw_8bit"),
 ])
 def test_two_ranks_train_like_one_rank_with_twice_the_batch(setup, single_process, launcher, case, capsys):
     root = setup[0]

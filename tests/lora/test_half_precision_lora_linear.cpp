@@ -36,6 +36,15 @@ Case make_case(bool with_bias) {
   return c;
 }
 
+// The case's base weight and bias as a dense projection.
+Linear base_of(const Case& c) {
+  Linear base;
+  base.weight = c.weight;
+  base.bias = c.bias;
+  base.compute_dtype = c.weight.scalar_type();
+  return base;
+}
+
 struct Result {
   at::Tensor y, dx, d_lora_A, d_lora_B;
 };
@@ -60,7 +69,8 @@ Result half_precision(const Case& c) {
   adapter.lora_A = c.lora_A.detach().requires_grad_(true);
   adapter.lora_B = c.lora_B.detach().requires_grad_(true);
   adapter.scaling = c.scaling;
-  auto y = half_precision_lora_linear(x, c.weight, c.bias, adapter);
+  const auto base = base_of(c);
+  auto y = half_precision_lora_linear(x, base, adapter);
   y.backward(c.grad_out);
   return {y.detach(), x.grad(), adapter.lora_A.grad(), adapter.lora_B.grad()};
 }
@@ -151,7 +161,7 @@ TEST(HalfPrecisionLoraLinear, LinearForwardRoutesBf16AdaptersThroughIt) {
   const auto* adapter = lora.get();
   layer.adapter = std::move(lora);
   auto y = linear_forward(layer, c.x, /*training=*/true);
-  EXPECT_TRUE(at::equal(y, half_precision_lora_linear(c.x, c.weight, c.bias, *adapter)));
+  EXPECT_TRUE(at::equal(y, half_precision_lora_linear(c.x, base_of(c), *adapter)));
 }
 
 TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
@@ -162,7 +172,8 @@ TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
   adapter.scaling = c.scaling;
   const auto first = half_precision_operands(adapter, at::kBFloat16);
   EXPECT_EQ(half_precision_operands(adapter, at::kBFloat16), first);  // unchanged: reused
-  const auto before = half_precision_lora_linear(c.x, c.weight, c.bias, adapter);
+  const auto base = base_of(c);
+  const auto before = half_precision_lora_linear(c.x, base, adapter);
   {
     at::NoGradGuard no_grad;
     adapter.lora_B.mul_(3.0);  // an optimizer step updates in place and moves the version counter
@@ -174,9 +185,9 @@ TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
   fresh.lora_A = adapter.lora_A.detach().clone();
   fresh.lora_B = adapter.lora_B.detach().clone();
   fresh.scaling = c.scaling;
-  const auto after = half_precision_lora_linear(c.x, c.weight, c.bias, adapter);
+  const auto after = half_precision_lora_linear(c.x, base, adapter);
   EXPECT_FALSE(at::equal(after, before));
-  EXPECT_TRUE(at::equal(after, half_precision_lora_linear(c.x, c.weight, c.bias, fresh)));
+  EXPECT_TRUE(at::equal(after, half_precision_lora_linear(c.x, base, fresh)));
   EXPECT_NE(half_precision_operands(adapter, at::kHalf), second);  // another dtype: rebuilt
 }
 

@@ -50,11 +50,16 @@ def schedule(name, optimizer, warmup, total):
 
 def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulation, lr, warmup, scheduler,
                     max_grad_norm, weight_decay=0.01, gradient_checkpointing=False, dtype=torch.float32,
-                    device="cpu"):
+                    device="cpu", quantization_config=None):
     """Returns (per-step losses, PeftModel after training). `dtype` is the base model's; PEFT keeps
-    the adapters in fp32 either way (autocast_adapter_dtype)."""
+    the adapters in fp32 either way (autocast_adapter_dtype). With a BitsAndBytesConfig the base
+    loads quantized by transformers + bitsandbytes (QLoRA; PEFT wraps the Linear4bit layers)."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).to(device)
+    if quantization_config is not None:
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            base_dir, dtype=dtype, quantization_config=quantization_config, device_map=device)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).to(device)
     model = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
@@ -98,11 +103,12 @@ def lora_state(model):
     return {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
 
 
-def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0):
+def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+                             use_rslora=use_rslora,
                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                              "down_proj"])
     model = peft.get_peft_model(model, config)

@@ -1,9 +1,12 @@
-// merged_16bit export: a full Hugging Face model directory with every adapter folded into its
-// base weight as PEFT's merge_and_unload does (LoRA: W += B @ A * scaling, summed in fp32 and
-// rounded once to W's dtype), saved in the model's
+// merged_16bit / merged_4bit export: a full Hugging Face model directory with every adapter folded
+// into its base weight as PEFT's merge_and_unload does (LoRA: W += B @ A * scaling, summed in fp32
+// and rounded once to W's dtype; a 4-bit base is dequantized first, as Unsloth merges), saved in the model's
 // dtype (bf16/fp16 on GPU; a CPU fp32 run stays fp32 rather than losing precision), sharded like
 // transformers (model-0000i-of-0000N.safetensors + index above 5 GB), with config.json and the
 // tokenizer / generation files copied from the base model. transformers.from_pretrained loads it.
+// With `quantize_4bit` (merged_4bit) the merged projections are quantized to NF4 with double
+// quantization and written as transformers + bitsandbytes save a 4-bit model (packed weight,
+// absmax, quant maps, quant_state; config.json's quantization_config), which they load.
 #pragma once
 
 #include <string>
@@ -12,6 +15,7 @@
 
 namespace finetune {
 
-void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir);
+void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir,
+                   bool quantize_4bit);
 
 }  // namespace finetune

@@ -1,7 +1,8 @@
 // Loading HF safetensors weights into a CausalLM: every expected tensor must be present with the
 // model's shape (errors name the file and the tensor); unexpected tensors are an error too,
 // except known non-parameter buffers (rotary inv_freq). Tensors are converted to the model dtype
-// and copied straight onto its device.
+// and copied straight onto its device. A model built with 4-bit projections gets them from
+// projection_weights_4bit.h (quantized at load, or read as a 4-bit checkpoint stores them).
 #pragma once
 
 #include <string>

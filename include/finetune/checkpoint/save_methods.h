@@ -10,15 +10,20 @@
 namespace finetune {
 
 inline const std::vector<std::string>& supported_save_methods() {
-  static const std::vector<std::string> methods = {"lora", "merged_16bit"};
+  static const std::vector<std::string> methods = {"lora", "merged_16bit", "merged_4bit"};
   return methods;
+}
+
+// Other spellings of a supported method (Unsloth's merged_4bit_forced writes the same 4-bit model).
+inline const std::vector<std::pair<std::string, std::string>>& save_method_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> aliases = {{"merged_4bit_forced", "merged_4bit"}};
+  return aliases;
 }
 
 // Unsloth CLI spellings we recognise but do not implement, with the reason (a clearer error than
 // "unknown value"); any "gguf*" method is among them.
 inline const std::vector<std::pair<std::string, std::string>>& unsupported_save_methods() {
-  static const std::vector<std::pair<std::string, std::string>> methods = {
-      {"merged_4bit", "4-bit export is not implemented"}, {"merged_4bit_forced", "4-bit export is not implemented"}};
+  static const std::vector<std::pair<std::string, std::string>> methods = {};
   return methods;
 }
 inline constexpr const char* kGgufSaveMethodPrefix = "gguf";

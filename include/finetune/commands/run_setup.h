@@ -21,6 +21,7 @@ struct LoadedModel {
   std::unique_ptr<CausalLM> model;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the model directory has no tokenizer files
   double load_seconds = 0;
+  std::optional<double> load_peak_gib;  // device memory at peak while loading (nullopt on the CPU)
 };
 
 LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::Device& device);

@@ -27,6 +27,7 @@ struct ModelSource {
   std::string model_name;  // directory or hub id
   std::string dtype = "auto";
   std::string device = "auto";
+  bool load_in_4bit = false;  // quantize the projections to NF4 at load (a 4-bit checkpoint is 4-bit anyway)
 };
 ModelSource model_source_from(const Options& options);
 

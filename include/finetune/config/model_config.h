@@ -23,6 +23,17 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
+// config.json's quantization_config of a checkpoint saved in 4-bit by transformers + bitsandbytes
+// (quant_method "bitsandbytes", load_in_4bit): its decoder projections are stored as 4-bit
+// weights (quant/nf4.h) and load as such.
+struct Bnb4bitQuantization {
+  std::string quant_type = "nf4";        // bnb_4bit_quant_type: nf4|fp4
+  bool use_double_quant = false;         // bnb_4bit_use_double_quant
+  std::string compute_dtype = "float32";  // bnb_4bit_compute_dtype
+  std::vector<std::string> skip_modules;  // llm_int8_skip_modules: kept in 16-bit
+  nlohmann::json raw;                     // the object as written, re-written on 4-bit export
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   std::string model_type;    // llama|qwen2|qwen3|mistral
@@ -51,6 +62,7 @@ struct ModelConfig {
   // commands call it with --max_seq_length). Always empty for Qwen2/Qwen3 (their
   // use_sliding_window=true is rejected here).
   std::optional<int64_t> sliding_window;
+  std::optional<Bnb4bitQuantization> quantization;  // a pre-quantized 4-bit checkpoint
   nlohmann::json raw;           // the original config.json, re-written on merged export
 };
 

@@ -27,7 +27,7 @@ struct Options {
   std::string model_name;            // local dir or hub id resolved via the local HF cache
   int64_t max_seq_length = 2048;
   std::string dtype = "auto";        // model/dtype_names.h (auto: bf16 on CUDA, fp32 on CPU; None = auto)
-  bool load_in_4bit = false;         // accepted for CLI compatibility; true -> "not supported"
+  bool load_in_4bit = false;         // NF4 base projections (QLoRA)
   std::string device = "auto";       // auto|cpu|cuda
 
   // --- LoRA

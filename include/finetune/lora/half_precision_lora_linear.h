@@ -39,9 +39,10 @@ struct HalfPrecisionOperands {
 // The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.
 std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype);
 
-// x: (..., in_features) bf16/fp16; weight (out, in) and bias (out) in x's dtype (bias may be
-// undefined) -> (..., out_features) in x's dtype. Differentiable in x, lora_A and lora_B.
-at::Tensor half_precision_lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                      const LoraAdapter& adapter);
+// x: (..., in_features) bf16/fp16; base's dense weight (out, in) and bias (out) in x's dtype (bias
+// may be undefined) -> (..., out_features) in x's dtype. Differentiable in x, lora_A and lora_B.
+// The weight is read through `base` in forward and again in backward (not saved), so a 4-bit base
+// stays 4-bit between the two; `base` must outlive the backward pass.
+at::Tensor half_precision_lora_linear(const at::Tensor& x, const Linear& base, const LoraAdapter& adapter);
 
 }  // namespace finetune

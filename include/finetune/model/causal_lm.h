@@ -37,15 +37,19 @@ struct ForwardOptions {
 class CausalLM {
  public:
   // Allocates uninitialised parameters of `dtype` on `device`; load weights next
-  // (checkpoint/model_weights.h). The kernels are chosen here, once (kernel_policy.h).
-  CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device);
+  // (checkpoint/model_weights.h). The kernels are chosen here, once (kernel_policy.h). With
+  // `projections_4bit` the decoder projections get no dense weight: the loader gives each a 4-bit
+  // one (Note [4-bit base weights] in linear.h); embeddings, norms and lm_head stay in `dtype`.
+  CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit = false);
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
   const KernelPolicy& kernel_policy() const { return kernels_; }
+  bool projections_4bit() const { return projections_4bit_; }
 
-  // Every base parameter with its HF name; lm_head.weight is listed only when untied.
+  // Every dense base parameter with its HF name (4-bit projection weights are reached through
+  // named_linears); lm_head.weight is listed only when untied.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   // Every projection that can take an adapter, named like HF (model.layers.0.self_attn.q_proj).
   std::vector<std::pair<std::string, Linear*>> named_linears();
@@ -59,6 +63,7 @@ class CausalLM {
   at::Tensor lm_head(const at::Tensor& hidden) const;
   const at::Tensor& lm_head_weight() const;
 
+  // Base parameters, a 4-bit weight counted by its elements.
   int64_t parameter_count() const;
 
  private:
@@ -68,6 +73,7 @@ class CausalLM {
   ModelConfig config_;
   at::ScalarType dtype_;
   at::Device device_;
+  bool projections_4bit_;
   KernelPolicy kernels_;
   at::Tensor embed_tokens_;  // (V, C)
   std::vector<DecoderLayer> layers_;

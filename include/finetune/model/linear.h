@@ -1,10 +1,17 @@
 // A projection of the decoder (HF's nn.Linear): a frozen base weight and, optionally, an adapter.
 //
 // Note [Projection seam]
-// The base-weight kind (today a dense tensor in the model dtype; 4-bit NF4 next) and the adapter
-// (none, LoRA, DoRA next) vary independently. model/ owns this interface and knows nothing of
-// any adapter: adapters implement LinearAdapter elsewhere (lora/) and reach the base weight only
-// through Linear's own methods, so a new base-weight kind changes this file, not the adapters.
+// The base-weight kind (a dense tensor in the model dtype, or 4-bit NF4 as bitsandbytes stores
+// it) and the adapter (none, LoRA, DoRA) vary independently. model/ owns this interface and knows
+// nothing of any adapter: adapters implement LinearAdapter elsewhere (lora/) and reach the base
+// weight only through Linear's own methods (dense_weight, base_forward), so a base-weight kind
+// changes this file and linear.cpp, not the adapters.
+//
+// Note [4-bit base weights]
+// A 4-bit projection keeps only its NF4 codes and statistics (quant/nf4.h); the weight exists in
+// the compute dtype only for the GEMM that reads it: dense_weight() dequantizes, and the 4-bit
+// base product (quantized_linear.h) dequantizes again in backward instead of saving the 16-bit
+// weight, so at most one layer's projections are dense at a time (as bitsandbytes' MatMul4Bit).
 #pragma once
 
 #include <memory>
@@ -17,6 +24,7 @@
 namespace finetune {
 
 struct Linear;
+struct Nf4Weight;  // quant/nf4.h
 
 class LinearAdapter {
  public:
@@ -33,16 +41,20 @@ class LinearAdapter {
 };
 
 struct Linear {
-  at::Tensor weight;  // (out_features, in_features), model dtype
+  at::Tensor weight;  // (out_features, in_features), model dtype; a meta tensor (shape only) when 4-bit
+  std::shared_ptr<const Nf4Weight> weight_4bit;  // the 4-bit base weight, or null when dense
+  at::ScalarType compute_dtype = at::kFloat;    // the model dtype, in which a 4-bit weight is used
   at::Tensor bias;    // (out_features) or undefined
   std::unique_ptr<LinearAdapter> adapter;
 
-  int64_t in_features() const { return weight.size(1); }
-  int64_t out_features() const { return weight.size(0); }
-  // The base weight as a dense (out, in) tensor in the compute dtype.
-  const at::Tensor& dense_weight() const { return weight; }
+  bool is_4bit() const { return weight_4bit != nullptr; }
+  int64_t in_features() const;
+  int64_t out_features() const;
+  // The base weight as a dense (out, in) tensor in the compute dtype (a 4-bit one dequantized:
+  // a fresh tensor each call, so never keep it beyond the product it feeds).
+  at::Tensor dense_weight() const;
   // x W^T + b without the adapter.
-  at::Tensor base_forward(const at::Tensor& x) const { return at::linear(x, dense_weight(), bias); }
+  at::Tensor base_forward(const at::Tensor& x) const;
 };
 
 // x: (..., in_features) -> (..., out_features) in x's dtype, through the adapter when there is one.

@@ -1,0 +1,81 @@
+#include "finetune/checkpoint/projection_weights_4bit.h"
+
+#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/quant/nf4.h"
+#include "finetune/quant/nf4_state_dict.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+// `name`'s tensor as a CPU view, shape-checked against the projection.
+at::Tensor checked_dense(const CheckpointFiles& files, const std::string& name, const Linear& linear) {
+  const auto& file = files.file_of(name);
+  auto source = tensor_view(file, files.info(name));
+  if (!source.sizes().equals(linear.weight.sizes())) {
+    throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_to_string(source.sizes().vec()) +
+                " but the model (config.json) expects " + shape_to_string(linear.weight.sizes().vec()));
+  }
+  if (!at::isFloatingType(source.scalar_type())) {
+    throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
+  }
+  return source;
+}
+
+// The checkpoint's tensors by name (CPU views; undefined when absent), recording what was read.
+TensorLookup tensor_lookup(const CheckpointFiles& files, std::set<std::string>& consumed) {
+  return [&files, &consumed](const std::string& tensor_name) {
+    if (!files.contains(tensor_name)) return at::Tensor();
+    consumed.insert(tensor_name);
+    return tensor_view(files.file_of(tensor_name), files.info(tensor_name));
+  };
+}
+
+// A projection stored 4-bit: `name` (the packed codes) and its statistics, as transformers saves them.
+Nf4Weight stored_4bit(const CheckpointFiles& files, const std::string& name, const Linear& linear,
+                      std::set<std::string>& consumed) {
+  auto weight = nf4_from_state_dict(name, tensor_lookup(files, consumed));
+  const std::vector<int64_t> expected = linear.weight.sizes().vec();
+  if (weight.shape != expected) {
+    throw Error(files.file_of(name).path() + ": 4-bit tensor '" + name + "' has shape " + shape_to_string(weight.shape) +
+                " but the model (config.json) expects " + shape_to_string(expected));
+  }
+  return weight;
+}
+
+// `weight` with tensors of its own on `device`: the lookup's tensors view the mapped checkpoint,
+// which is closed after loading.
+Nf4Weight owned_on(Nf4Weight weight, const at::Device& device) {
+  for (at::Tensor* tensor : {&weight.packed, &weight.absmax, &weight.quant_map, &weight.nested_absmax,
+                             &weight.nested_quant_map, &weight.offset}) {
+    if (tensor->defined()) *tensor = tensor->to(device, /*non_blocking=*/false, /*copy=*/true);
+  }
+  return weight;
+}
+
+}  // namespace
+
+void load_projections_4bit(CausalLM& model, const CheckpointFiles& files, std::set<std::string>& consumed) {
+  at::NoGradGuard no_grad;
+  const auto options = at::TensorOptions().dtype(model.dtype()).device(model.device());
+  for (auto& [module, linear] : model.named_linears()) {
+    const std::string name = module + ".weight";
+    if (!files.contains(name)) {
+      throw Error(files.dir() + ": checkpoint is missing tensor '" + name + "' (does config.json match the weights?)");
+    }
+    consumed.insert(name);
+    if (saved_quant_type(name, tensor_lookup(files, consumed))) {
+      linear->weight_4bit = std::make_shared<const Nf4Weight>(owned_on(stored_4bit(files, name, *linear, consumed),
+                                                                       model.device()));
+    } else if (model.config().quantization) {
+      // A 4-bit checkpoint keeps this projection in 16-bit (llm_int8_skip_modules): so do we.
+      linear->weight = checked_dense(files, name, *linear).to(options, /*non_blocking=*/false, /*copy=*/true);
+    } else {
+      // Converted to the model dtype first (transformers quantizes the weight it loaded in `dtype`).
+      const auto dense = checked_dense(files, name, *linear).to(options);
+      linear->weight_4bit = std::make_shared<const Nf4Weight>(quantize_nf4(dense, /*compress_statistics=*/true));
+    }
+  }
+}
+
+}  // namespace finetune
