@@ -35,7 +35,7 @@ namespace finetune {
 //     same op on the same device gives the same bits), but quantize_blockwise(absmax - offset,
 //     blocksize=256) is the CPU table quantizer (Note [bitsandbytes' CPU 8-bit quantizer],
 //     blockwise_8bit.cpp) on CPU and kQuantizeBlockwise's binary search on CUDA; they disagree
-//     on a few codes in a thousand.
+//     on about one code in a thousand (71 of the 65536 of a random 1024 x 4096 bf16 weight).
 // quantize_nf4 follows the weight's device: on CPU the default ops op for op in ATen (the same
 // kernels as Python's torch), on CUDA our kernels with bitsandbytes' CUDA arithmetic
 // (cuda/nf4_kernels.cu, cuda/blockwise_8bit_kernels.cu). So a model loaded to the GPU holds what
