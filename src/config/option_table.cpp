@@ -185,8 +185,8 @@ std::vector<OptionRow> build_option_table() {
                "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
       int_row("random_state", "LoRA", &Options::random_state, 0, "seed for the LoRA A initialisation"),
       bool_row("use_rslora", "LoRA", &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
-      unsupported_true_row("use_dora", "LoRA", &Options::use_dora, "DoRA adapters are not implemented yet",
-                           "accepted for Unsloth compatibility; must be false until DoRA is implemented"),
+      bool_row("use_dora", "LoRA", &Options::use_dora,
+               "DoRA: weight-decomposed LoRA (PEFT's use_dora), a trained magnitude per output row"),
       unsupported_string_row("loftq_config", "LoRA",
                              "LoftQ initialisation is not implemented: it is for quantized base weights, and "
                              "finetune trains unquantized ones",

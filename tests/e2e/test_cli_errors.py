@@ -115,8 +115,6 @@ def eval_args(model, data):
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
-    (["--use_dora", "true"], ["--use_dora", "DoRA adapters are not implemented yet"]),
-    (["--use_dora"], ["--use_dora", "DoRA adapters are not implemented yet"]),
     (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
     (["--push_model"], ["--push_model", "Unsloth's CLI", "never uses the network"]),
     (["--save_gguf"], ["--save_gguf", "GGUF export is not implemented"]),
