@@ -537,6 +537,7 @@ def test_lora_options_that_disagree_with_the_init_adapter_are_refused(assets, tm
     expect_failure(base + ["--output_dir", tmp_path / "a", "--r", r // 2], 2, "--r", str(r // 2), str(r),
                    "adapter_config.json")
     expect_failure(base + ["--output_dir", tmp_path / "b", "--lora_alpha", 3], 2, "--lora_alpha", "3")
+    expect_failure(base + ["--output_dir", tmp_path / "d", "--use_dora"], 2, "--use_dora", "true", "false")
     expect_success(base + ["--output_dir", tmp_path / "c", "--r", r])  # the same value is fine
 
 
