@@ -23,6 +23,7 @@
 #include "finetune/lora/attach_lora.h"
 #include "finetune/lora/dora_adapter.h"
 #include "finetune/model/device_selection.h"
+#include "finetune/model/kernel_policy.h"
 #include "finetune/train/loss.h"
 #include "finetune/util/text.h"
 
@@ -248,6 +249,48 @@ TEST(DoraAdapter, GradientCheckpointingWithDropoutRecomputesTheSameGradients) {
     EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << trainable[i].first;
   }
   EXPECT_FALSE(at::equal(plain[0], dora_gradients(model, false, /*seed=*/12)[0]));  // dropout is on
+}
+
+// One DoRA projection (with a bias and dropout off) on `device`: its output and gradients for x.
+std::vector<at::Tensor> projection_on(const at::Device& device, at::ScalarType dtype, const KernelPolicy& kernels) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto cpu = at::TensorOptions().dtype(at::kFloat);
+  Linear linear;
+  linear.weight = (at::randn({96, 64}, generator, cpu) * 0.1).to(device, dtype);  // (out, in)
+  linear.bias = (at::randn({96}, generator, cpu) * 0.1).to(device, dtype);
+  LoraAdapter lora;
+  lora.lora_A = (at::randn({8, 64}, generator, cpu) * 0.2).to(device).requires_grad_(true);
+  lora.lora_B = (at::randn({96, 8}, generator, cpu) * 0.2).to(device).requires_grad_(true);
+  lora.scaling = 2.0;
+  lora.kernels = kernels;
+  auto dora = std::make_unique<DoraAdapter>(std::move(lora), linear);
+  const auto magnitude = dora->lora_magnitude_vector;
+  linear.adapter = std::move(dora);
+  const auto x = at::randn({3, 7, 64}, generator, cpu).to(device, dtype).requires_grad_(true);
+  const auto y = linear_forward(linear, x, /*training=*/true);
+  y.backward(at::randn({3, 7, 96}, generator, cpu).to(device, dtype));
+  const auto* adapter = static_cast<const DoraAdapter*>(linear.adapter.get());
+  return {y.detach().cpu(), x.grad().cpu(), adapter->low_rank.lora_A.grad().cpu(),
+          adapter->low_rank.lora_B.grad().cpu(), magnitude.grad().cpu()};
+}
+
+// On the GPU DoRA runs the same expression (the kernel policy's half-precision LoRA path is not
+// taken): its results equal the CPU's up to the two devices' GEMM roundings.
+TEST(DoraAdapter, CudaRunsTheSameExpressionAsTheCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device";
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    KernelPolicy half_precision_lora;
+    half_precision_lora.half_precision_lora = true;  // as on CUDA in bf16: DoRA must ignore it
+    const auto cpu = projection_on(at::kCPU, dtype, KernelPolicy{});
+    const auto cuda = projection_on(at::Device(at::kCUDA, 0), dtype, half_precision_lora);
+    const double bound = dtype == at::kFloat ? 1e-5 : 1e-2;  // relative, norm-wise
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const auto expected = cpu[i].to(at::kDouble);
+      const double error = ((cuda[i].to(at::kDouble) - expected).norm() / expected.norm()).item<double>();
+      EXPECT_LE(error, bound) << "result " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ class DoraAdapter : public LinearAdapter {
  public:
   // Takes the low-rank pair and starts the magnitude at n (so W' = W while B = 0), as PEFT's
   // DoraLinearLayer.update_layer: the norm is taken in the base weight's dtype, then held in fp32.
-  DoraAdapter(LoraAdapter low_rank, const Linear& base);
+  DoraAdapter(LoraAdapter low_rank_pair, const Linear& base);
 
   LoraAdapter low_rank;              // lora_A, lora_B, scaling, dropout (its own forward is not used)
   at::Tensor lora_magnitude_vector;  // (out_features) fp32, requires grad: m
