@@ -27,7 +27,7 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
             (loaded.load_peak_gib ? ", peak " + c10::str(*loaded.load_peak_gib) + " GiB" : std::string()) + ")");
   log::info("kernels: " + model.kernel_policy().describe());
   log::info("LoRA r=" + std::to_string(lora.r) + " alpha=" + c10::str(lora.lora_alpha) +
-            (lora.use_rslora ? " (rsLoRA)" : "") + " dropout=" + c10::str(lora.lora_dropout) + " | trainable " +
+            (lora.use_rslora ? " (rsLoRA)" : "") + (lora.use_dora ? " (DoRA)" : "") + " dropout=" + c10::str(lora.lora_dropout) + " | trainable " +
             with_thousands(trainable_count) + " parameters (" +
             c10::str(100.0 * static_cast<double>(trainable_count) / static_cast<double>(model.parameter_count())) + "%)");
   log::info("data " + shape.dataset + ": " + with_thousands(stats.rows_kept) + " rows kept of " +

@@ -91,6 +91,7 @@ void check_given_lora_options(const LoraConfig& adapter, const AdapterSetup& set
     if (name == "r") given = std::to_string(setup.lora.r), theirs = std::to_string(adapter.r);
     if (name == "lora_alpha") given = c10::str(setup.lora.lora_alpha), theirs = c10::str(adapter.lora_alpha);
     if (name == "use_rslora") given = setup.lora.use_rslora ? "true" : "false", theirs = adapter.use_rslora ? "true" : "false";
+    if (name == "use_dora") given = setup.lora.use_dora ? "true" : "false", theirs = adapter.use_dora ? "true" : "false";
     if (name == "target_modules") given = join(setup.lora.target_modules, ","), theirs = join(adapter.target_modules, ",");
     if (name == "bias") given = setup.lora.bias, theirs = adapter.bias;
     if (given != theirs) {

@@ -20,12 +20,13 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.lora_alpha = options.lora_alpha;
   setup.lora.lora_dropout = options.lora_dropout;
   setup.lora.use_rslora = options.use_rslora;
+  setup.lora.use_dora = options.use_dora;
   setup.lora.target_modules = options.target_modules;
   setup.lora.bias = options.bias;
   setup.init_adapter = options.init_adapter;
   setup.random_state = static_cast<uint64_t>(options.random_state);
   setup.base_model_name = options.model_name;
-  for (const char* name : {"r", "lora_alpha", "use_rslora", "target_modules", "bias"}) {
+  for (const char* name : {"r", "lora_alpha", "use_rslora", "use_dora", "target_modules", "bias"}) {
     if (options.given.count(name)) setup.given_lora_options.push_back(name);
   }
   return setup;

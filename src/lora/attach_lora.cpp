@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <utility>
 
+#include "finetune/lora/dora_adapter.h"
 #include "finetune/lora/lora_adapter.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/util/errors.h"
@@ -43,17 +45,21 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
     const auto leaf = leaf_name(name);
     if (targets.count(leaf) == 0) continue;
     matched.insert(leaf);
-    auto adapter = std::make_unique<LoraAdapter>();
+    LoraAdapter lora;
     // kaiming_uniform_(a=sqrt(5)) on (r, in): gain sqrt(2/(1+5)), bound gain*sqrt(3/fan_in) = 1/sqrt(fan_in).
     const double bound = 1.0 / std::sqrt(static_cast<double>(linear->in_features()));
     auto lora_A = at::empty({config.r, linear->in_features()}, fp32_cpu);
     lora_A.uniform_(-bound, bound, generator);
-    adapter->lora_A = lora_A.to(model.device()).requires_grad_(true);
-    adapter->lora_B = at::zeros({linear->out_features(), config.r}, fp32_cpu.device(model.device())).requires_grad_(true);
-    adapter->scaling = scaling;
-    adapter->dropout = config.lora_dropout;
-    adapter->kernels = model.kernel_policy();
-    linear->adapter = std::move(adapter);
+    lora.lora_A = lora_A.to(model.device()).requires_grad_(true);
+    lora.lora_B = at::zeros({linear->out_features(), config.r}, fp32_cpu.device(model.device())).requires_grad_(true);
+    lora.scaling = scaling;
+    lora.dropout = config.lora_dropout;
+    lora.kernels = model.kernel_policy();
+    if (config.use_dora) {
+      linear->adapter = std::make_unique<DoraAdapter>(std::move(lora), *linear);
+    } else {
+      linear->adapter = std::make_unique<LoraAdapter>(std::move(lora));
+    }
   }
   for (const auto& target : targets) {
     if (matched.count(target) == 0) {

@@ -34,7 +34,7 @@ nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& 
           {"revision", nullptr},
           {"target_modules", config.target_modules},
           {"task_type", "CAUSAL_LM"},
-          {"use_dora", false},
+          {"use_dora", config.use_dora},
           {"use_rslora", config.use_rslora}};
 }
 
@@ -84,12 +84,12 @@ LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::
   config.lora_alpha = number_field(json, "lora_alpha", source);
   config.lora_dropout = number_field(json, "lora_dropout", source, 0.0);
   config.use_rslora = json_bool(json, "use_rslora", false, source, kRoot);
+  config.use_dora = json_bool(json, "use_dora", false, source, kRoot);
   config.bias = json_string(json, "bias", "none", source, kRoot);
   config.base_model_name_or_path = json_string(json, "base_model_name_or_path", "", source, kRoot);
   if (!(config.lora_dropout >= 0 && config.lora_dropout < 1)) throw Error(source + ": field 'lora_dropout' must be in [0, 1)");
   if (!(config.lora_alpha > 0)) throw Error(source + ": field 'lora_alpha' must be > 0");
   if (config.bias != "none") throw Error(source + ": bias '" + config.bias + "' is not supported (only none)");
-  if (json_bool(json, "use_dora", false, source, kRoot)) throw Error(source + ": 'use_dora' is not supported");
   if (json_bool(json, "fan_in_fan_out", false, source, kRoot)) throw Error(source + ": 'fan_in_fan_out' is not supported");
   require_absent_or_empty(json, "rank_pattern", source);
   require_absent_or_empty(json, "alpha_pattern", source);

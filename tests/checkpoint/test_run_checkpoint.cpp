@@ -156,6 +156,11 @@ TEST(RunCheckpoint, ResumeNeedsTheSameModelAdapterGlobalBatchAndSeed) {
   r8.r = 8;
   rank.adapter_config = adapter_config_json(r8, "base");
   expect_refused(rank, "adapter r");
+  auto dora = saved;
+  LoraConfig with_dora = f.lora;
+  with_dora.use_dora = true;
+  dora.adapter_config = adapter_config_json(with_dora, "base");
+  expect_refused(dora, "adapter use_dora");
   auto seed = saved;
   seed.seed = 1;
   expect_refused(seed, "--seed");

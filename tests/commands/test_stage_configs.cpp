@@ -14,7 +14,7 @@ using testing::parse_train;
 
 Options non_default_options() {
   return parse_train({"--dtype", "bf16", "--device", "cpu", "--r", "8", "--lora_alpha", "32", "--lora_dropout",
-                           "0.1", "--use_rslora", "--target_modules", "q_proj,v_proj", "--random_state", "9",
+                           "0.1", "--use_rslora", "--use_dora", "--target_modules", "q_proj,v_proj", "--random_state", "9",
                            "--init_adapter", "adapters/a", "--seed", "11", "--eval_dataset", "e.jsonl", "--eval_split",
                            "0.25", "--chat_template", "qwen2.5", "--max_seq_length", "512", "--train_on_completions",
                            "false", "--skip_bad_rows", "--ddp_backend", "gloo", "--ddp_timeout", "7.5",
@@ -48,10 +48,14 @@ TEST(StageConfigs, AdapterSetup) {
   EXPECT_DOUBLE_EQ(setup.lora.lora_alpha, 32);
   EXPECT_DOUBLE_EQ(setup.lora.lora_dropout, 0.1);
   EXPECT_TRUE(setup.lora.use_rslora);
+  EXPECT_TRUE(setup.lora.use_dora);
   EXPECT_EQ(setup.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(setup.lora.bias, "none");
   EXPECT_EQ(setup.init_adapter, "adapters/a");
   EXPECT_EQ(setup.random_state, 9u);
+  // What --init_adapter's config must then agree with (bias is left at its default here).
+  EXPECT_EQ(setup.given_lora_options,
+            (std::vector<std::string>{"r", "lora_alpha", "use_rslora", "use_dora", "target_modules"}));
 }
 
 TEST(StageConfigs, DataSetup) {

@@ -115,8 +115,6 @@ def eval_args(model, data):
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
-    (["--use_dora", "true"], ["--use_dora", "DoRA adapters are not implemented yet"]),
-    (["--use_dora"], ["--use_dora", "DoRA adapters are not implemented yet"]),
     (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
     (["--push_model"], ["--push_model", "Unsloth's CLI", "never uses the network"]),
     (["--save_gguf"], ["--save_gguf", "GGUF export is not implemented"]),
@@ -539,6 +537,7 @@ def test_lora_options_that_disagree_with_the_init_adapter_are_refused(assets, tm
     expect_failure(base + ["--output_dir", tmp_path / "a", "--r", r // 2], 2, "--r", str(r // 2), str(r),
                    "adapter_config.json")
     expect_failure(base + ["--output_dir", tmp_path / "b", "--lora_alpha", 3], 2, "--lora_alpha", "3")
+    expect_failure(base + ["--output_dir", tmp_path / "d", "--use_dora"], 2, "--use_dora", "true", "false")
     expect_success(base + ["--output_dir", tmp_path / "c", "--r", r])  # the same value is fine
 
 

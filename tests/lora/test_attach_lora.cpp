@@ -97,9 +97,10 @@ TEST(LoraModel, AdapterConfigRoundTripsAndRejectsUnsupportedSettings) {
   EXPECT_DOUBLE_EQ(back.lora_alpha, 16);
   EXPECT_TRUE(back.use_rslora);
   EXPECT_EQ(back.target_modules, config.target_modules);
-  auto dora = json;
-  dora["use_dora"] = true;
-  EXPECT_THROW(lora_config_from_adapter_json(dora, "adapter_config.json"), Error);
+  EXPECT_FALSE(back.use_dora);
+  config.use_dora = true;
+  EXPECT_EQ(adapter_config_json(config, "base")["use_dora"], true);
+  EXPECT_TRUE(lora_config_from_adapter_json(adapter_config_json(config, "base"), "adapter_config.json").use_dora);
   auto bias = json;
   bias["bias"] = "all";
   EXPECT_THROW(lora_config_from_adapter_json(bias, "adapter_config.json"), Error);

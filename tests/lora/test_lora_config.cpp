@@ -60,7 +60,7 @@ TEST(LoraConfigJson, MistypedFieldsNameTheField) {
 
 TEST(LoraConfigJson, UnsupportedSettingsAreRefused) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
-           {"peft_type", "PREFIX_TUNING"}, {"use_dora", true}, {"bias", "all"}, {"rank_pattern", {{"q_proj", 4}}},
+           {"peft_type", "PREFIX_TUNING"}, {"bias", "all"}, {"rank_pattern", {{"q_proj", 4}}},
            {"modules_to_save", {"lm_head"}}}) {
     json config = valid_config();
     config[key] = value;

@@ -1,6 +1,7 @@
 // A LoRA adapter's on-disk form, PEFT's layout:
 //   DIR/adapter_config.json
 //   DIR/adapter_model.safetensors  with keys base_model.model.<projection>.lora_A.weight / lora_B.weight
+//                                  (DoRA also <projection>.lora_magnitude_vector, no ".weight", as PEFT)
 // so that peft.PeftModel.from_pretrained(base, DIR) loads what we save, and we load what PEFT saves.
 #pragma once
 

@@ -38,7 +38,7 @@ struct Options {
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
   int64_t random_state = 3407;
   bool use_rslora = false;
-  bool use_dora = false;             // accepted for CLI compatibility; true -> "not implemented yet"
+  bool use_dora = false;             // DoRA adapters (PEFT's use_dora)
   std::vector<std::string> target_modules = projection_names();
   std::string init_adapter;          // existing PEFT adapter dir to start from
 

@@ -1,6 +1,6 @@
-// Attaching LoRA adapters to a CausalLM's projections (Note [Projection seam] in model/linear.h),
-// and naming their tensors as PEFT does (base_model.model.<projection>.lora_A.weight), which is
-// also how checkpoint/adapter_io.h saves and loads them.
+// Attaching LoRA (or DoRA) adapters to a CausalLM's projections (Note [Projection seam] in
+// model/linear.h), and naming their tensors as PEFT does (base_model.model.<projection>.lora_A.weight,
+// DoRA's ....lora_magnitude_vector), which is also how checkpoint/adapter_io.h saves and loads them.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,8 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // target matches nothing). Initialised as PEFT does: lora_A ~ kaiming_uniform(a=sqrt(5)) i.e.
 // U(-1/sqrt(in), 1/sqrt(in)), lora_B = 0; drawn on the CPU from a generator seeded with
 // `random_state`, in model order, so the init does not depend on the device. fp32, requires grad.
-// The adapters follow the model's kernel policy.
+// With config.use_dora each is a DoraAdapter (dora_adapter.h) over that same pair, its magnitude
+// initialised from the base weight. The adapters follow the model's kernel policy.
 NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t random_state);
 
 // The model's adapter tensors with PEFT names (after attach_lora).

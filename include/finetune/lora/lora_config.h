@@ -14,6 +14,7 @@ struct LoraConfig {
   double lora_alpha = 16;
   double lora_dropout = 0.0;
   bool use_rslora = false;
+  bool use_dora = false;  // DoRA (dora_adapter.h) instead of plain LoRA
   std::vector<std::string> target_modules;  // leaf module names: q_proj, k_proj, ...
   std::string bias = "none";
   // Where the adapter was trained (adapter_config.json's base_model_name_or_path; "" if unknown).
@@ -23,9 +24,10 @@ struct LoraConfig {
 // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT's LoraLayer.update_layer).
 double lora_scaling(const LoraConfig& config);
 
-// PEFT's adapter_config.json for this config (peft_type LORA, task_type CAUSAL_LM).
+// PEFT's adapter_config.json for this config (peft_type LORA, task_type CAUSAL_LM; DoRA is LORA
+// with use_dora true, as PEFT writes it).
 nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& base_model_name_or_path);
-// Reads an adapter_config.json; unsupported settings (DoRA, bias != none, rank/alpha patterns,
+// Reads an adapter_config.json; unsupported settings (bias != none, rank/alpha patterns,
 // fan_in_fan_out...) are errors naming the file and field.
 LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::string& source);
 
