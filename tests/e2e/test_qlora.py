@@ -157,6 +157,29 @@ def test_rslora_without_checkpointing_matches_peft(setup, tmp_path):
         assert relative_error(ours_adapter[name], ref) <= TRAINING_BOUND, name
 
 
+def test_dora_over_a_4bit_base_matches_peft(setup, tmp_path, capsys):
+    root, base, adapter, rows, data = setup
+    dora_adapter = reference_loop.make_init_adapter(base, tmp_path / "dora_adapter", use_dora=True)
+    out = tmp_path / "dora"
+    run_finetune(finetune_args(base, dora_adapter, data, out))
+    ref_losses, ref_model = reference_loop.train_reference(base, dora_adapter, rows, steps=STEPS, **SETTINGS,
+                                                           gradient_checkpointing=True,
+                                                           quantization_config=bnb_config())
+    ours = step_losses(out)
+    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
+        assert abs(got - want) <= TRAINING_BOUND * abs(want), f"step {step}: loss {got} vs reference {want}"
+    ours_adapter = load_file(str(out / "adapter_model.safetensors"))
+    ref_adapter = reference_loop.lora_state(ref_model)
+    assert set(ours_adapter) == set(ref_adapter) and any("lora_magnitude_vector" in n for n in ref_adapter)
+    worst = 0.0
+    for name, ref in ref_adapter.items():
+        worst = max(worst, relative_error(ours_adapter[name], ref))
+        assert relative_error(ours_adapter[name], ref) <= TRAINING_BOUND, name
+    with capsys.disabled():
+        print(f"\n[qlora] DoRA over 4-bit, 20 steps vs PEFT+bitsandbytes: worst loss rel "
+              f"{max(abs(g - w) / abs(w) for g, w in zip(ours, ref_losses)):.2e}, worst adapter tensor rel {worst:.2e}")
+
+
 def merged_reference(setup, trained):
     """Each projection as Unsloth merges a 4-bit base: W = dequantize_4bit(W4) in fp32 + B A scaling."""
     import bitsandbytes.functional as F

@@ -190,7 +190,7 @@ TEST(DoraAdapter, MergedExportEqualsPeftMergeAndUnload) {
     SCOPED_TRACE("case " + c.name);
     auto model = model_with_peft_adapter(c);
     testing::TempDir out;
-    export_merged(*model, c.dir("base"), out.file("merged"));
+    export_merged(*model, c.dir("base"), out.file("merged"), /*quantize_4bit=*/false);
     const TensorFixture ours(out.file("merged") + "/model.safetensors");
     const TensorFixture peft(c.dir("peft_merged/model.safetensors"));
     const TensorFixture base(c.dir("base/model.safetensors"));

@@ -103,12 +103,12 @@ def lora_state(model):
     return {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
 
 
-def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False):
+def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                             use_rslora=use_rslora,
+                             use_rslora=use_rslora, use_dora=use_dora,
                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                              "down_proj"])
     model = peft.get_peft_model(model, config)
