@@ -111,7 +111,6 @@ def eval_args(model, data):
     (["--dtype", "float64"], ["--dtype", "float64"]),
     (["--optim", "adamw_8bit"], ["--optim", "adamw_8bit", "supported", "adamw_torch"]),
     (["--save_method", "gguf"], ["--save_method", "gguf", "not supported"]),
-    (["--load_in_4bit", "true"], ["--load_in_4bit", "not supported"]),
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
