@@ -1,0 +1,51 @@
+// ATen side of the 4-bit kernels (CUDA builds only): checks, the launch on the tensor's current
+// stream, errors as exceptions.
+#include "../nf4_cuda.h"
+
+#include <c10/cuda/CUDAGuard.h>
+
+#include "finetune/kernels/kernel_launch.h"
+#include "launch_checks.h"
+#include "nf4_kernels.h"
+
+namespace finetune::quant_cuda {
+
+void quantize_4bit(const at::Tensor& A, int64_t blocksize, QuantType4bit type, at::Tensor& packed,
+                   at::Tensor& absmax) {
+  using namespace cuda_kernels;
+  check_contiguous_on(A, A.device(), "quantize_nf4: weight");
+  check_contiguous_on(packed, A.device(), "quantize_nf4: packed");
+  check_contiguous_on(absmax, A.device(), "quantize_nf4: absmax");
+  const c10::cuda::CUDAGuard guard(A.device());
+  const auto code = type == QuantType4bit::NF4 ? Code4bit::NF4 : Code4bit::FP4;
+  check_launch(cuda_kernels::quantize_4bit(element_kind(A.scalar_type(), "quantize_nf4"), A.data_ptr(),
+                                           absmax.data_ptr<float>(), packed.data_ptr<uint8_t>(), A.numel(), blocksize,
+                                           code, current_stream(A)),
+               "quantize_4bit");
+}
+
+void dequantize_4bit(const Nf4Weight& w, const at::Tensor& table, at::Tensor& out) {
+  using namespace cuda_kernels;
+  check_contiguous_on(out, w.device(), "dequantize_nf4: out");
+  const c10::cuda::CUDAGuard guard(w.device());
+  Table4bit values;
+  const auto cpu_table = table.to(at::kCPU, at::kFloat).contiguous();
+  for (int i = 0; i < 16; ++i) values.value[i] = cpu_table.data_ptr<float>()[i];
+  Absmax4bit absmax;
+  if (w.nested) {
+    absmax.codes = w.absmax.data_ptr<uint8_t>();
+    absmax.nested_absmax = w.nested_absmax.data_ptr<float>();
+    absmax.nested_code = w.nested_quant_map.data_ptr<float>();
+    absmax.offset = w.offset.data_ptr<float>();
+    absmax.nested_blocksize = w.nested_blocksize;
+  } else {
+    absmax.absmax = w.absmax.data_ptr<float>();
+  }
+  check_launch(cuda_kernels::dequantize_4bit(w.packed.data_ptr<uint8_t>(), values, absmax, w.blocksize, w.numel(),
+                                             element_kind(w.dtype, "dequantize_nf4: weight dtype"),
+                                             element_kind(out.scalar_type(), "dequantize_nf4: out"), out.data_ptr(),
+                                             current_stream(out)),
+               "dequantize_4bit");
+}
+
+}  // namespace finetune::quant_cuda
