@@ -1,9 +1,7 @@
 // The 8-bit AdamW step of every parameter in one launch, element for element the arithmetic of
 // bitsandbytes' CUDA kernels (csrc/kernels.cu): kOptimizerStatic8bit2StateBlockwise for
 // parameters with 8-bit blockwise state, kOptimizer32bit2State for the small ones with fp32
-// state. bnb builds them with --use_fast_math (approximate division and square root, denormals
-// flushed, __powf); CMakeLists.txt gives this file the same flag, and the expressions below are
-// bnb's as written, so that nvcc forms the same instructions (contractions into FMA included).
+// state (Note [bnb's fast-math arithmetic]).
 //
 // Layout: a warp owns one chunk of 256 elements (one bnb block, one absmax), lane L its elements
 // L, L + 32, ..., L + 224 (coalesced loads, no alignment needed, so gradients that are views into
@@ -18,11 +16,16 @@
 //   (1 - 0.9f = 0.100000024) vs the double 1 - 0.9 rounded to 0.1f by ATen;
 // - CUDA adds step_size * m / (sqrt(v) + correction2 * eps) and then decays, p' = (p + u)(1 - lr wd);
 //   the CPU decays first, p' = p (1 - lr wd) + u (a difference of u * lr * wd);
-// - quantization: CUDA searches the map (binary search, nearer of the two neighbours by their
-//   midpoint) and moves a first-moment code whose value has the wrong sign one code towards the
-//   right sign; bnb's CPU kernel rounds x / absmax to one of 65536 bins over [-1, 1] and takes the
-//   code nearest to the bin, so near a midpoint, and among the map's codes closer together than a
-//   bin (|x| < ~1e-4), the two pick different (neighbouring) codes;
+// - quantization: CUDA searches the map (binary search, the nearer of the last two candidates by
+//   their midpoint) and moves a first-moment code whose value has the wrong sign one code towards
+//   the right sign; bnb's CPU kernel rounds x / absmax to one of 65536 bins over [-1, 1] and takes
+//   the code nearest to the bin's value. Near a midpoint the two pick neighbouring codes; below
+//   ~1.5e-5 of the block's absmax, where the map's codes are closer together than a bin, they
+//   part: the CPU stores 0 (and anything below ~1.5e-5) as 1.56e-5 x absmax (second moment) or
+//   2.1e-5 x absmax (first), CUDA as 0 or the nearest tiny code. A second moment stored as 0 makes
+//   the next update of an element with a near-zero gradient m / eps-sized on CUDA, so the two
+//   paths' updates of such elements are unrelated (tests/train/test_adamw_8bit_cuda.cpp keeps its
+//   gradients away from zero);
 // - a partial last block: CUDA pads it with gradient 0, first-moment code 128 (5.5e-7 of the old
 //   absmax) and second-moment code 0, which can only matter when every real element is smaller;
 // - a non-finite gradient: CUDA zeroes that element's moments and leaves the parameter; the CPU
@@ -40,6 +43,59 @@ constexpr int kThreads = 256;  // also the map size: thread t copies entry t
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 constexpr int kPerLane = static_cast<int>(kAdamW8bitChunkSize) / kWarpSize;  // 8
 constexpr int kMapSize = 256;
+
+// Note [bnb's fast-math arithmetic]
+// bitsandbytes builds its kernels with --use_fast_math (subnormals flushed to zero, division as
+// a multiplication by the approximate reciprocal, approximate square root, __powf), and ptxas
+// then fuses some products and sums into FMAs. Which rounding each step of the two kernels gets
+// was read off bnb's own machine code (its csrc/kernels.cu built by nvcc 13.0 with bnb's flags
+// for sm_90, disassembled); the functions below spell each one out in PTX that ptxas takes as
+// written (.rn: not contracted further; .ftz: subnormals flushed; .approx: the hardware
+// approximations), so this kernel depends neither on its own build flags nor on which products
+// the compiler would contract. Comparisons, max and abs see no subnormal operands here (every
+// value they get comes out of an .ftz operation), so they are left to the compiler.
+__device__ __forceinline__ float mul_ftz(float a, float b) {
+  float y;
+  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+__device__ __forceinline__ float add_ftz(float a, float b) {
+  float y;
+  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+__device__ __forceinline__ float sub_ftz(float a, float b) {
+  float y;
+  asm("sub.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+__device__ __forceinline__ float fma_ftz(float a, float b, float c) {  // a * b + c, rounded once
+  float y;
+  asm("fma.rn.ftz.f32 %0, %1, %2, %3;" : "=f"(y) : "f"(a), "f"(b), "f"(c));
+  return y;
+}
+
+__device__ __forceinline__ float sqrt_approx(float x) {
+  float y;
+  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float divide_approx(float a, float b) {  // __fdividef and fast-math a / b
+  float y;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
+__device__ __forceinline__ float pow_approx(float x, float y) {  // __powf: 2^(y * log2 x)
+  float log, power;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log) : "f"(x));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(mul_ftz(log, y)));
+  return power;
+}
 
 // bnb's quantize_2D: the code of x (x / absmax, in [-1, 1]) in a sorted 256-entry map by binary
 // search from the middle entry, then the nearer of the last two candidates by their midpoint.
@@ -69,13 +125,8 @@ __device__ __forceinline__ unsigned char quantize_in_map(const float* tree, floa
     }
     val = tree[node];
   }
-  float midpoint;
-  if (x > val) {
-    midpoint = (upper + val) * 0.5f;
-    return x > midpoint ? upper_pivot : pivot;
-  }
-  midpoint = (lower + val) * 0.5f;
-  return x < midpoint ? lower_pivot : pivot;
+  if (x > val) return x > mul_ftz(add_ftz(upper, val), 0.5f) ? upper_pivot : pivot;
+  return x < mul_ftz(add_ftz(lower, val), 0.5f) ? lower_pivot : pivot;
 }
 
 // Note [Search tree layout]
@@ -97,20 +148,45 @@ struct KernelArgs {
   const float* signed_map;
   const float* unsigned_map;
   AdamW8bitScalars s;
-  // bnb's gradient scale and update scale (max_unorm off): 1, kept as values so that the
-  // expressions, and the instructions nvcc forms from them, are bnb's.
-  float gnorm_scale;
-  float update_scale;
 };
+
+// bnb's gradient scale (gnorm_scale): 1, but its multiplication flushes a subnormal gradient.
+constexpr float kGradientScale = 1.0f;
+
+// The step's scalars, computed as both bnb kernels compute them.
+struct StepConstants {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
+  float correction2;  // sqrt(1 - beta2^step)
+  float step_size;    // -lr * correction2 / correction1
+  float decay;        // 1 - lr * weight_decay, fused by ptxas into one rounding
+};
+
+__device__ StepConstants step_constants(const AdamW8bitScalars& s) {
+  StepConstants c;
+  const float step = static_cast<float>(s.step);
+  c.beta1 = s.beta1;
+  c.beta2 = s.beta2;
+  c.one_minus_beta1 = sub_ftz(1.0f, s.beta1);
+  c.one_minus_beta2 = sub_ftz(1.0f, s.beta2);
+  c.eps = s.eps;
+  c.weight_decay = s.weight_decay;
+  const float correction1 = sub_ftz(1.0f, pow_approx(s.beta1, step));
+  c.correction2 = sqrt_approx(sub_ftz(1.0f, pow_approx(s.beta2, step)));
+  c.step_size = divide_approx(-mul_ftz(c.correction2, s.lr), correction1);
+  c.decay = fma_ftz(-s.lr, s.weight_decay, 1.0f);
+  return c;
+}
+
+// p + step_size * m / (sqrt(v) + correction2 * eps), then the decay: both kernels' update.
+__device__ __forceinline__ float updated_parameter(float p, float m, float v, const StepConstants& c) {
+  const float denom = fma_ftz(c.correction2, c.eps, sqrt_approx(v));
+  p = fma_ftz(c.step_size, divide_approx(m, denom), p);
+  return c.weight_decay > 0.0f ? mul_ftz(c.decay, p) : p;
+}
 
 // kOptimizerStatic8bit2StateBlockwise<float, ADAM, 256, 1> for one chunk.
 __device__ void blockwise_chunk(const AdamW8bitTensor& t, int64_t chunk, int lane, const float* map1,
-                                const float* map2, const float* tree1, const float* tree2, const KernelArgs& a) {
-  const float beta1 = a.s.beta1, beta2 = a.s.beta2, eps = a.s.eps, lr = a.s.lr, weight_decay = a.s.weight_decay;
-  const float correction1 = 1.0f - __powf(beta1, a.s.step);
-  const float correction2 = sqrtf(1.0f - __powf(beta2, a.s.step));
-  const float step_size = __fdividef(-lr * correction2, correction1);
-
+                                const float* map2, const float* tree1, const float* tree2, const StepConstants& c) {
   const int64_t base = chunk * kAdamW8bitChunkSize;
   const int valid = static_cast<int>(min(static_cast<int64_t>(kAdamW8bitChunkSize), t.numel - base));
   unsigned char* codes1 = static_cast<unsigned char*>(t.state1) + base;
@@ -130,12 +206,9 @@ __device__ void blockwise_chunk(const AdamW8bitTensor& t, int64_t chunk, int lan
     const unsigned char c1 = in ? codes1[e] : 128;
     const unsigned char c2 = in ? codes2[e] : 0;
     if (!isnan(g_vals[j]) && !isinf(g_vals[j])) {
-      s2_vals[j] = map2[c2] * absmax2;
-      float g_val = g_vals[j];
-      g_val *= a.gnorm_scale;
-      s2_vals[j] = (s2_vals[j] * beta2) + (((1.0f - beta2) * g_val * g_val));
-      s1_vals[j] = map1[c1] * absmax1;
-      s1_vals[j] = (s1_vals[j] * beta1) + (((1.0f - beta1) * g_val));
+      const float g_val = mul_ftz(g_vals[j], kGradientScale);
+      s2_vals[j] = fma_ftz(g_val, mul_ftz(c.one_minus_beta2, g_val), mul_ftz(mul_ftz(map2[c2], absmax2), c.beta2));
+      s1_vals[j] = fma_ftz(c.one_minus_beta1, g_val, mul_ftz(mul_ftz(map1[c1], absmax1), c.beta1));
     } else {
       s1_vals[j] = 0.0f;
       s2_vals[j] = 0.0f;
@@ -160,13 +233,10 @@ __device__ void blockwise_chunk(const AdamW8bitTensor& t, int64_t chunk, int lan
     const int e = j * kWarpSize + lane;
     if (e >= valid) continue;
     if (!isnan(g_vals[j]) && !isinf(g_vals[j])) {
-      float p_val = t.param[base + e];
-      p_val = (float)((p_val) + ((step_size * (__fdividef(s1_vals[j], (sqrtf(s2_vals[j]) + (correction2 * eps)))))));
-      if (weight_decay > 0.0f) p_val = (p_val) * (1.0f - (lr * weight_decay));
-      t.param[base + e] = p_val;
+      t.param[base + e] = updated_parameter(t.param[base + e], s1_vals[j], s2_vals[j], c);
     }
-    unsigned char c1 = quantize_in_map<true>(tree1, __fdividef(s1_vals[j], new_local_abs_max1));
-    const unsigned char c2 = quantize_in_map<false>(tree2, __fdividef(s2_vals[j], new_local_abs_max2));
+    unsigned char c1 = quantize_in_map<true>(tree1, divide_approx(s1_vals[j], new_local_abs_max1));
+    const unsigned char c2 = quantize_in_map<false>(tree2, divide_approx(s2_vals[j], new_local_abs_max2));
     // bnb: the first moment keeps its sign through quantization (the second is never negative).
     if (signbit(map1[c1]) != signbit(s1_vals[j])) {
       if (s1_vals[j] > 0.0f)
@@ -179,14 +249,9 @@ __device__ void blockwise_chunk(const AdamW8bitTensor& t, int64_t chunk, int lan
   }
 }
 
-// kOptimizer32bit2State<float, ADAM> (skip_zeros off) for one chunk.
-__device__ void fp32_chunk(const AdamW8bitTensor& t, int64_t chunk, int lane, const KernelArgs& a) {
-  const float beta1 = a.s.beta1, beta2 = a.s.beta2, eps = a.s.eps, lr = a.s.lr, weight_decay = a.s.weight_decay;
-  const float correction1 = 1.0f - powf(beta1, a.s.step);
-  const float correction2 = sqrtf(1.0f - powf(beta2, a.s.step));
-  const float step_size = -lr * correction2 / correction1;
-  const float update_scale = a.update_scale;
-
+// kOptimizer32bit2State<float, ADAM> for one chunk (skip_zeros off; max_unorm off, so its update
+// scale is 1 and multiplies nothing away).
+__device__ void fp32_chunk(const AdamW8bitTensor& t, int64_t chunk, int lane, const StepConstants& c) {
   const int64_t base = chunk * kAdamW8bitChunkSize;
   const int valid = static_cast<int>(min(static_cast<int64_t>(kAdamW8bitChunkSize), t.numel - base));
   float* state1 = static_cast<float*>(t.state1) + base;
@@ -195,17 +260,12 @@ __device__ void fp32_chunk(const AdamW8bitTensor& t, int64_t chunk, int lane, co
   for (int j = 0; j < kPerLane; ++j) {
     const int e = j * kWarpSize + lane;
     if (e >= valid) continue;
-    float g_val = a.gnorm_scale * (t.grad[base + e]);
-    float s1_val = state1[e];
-    float s2_val = state2[e];
-    float p_val = t.param[base + e];
-    s1_val = s1_val * beta1 + ((1.0f - beta1) * (g_val));
-    s2_val = s2_val * beta2 + ((1.0f - beta2) * ((g_val) * (g_val)));
-    p_val = (p_val) + (update_scale * step_size * (s1_val / (sqrtf(s2_val) + (eps * correction2))));
-    if (weight_decay > 0.0f) p_val = (p_val) * (1.0f - (lr * weight_decay));
-    state1[e] = s1_val;
-    state2[e] = s2_val;
-    t.param[base + e] = p_val;
+    const float g_val = mul_ftz(t.grad[base + e], kGradientScale);
+    const float s1 = fma_ftz(state1[e], c.beta1, mul_ftz(g_val, c.one_minus_beta1));
+    const float s2 = fma_ftz(state2[e], c.beta2, mul_ftz(c.one_minus_beta2, mul_ftz(g_val, g_val)));
+    state1[e] = s1;
+    state2[e] = s2;
+    t.param[base + e] = updated_parameter(t.param[base + e], s1, s2, c);
   }
 }
 
@@ -221,16 +281,17 @@ __global__ void __launch_bounds__(kThreads) adamw_8bit_kernel(KernelArgs a) {
     tree2[threadIdx.x] = search_tree_entry(a.unsigned_map, threadIdx.x);
   }
   __syncthreads();
+  const StepConstants c = step_constants(a.s);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
        chunk < a.chunk_count; chunk += stride) {
-    const AdamW8bitTensor& t = a.tensors[a.chunk_tensor[chunk]];
+    const AdamW8bitTensor t = a.tensors[a.chunk_tensor[chunk]];  // a copy: the stores below cannot alias it
     const int64_t local = chunk - t.first_chunk;
     if (t.blockwise) {
-      blockwise_chunk(t, local, lane, map1, map2, tree1, tree2, a);
+      blockwise_chunk(t, local, lane, map1, map2, tree1, tree2, c);
     } else {
-      fp32_chunk(t, local, lane, a);
+      fp32_chunk(t, local, lane, c);
     }
   }
 }
@@ -255,7 +316,7 @@ cudaError_t adamw_8bit_step(const AdamW8bitTensor* tensors, const int32_t* chunk
   const int64_t needed = (chunk_count + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int64_t resident = static_cast<int64_t>(processors) * std::max(blocks_per_processor, 1);
   const auto blocks = static_cast<unsigned>(std::min(needed, resident));
-  const KernelArgs args{tensors, chunk_tensor, chunk_count, signed_map, unsigned_map, scalars, 1.0f, 1.0f};
+  const KernelArgs args{tensors, chunk_tensor, chunk_count, signed_map, unsigned_map, scalars};
   adamw_8bit_kernel<<<blocks, kThreads, 0, stream>>>(args);
   return cudaGetLastError();
 }
