@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/tensor_io.h"
@@ -66,7 +67,8 @@ json identity_json(const RunIdentity& identity) {
           {"world_size", identity.world_size},
           {"per_device_train_batch_size", identity.per_device_train_batch_size},
           {"gradient_accumulation_steps", identity.gradient_accumulation_steps},
-          {"seed", identity.seed}};
+          {"seed", identity.seed},
+          {"optim", identity.optim}};
 }
 
 RunIdentity identity_from(const json& object, const std::string& where) {
@@ -80,6 +82,8 @@ RunIdentity identity_from(const json& object, const std::string& where) {
   identity.per_device_train_batch_size = field<int64_t>(object, "per_device_train_batch_size", where);
   identity.gradient_accumulation_steps = field<int64_t>(object, "gradient_accumulation_steps", where);
   identity.seed = field<int64_t>(object, "seed", where);
+  // Absent in checkpoints written before --optim had a choice: torch's AdamW wrote them.
+  if (object.contains("optim")) identity.optim = field<std::string>(object, "optim", where);
   if (identity.world_size < 1 || identity.per_device_train_batch_size < 1 || identity.gradient_accumulation_steps < 1) {
     throw Error(where + ": world_size, per_device_train_batch_size and gradient_accumulation_steps must be >= 1");
   }
@@ -100,7 +104,7 @@ json trainer_state_json(const TrainingState& state) {
             {"steps_into_epoch", state.position.steps_into_epoch},
             {"tokens", state.tokens},
             {"step_losses", state.step_losses},
-            {"optimizer_steps", state.optimizer_steps},
+            {"optimizer_steps", state.optimizer.steps},
             {"run", identity_json(state.identity)}}}};
 }
 
@@ -110,6 +114,48 @@ json read_trainer_state(const std::string& dir) {
                      kOptimizerFile + ", " + kRngFile + " and " + kTrainerStateFile + " beside the adapter)");
   }
   return read_json_file(dir + "/" + kTrainerStateFile);
+}
+
+// The state optimizer.safetensors holds for each trainable tensor ("<field>/<tensor name>"), in
+// the layout of `optimizer` (Note [Optimizer state layout]); nothing missing, nothing extra.
+std::vector<ParameterState> read_optimizer_tensors(const std::string& path, const std::string& optimizer,
+                                                   const NamedTensors& trainable) {
+  const auto file = SafetensorsFile::open(path);
+  const auto written_by = file.metadata().find("optimizer");
+  // Absent in files written before --optim had a choice: torch's AdamW wrote them.
+  const std::string kind = written_by == file.metadata().end() ? "adamw_torch" : written_by->second;
+  if (kind != optimizer) {
+    throw Error(path + ": holds the state of " + kind + ", but its trainer_state.json names --optim " + optimizer);
+  }
+  std::vector<ParameterState> out;
+  std::set<std::string> used;
+  for (const auto& [name, parameter] : trainable) {
+    std::vector<StateTensorSpec> layout;
+    try {
+      layout = optimizer_state_layout(kind, parameter);
+    } catch (const Error& e) {
+      throw Error(path + ": " + e.what());
+    }
+    ParameterState tensors;
+    for (const auto& spec : layout) {
+      const std::string key = spec.field + "/" + name;
+      const TensorInfo* info = file.find(key);
+      if (info == nullptr) throw Error(path + ": missing tensor '" + key + "'");
+      auto tensor = tensor_view(file, *info).clone();
+      if (tensor.sizes().vec() != spec.shape || tensor.scalar_type() != spec.dtype) {
+        throw Error(path + ": tensor '" + key + "' is " + c10::toString(tensor.scalar_type()) + " " +
+                    shape_to_string(tensor.sizes().vec()) + ", " + kind + " keeps " + c10::toString(spec.dtype) + " " +
+                    shape_to_string(spec.shape) + " for the adapter's " + shape_to_string(parameter.sizes().vec()));
+      }
+      tensors.emplace_back(spec.field, std::move(tensor));
+      used.insert(key);
+    }
+    out.push_back(std::move(tensors));
+  }
+  for (const auto& info : file.tensors()) {
+    if (!used.count(info.name)) throw Error(path + ": unexpected tensor '" + info.name + "'");
+  }
+  return out;
 }
 
 const json& finetune_section(const json& document, const std::string& path) {
@@ -136,16 +182,20 @@ void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraC
   AtomicDirectory staged(dir);
   save_adapter(model, lora, state.identity.base_model, staged.path());
   const auto trainable = lora_parameters(model);
-  if (state.exp_avg.size() != trainable.size() || state.exp_avg_sq.size() != trainable.size()) {
-    throw Error(dir + ": optimizer state holds " + std::to_string(state.exp_avg.size()) + " tensors for " +
-                std::to_string(trainable.size()) + " trainable tensors");
+  const auto& optimizer = state.optimizer;
+  if (optimizer.parameters.size() != trainable.size()) {
+    throw Error(dir + ": optimizer state holds " + std::to_string(optimizer.parameters.size()) +
+                " parameters' state for " + std::to_string(trainable.size()) + " trainable tensors");
   }
-  std::vector<std::pair<std::string, at::Tensor>> moments;
+  if (optimizer.optimizer != state.identity.optim) {
+    throw Error(dir + ": optimizer state of " + optimizer.optimizer + " in a run with --optim " + state.identity.optim);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (size_t i = 0; i < trainable.size(); ++i) {
-    moments.emplace_back("exp_avg/" + trainable[i].first, state.exp_avg[i]);
-    moments.emplace_back("exp_avg_sq/" + trainable[i].first, state.exp_avg_sq[i]);
+    for (const auto& [field, tensor] : optimizer.parameters[i]) tensors.emplace_back(field + "/" + trainable[i].first, tensor);
   }
-  save_tensors(staged.path() + "/" + kOptimizerFile, moments, {{"step", std::to_string(state.optimizer_steps)}});
+  save_tensors(staged.path() + "/" + kOptimizerFile, tensors,
+               {{"step", std::to_string(optimizer.steps)}, {"optimizer", optimizer.optimizer}});
   std::vector<std::pair<std::string, at::Tensor>> rng;
   for (size_t rank = 0; rank < state.cpu_rng_states.size(); ++rank) {
     rng.emplace_back("rank" + std::to_string(rank) + "/cpu", state.cpu_rng_states[rank]);
@@ -173,31 +223,17 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
   state.position.steps_into_epoch = field<int64_t>(ours, "steps_into_epoch", ours_where);
   state.tokens = field<int64_t>(ours, "tokens", ours_where);
   state.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
-  state.optimizer_steps = field<int64_t>(ours, "optimizer_steps", ours_where);
+  state.optimizer.steps = field<int64_t>(ours, "optimizer_steps", ours_where);
   if (!ours.contains("run")) throw Error(ours_where + ": missing field 'run'");
   state.identity = identity_from(ours.at("run"), ours_where + ".run");
   if (state.global_step < 0 || state.position.epoch < 0 || state.position.steps_into_epoch < 0 ||
-      state.optimizer_steps < 0 || static_cast<int64_t>(state.step_losses.size()) != state.global_step) {
+      state.optimizer.steps < 0 || static_cast<int64_t>(state.step_losses.size()) != state.global_step) {
     throw Error(state_path + ": inconsistent state (global_step " + std::to_string(state.global_step) + ", " +
                 std::to_string(state.step_losses.size()) + " step losses)");
   }
 
-  const std::string optimizer_path = dir + "/" + kOptimizerFile;
-  auto moments = load_tensors(optimizer_path);
-  for (const auto& [name, parameter] : trainable) {
-    for (auto* target : {&state.exp_avg, &state.exp_avg_sq}) {
-      const std::string key = (target == &state.exp_avg ? "exp_avg/" : "exp_avg_sq/") + name;
-      auto it = moments.find(key);
-      if (it == moments.end()) throw Error(optimizer_path + ": missing tensor '" + key + "'");
-      if (!it->second.sizes().equals(parameter.sizes())) {
-        throw Error(optimizer_path + ": tensor '" + key + "' has shape " + shape_to_string(it->second.sizes().vec()) +
-                    ", the adapter's is " + shape_to_string(parameter.sizes().vec()));
-      }
-      target->push_back(it->second);
-      moments.erase(it);
-    }
-  }
-  if (!moments.empty()) throw Error(optimizer_path + ": unexpected tensor '" + moments.begin()->first + "'");
+  state.optimizer.optimizer = state.identity.optim;
+  state.optimizer.parameters = read_optimizer_tensors(dir + "/" + kOptimizerFile, state.identity.optim, trainable);
 
   const std::string rng_path = dir + "/" + kRngFile;
   const auto rng = load_tensors(rng_path);
@@ -272,6 +308,10 @@ std::optional<std::string> check_resume_compatible(const RunIdentity& saved, con
                 std::to_string(current.gradient_accumulation_steps) + ")");
   }
   if (saved.seed != current.seed) differs("--seed", std::to_string(saved.seed), std::to_string(current.seed));
+  if (saved.optim != current.optim) {
+    throw UsageError(std::string("--resume_from_checkpoint: the checkpoint's ") + kOptimizerFile + " holds the state of --optim " +
+                     saved.optim + ", this run has --optim " + current.optim + " (resume with --optim " + saved.optim + ")");
+  }
   if (saved.world_size != current.world_size || saved.per_device_train_batch_size != current.per_device_train_batch_size) {
     return "resuming on " + std::to_string(current.world_size) + " rank(s) x batch " +
            std::to_string(current.per_device_train_batch_size) + " from a checkpoint of " +

@@ -146,6 +146,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.schedule.type = options.lr_scheduler_type;
   config.schedule.total_steps = total_steps;
   config.schedule.warmup_steps = resolve_warmup_steps(options.warmup_steps, options.warmup_ratio, total_steps);
+  config.optim = options.optim;
   config.adamw = {options.adam_beta1, options.adam_beta2, options.adam_epsilon, options.weight_decay};
   config.max_grad_norm = options.max_grad_norm;
   config.gradient_checkpointing = options.use_gradient_checkpointing;
@@ -171,6 +172,7 @@ RunIdentity run_identity_from(const Options& options, const LaunchEnv& launch, c
   identity.per_device_train_batch_size = options.per_device_train_batch_size;
   identity.gradient_accumulation_steps = options.gradient_accumulation_steps;
   identity.seed = options.seed;
+  identity.optim = options.optim;
   return identity;
 }
 

@@ -1,7 +1,7 @@
 // The option table: every option's name, group, type, default, help and value binding, in one
 // place. Choice lists are read from the modules that consume them (dtype_names.h,
-// chat_template.h, projection_names.h, save_methods.h), so the parser, the help text and the
-// consumers cannot disagree (tests/commands/test_option_consumers.cpp checks both directions).
+// chat_template.h, projection_names.h, save_methods.h, optimizer.h), so the parser, the help text
+// and the consumers cannot disagree (tests/commands/test_option_consumers.cpp checks both directions).
 #include <algorithm>
 #include <filesystem>
 
@@ -11,6 +11,7 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
+#include "finetune/train/optimizer.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
 #include "option_values.h"
@@ -145,12 +146,10 @@ std::vector<OptionRow> build_option_table() {
   const ChoiceSet bias{{"none"},
                        {},
                        {{"all", "only none is supported"}, {"lora_only", "only none is supported"}}};
-  // adamw_torch_fused computes the same update as adamw_torch; the fused kernel is an HF detail.
-  const ChoiceSet optim{{"adamw_torch"},
-                        {{"adamw_torch_fused", "adamw_torch"}},
-                        {{"adamw_8bit", "8-bit optimizers are not implemented"},
-                         {"paged_adamw_8bit", "8-bit optimizers are not implemented"},
-                         {"paged_adamw_32bit", "paged optimizers are not implemented"}}};
+  // The optimizers and HF's aliases for them: train/optimizer.h.
+  const ChoiceSet optim{optimizer_names(),
+                        optimizer_aliases(),
+                        {{"paged_adamw_32bit", "bitsandbytes' 32-bit AdamW is not implemented"}}};
   const ChoiceSet scheduler{lr_scheduler_types()};
   const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), unsupported_save_methods(),
                               kGgufSaveMethodPrefix,
@@ -209,7 +208,9 @@ std::vector<OptionRow> build_option_table() {
       float_row("num_train_epochs", "training", &Options::num_train_epochs, kPositive,
                 "epochs when max_steps <= 0"),
       float_row("learning_rate", "training", &Options::learning_rate, kPositive, "peak learning rate"),
-      choice_row("optim", "training", &Options::optim, optim, "optimizer (adamw_torch_fused is an alias)"),
+      choice_row("optim", "training", &Options::optim, optim,
+                 "optimizer: torch's AdamW or bitsandbytes' 8-bit AdamW (aliases adamw_torch_fused; adamw_bnb_8bit, "
+                 "paged_adamw_8bit)"),
       float_row("weight_decay", "training", &Options::weight_decay, kNonNegative, "AdamW decoupled weight decay"),
       float_row("adam_beta1", "training", &Options::adam_beta1, kUnitHalfOpen, "AdamW beta1"),
       float_row("adam_beta2", "training", &Options::adam_beta2, kUnitHalfOpen, "AdamW beta2"),

@@ -15,22 +15,30 @@ AdamW::AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fuse
   }
 }
 
-void AdamW::load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq,
-                       int64_t steps) {
-  if (exp_avg.size() != parameters_.size() || exp_avg_sq.size() != parameters_.size()) {
-    throw Error("AdamW state: " + std::to_string(exp_avg.size()) + " moments for " + std::to_string(parameters_.size()) +
-                " parameters");
+std::vector<StateTensorSpec> adamw_state_layout(const at::Tensor& parameter) {
+  const auto shape = parameter.sizes().vec();
+  return {{"exp_avg", shape, parameter.scalar_type()}, {"exp_avg_sq", shape, parameter.scalar_type()}};
+}
+
+OptimizerState AdamW::state() const {
+  OptimizerState state;
+  state.optimizer = kAdamWTorchName;
+  state.steps = step_count_;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    state.parameters.push_back({{"exp_avg", exp_avg_[i]}, {"exp_avg_sq", exp_avg_sq_[i]}});
   }
+  return state;
+}
+
+void AdamW::load_state(const OptimizerState& state) {
+  check_optimizer_state(state, kAdamWTorchName, parameters_);
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    if (!exp_avg[i].sizes().equals(exp_avg_[i].sizes()) || !exp_avg_sq[i].sizes().equals(exp_avg_sq_[i].sizes())) {
-      throw Error("AdamW state: the moments of parameter " + std::to_string(i) + " have another shape");
-    }
-    exp_avg_[i].copy_(exp_avg[i]);
-    exp_avg_sq_[i].copy_(exp_avg_sq[i]);
-    state_steps_[i].fill_(static_cast<double>(steps));
+    exp_avg_[i].copy_(state.parameters[i][0].second);  // the layout's order: exp_avg, exp_avg_sq
+    exp_avg_sq_[i].copy_(state.parameters[i][1].second);
+    state_steps_[i].fill_(static_cast<double>(state.steps));
   }
-  step_count_ = steps;
+  step_count_ = state.steps;
 }
 
 void AdamW::step(double lr) {

@@ -48,7 +48,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
 
   std::vector<at::Tensor> parameters;
   for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
-  AdamW optimizer(parameters, config.adamw, model.kernel_policy().fused_adamw);
+  const auto optimizer = make_optimizer(config.optim, parameters, config.adamw, model.kernel_policy().fused_adamw);
 
   TrainResult result;
   seed_generators(config.seed);
@@ -60,7 +60,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   if (resume) {
     start_step = resume->global_step;
     result.last_checkpoint = resume->source_dir;
-    optimizer.load_state(resume->exp_avg, resume->exp_avg_sq, resume->optimizer_steps);
+    optimizer->load_state(resume->optimizer);
     stream.seek(resume->position.epoch, resume->position.steps_into_epoch);
     log_history = resume->log_history;
     logged_steps = log_history.empty() ? 0 : log_history.back().value("step", int64_t{0});
@@ -125,7 +125,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     reducer.finalize();
     grad_norm = clip_grad_norm(parameters, config.max_grad_norm);
     lr = config.learning_rate * lr_multiplier(config.schedule, step);
-    optimizer.step(lr);
+    optimizer->step(lr);
     reducer.zero_grad();
 
     communicator.all_reduce(step_loss_sum, "loss of step " + std::to_string(step + 1));
@@ -180,9 +180,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       state.step_losses = result.step_losses;
       for (const auto& loss : window_losses) state.step_losses.push_back(loss.item<double>());
       state.tokens = result.tokens + static_cast<int64_t>(window_tokens.item<double>());
-      state.exp_avg = optimizer.exp_avg();
-      state.exp_avg_sq = optimizer.exp_avg_sq();
-      state.optimizer_steps = optimizer.steps_taken();
+      state.optimizer = optimizer->state();
       for (const auto& states : gather_generators(capture_generators(device), communicator, device)) {
         state.cpu_rng_states.push_back(states.cpu);
         state.device_rng_states.push_back(states.device);

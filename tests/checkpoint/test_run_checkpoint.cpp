@@ -10,6 +10,7 @@
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
 #include "finetune/lora/attach_lora.h"
+#include "finetune/train/adamw_8bit.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -19,10 +20,10 @@ namespace fs = std::filesystem;
 using testing::TempDir;
 
 struct Fixture {
-  CausalLM model{tiny_llama_config({16, 8, 12, 1, 2, 1, 4}), at::kFloat, at::kCPU};
+  CausalLM model;
   LoraConfig lora;
   NamedTensors trainable;
-  Fixture() {
+  explicit Fixture(const TinyShape& shape = {16, 8, 12, 1, 2, 1, 4}) : model(tiny_llama_config(shape), at::kFloat, at::kCPU) {
     lora.r = 2;
     lora.target_modules = {"q_proj", "v_proj"};
     trainable = attach_lora(model, lora, 1);
@@ -40,7 +41,23 @@ RunIdentity identity(const LoraConfig& lora) {
   return id;
 }
 
-TrainingState state_for(const Fixture& f, int64_t step) {
+// Random optimizer state of `optimizer`'s layout for the fixture's adapter.
+OptimizerState optimizer_state_for(const Fixture& f, const std::string& optimizer, int64_t step) {
+  OptimizerState state;
+  state.optimizer = optimizer;
+  state.steps = step;
+  for (const auto& [name, tensor] : f.trainable) {
+    ParameterState tensors;
+    for (const auto& spec : optimizer_state_layout(optimizer, tensor)) {
+      tensors.emplace_back(spec.field, spec.dtype == at::kByte ? at::randint(0, 256, spec.shape, at::kByte)
+                                                               : at::rand(spec.shape).to(spec.dtype));
+    }
+    state.parameters.push_back(tensors);
+  }
+  return state;
+}
+
+TrainingState state_for(const Fixture& f, int64_t step, const std::string& optimizer = "adamw_torch") {
   TrainingState state;
   state.global_step = step;
   state.total_steps = 20;
@@ -49,16 +66,13 @@ TrainingState state_for(const Fixture& f, int64_t step) {
   for (int64_t i = 0; i < step; ++i) state.step_losses.push_back(1.0 / 3.0 + static_cast<double>(i));
   state.log_history = {{{"step", 2}, {"loss", 0.1}}, {{"step", 4}, {"loss", 0.2}}};
   at::manual_seed(3);
-  for (const auto& [name, tensor] : f.trainable) {
-    state.exp_avg.push_back(at::randn(tensor.sizes()));
-    state.exp_avg_sq.push_back(at::rand(tensor.sizes()));
-  }
-  state.optimizer_steps = step;
+  state.optimizer = optimizer_state_for(f, optimizer, step);
   for (int rank = 0; rank < 2; ++rank) {
     state.cpu_rng_states.push_back(at::randint(0, 255, {40}, at::kByte));
     state.device_rng_states.push_back(at::randint(0, 255, {16}, at::kByte));
   }
   state.identity = identity(f.lora);
+  state.identity.optim = optimizer;
   return state;
 }
 
@@ -76,11 +90,15 @@ TEST(RunCheckpoint, WhatIsWrittenIsReadBackExactly) {
   EXPECT_EQ(read.tokens, 1234);
   EXPECT_EQ(read.step_losses, written.step_losses);  // doubles survive the JSON round trip bit for bit
   EXPECT_EQ(read.log_history, written.log_history);
-  EXPECT_EQ(read.optimizer_steps, 5);
-  ASSERT_EQ(read.exp_avg.size(), f.trainable.size());
+  EXPECT_EQ(read.optimizer.optimizer, "adamw_torch");
+  EXPECT_EQ(read.optimizer.steps, 5);
+  ASSERT_EQ(read.optimizer.parameters.size(), f.trainable.size());
   for (size_t i = 0; i < f.trainable.size(); ++i) {
-    EXPECT_TRUE(at::equal(read.exp_avg[i], written.exp_avg[i])) << i;
-    EXPECT_TRUE(at::equal(read.exp_avg_sq[i], written.exp_avg_sq[i])) << i;
+    ASSERT_EQ(read.optimizer.parameters[i].size(), 2u);
+    for (size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(read.optimizer.parameters[i][k].first, written.optimizer.parameters[i][k].first);
+      EXPECT_TRUE(at::equal(read.optimizer.parameters[i][k].second, written.optimizer.parameters[i][k].second)) << i;
+    }
   }
   ASSERT_EQ(read.cpu_rng_states.size(), 2u);
   EXPECT_TRUE(at::equal(read.cpu_rng_states[1], written.cpu_rng_states[1]));
@@ -93,6 +111,46 @@ TEST(RunCheckpoint, WhatIsWrittenIsReadBackExactly) {
   EXPECT_EQ(hf.at("global_step"), 5);
   EXPECT_EQ(hf.at("max_steps"), 20);
   EXPECT_EQ(hf.at("log_history").size(), 2u);
+}
+
+// 8-bit AdamW's state (codes and absmax of the large tensors, fp32 moments of the small) is
+// written and read back exactly, and only into a run with the same --optim.
+TEST(RunCheckpoint, EightBitOptimizerStateIsReadBackExactly) {
+  // hidden 2048: lora_A (2, 2048) has 4096 elements (8-bit state), lora_B (64 or 128, 2) fp32 state.
+  const Fixture large({16, 2048, 12, 1, 2, 1, 64});
+  TempDir root;
+  const auto written = state_for(large, 4, kAdamW8bitName);
+  int64_t eight_bit = 0;
+  for (const auto& tensors : written.optimizer.parameters) eight_bit += tensors.size() == 4;
+  ASSERT_GT(eight_bit, 0);
+  ASSERT_LT(eight_bit, static_cast<int64_t>(written.optimizer.parameters.size()));
+  const auto dir = checkpoint_path(root.str(), 4);
+  write_checkpoint(dir, large.model, large.lora, written);
+  EXPECT_EQ(read_run_identity(dir).optim, kAdamW8bitName);
+  const auto read = read_training_state(dir, large.trainable);
+  EXPECT_EQ(read.optimizer.optimizer, kAdamW8bitName);
+  EXPECT_EQ(read.optimizer.steps, 4);
+  ASSERT_EQ(read.optimizer.parameters.size(), written.optimizer.parameters.size());
+  for (size_t i = 0; i < read.optimizer.parameters.size(); ++i) {
+    ASSERT_EQ(read.optimizer.parameters[i].size(), written.optimizer.parameters[i].size());
+    for (size_t k = 0; k < read.optimizer.parameters[i].size(); ++k) {
+      const auto& [field, tensor] = read.optimizer.parameters[i][k];
+      EXPECT_EQ(field, written.optimizer.parameters[i][k].first);
+      EXPECT_EQ(tensor.scalar_type(), written.optimizer.parameters[i][k].second.scalar_type());
+      EXPECT_TRUE(at::equal(tensor, written.optimizer.parameters[i][k].second)) << field << " " << i;
+    }
+  }
+  // The other optimizer's checkpoint is refused before anything is loaded, naming the file.
+  auto torch_run = identity(large.lora);
+  const auto message = testing::error_message([&] { check_resume_compatible(read_run_identity(dir), torch_run); });
+  EXPECT_NE(message.find("optimizer.safetensors"), std::string::npos) << message;
+  EXPECT_NE(message.find("--optim adamw_8bit"), std::string::npos) << message;
+  EXPECT_NE(message.find("--optim adamw_torch"), std::string::npos) << message;
+  auto eight_bit_run = torch_run;
+  eight_bit_run.optim = kAdamW8bitName;
+  const auto reverse_dir = checkpoint_path(root.str(), 2);
+  write_checkpoint(reverse_dir, large.model, large.lora, state_for(large, 2));
+  EXPECT_THROW(check_resume_compatible(read_run_identity(reverse_dir), eight_bit_run), UsageError);
 }
 
 TEST(RunCheckpoint, OnlyCompleteCheckpointsCountAndPruningKeepsTheNewest) {

@@ -16,6 +16,7 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
+#include "finetune/train/optimizer.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -105,6 +106,23 @@ TEST(OptionConsumers, SchedulesAreTheOnesTheScheduleComputes) {
   unknown.type = "polynomial";
   EXPECT_THROW(lr_multiplier(unknown, 0), UsageError);
   EXPECT_THROW(parse_train({"--lr_scheduler_type", "polynomial"}), UsageError);
+}
+
+TEST(OptionConsumers, OptimizersAreTheOnesTheTrainerBuilds) {
+  EXPECT_EQ(spec_of("optim").choices, optimizer_names());
+  const auto parameter = at::zeros({4, 3}).set_requires_grad(true);
+  for (const auto& name : optimizer_names()) {
+    const auto parsed = parse_train({"--optim", name}).options.optim;
+    EXPECT_EQ(parsed, name);
+    const auto optimizer = make_optimizer(parsed, {parameter}, AdamWOptions{}, /*fused=*/false);
+    EXPECT_EQ(optimizer->state().optimizer, name);
+    EXPECT_FALSE(optimizer_state_layout(name, parameter).empty()) << name;
+  }
+  for (const auto& [alias, name] : optimizer_aliases()) {
+    EXPECT_EQ(parse_train({"--optim", alias}).options.optim, name) << alias;
+  }
+  EXPECT_THROW(make_optimizer("sgd", {parameter}, AdamWOptions{}, false), Error);
+  EXPECT_THROW(parse_train({"--optim", "sgd"}), UsageError);
 }
 
 TEST(OptionConsumers, SaveMethodsAreTheOnesTheExportWrites) {

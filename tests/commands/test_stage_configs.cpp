@@ -22,7 +22,8 @@ Options non_default_options() {
                            "--group_by_length", "--packing", "--shuffle", "false", "--dataloader_drop_last",
                            "--logging_steps", "4", "--save_steps", "6", "--eval_steps", "8", "--learning_rate", "3e-5",
                            "--lr_scheduler_type", "cosine", "--warmup_ratio", "0.1", "--warmup_steps", "0",
-                           "--adam_beta1", "0.8", "--adam_beta2", "0.95", "--adam_epsilon", "1e-6", "--weight_decay",
+                           "--optim", "paged_adamw_8bit", "--adam_beta1", "0.8", "--adam_beta2", "0.95",
+                           "--adam_epsilon", "1e-6", "--weight_decay",
                            "0.05", "--max_grad_norm", "0.5", "--use_gradient_checkpointing", "false", "--output_dir",
                            "out", "--ddp_check_consistency_steps", "10", "--ddp_bucket_cap_mb", "4",
                            "--ddp_find_unused_parameters", "--profile_start_step", "2", "--profile_steps", "5",
@@ -130,6 +131,7 @@ TEST(StageConfigs, TrainerConfig) {
   EXPECT_EQ(config.schedule.type, "cosine");
   EXPECT_EQ(config.schedule.total_steps, 40);
   EXPECT_EQ(config.schedule.warmup_steps, 4);  // ceil(40 * 0.1), warmup_steps 0
+  EXPECT_EQ(config.optim, "adamw_8bit");
   EXPECT_DOUBLE_EQ(config.adamw.beta1, 0.8);
   EXPECT_DOUBLE_EQ(config.adamw.beta2, 0.95);
   EXPECT_DOUBLE_EQ(config.adamw.eps, 1e-6);

@@ -117,6 +117,10 @@ TEST(OptionsTest, ValueForms) {
   EXPECT_EQ(o.max_steps, -1);
   EXPECT_EQ(o.dtype, "bfloat16");
   EXPECT_EQ(o.optim, "adamw_torch");
+  // HF's spellings of bitsandbytes' 8-bit AdamW; paging does not change the update.
+  for (const char* alias : {"adamw_8bit", "adamw_bnb_8bit", "paged_adamw_8bit", "ADAMW_8BIT"}) {
+    EXPECT_EQ(parse_train({"--optim", alias}).options.optim, "adamw_8bit") << alias;
+  }
 }
 
 TEST(OptionsTest, SingleLetterOptionAcceptsBothSpellings) {
@@ -385,8 +389,8 @@ TEST(OptionsTest, InvalidValuesNameTheOption) {
       {{"--logging_steps", "0"}, "--logging_steps"},
       {{"--dtype", "int8"}, "--dtype: unknown value \"int8\"; supported: auto, bfloat16, float16, float32"},
       {{"--device", "tpu"}, "--device"},
-      {{"--optim", "sgd"}, "--optim: unknown value \"sgd\"; supported: adamw_torch"},
-      {{"--optim", "adamw_8bit"}, "--optim: \"adamw_8bit\" is not supported"},
+      {{"--optim", "sgd"}, "--optim: unknown value \"sgd\"; supported: adamw_torch, adamw_8bit"},
+      {{"--optim", "paged_adamw_32bit"}, "--optim: \"paged_adamw_32bit\" is not supported (bitsandbytes' 32-bit"},
       {{"--lr_scheduler_type", "polynomial"}, "--lr_scheduler_type"},
       {{"--chat_template", "vicuna"}, "--chat_template"},
       {{"--save_method", "merged_4bit"}, "--save_method: \"merged_4bit\" is not supported"},

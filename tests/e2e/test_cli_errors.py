@@ -109,7 +109,7 @@ def eval_args(model, data):
     (["--learning_rate", "-1"], ["--learning_rate", "-1"]),
     (["--lora_dropout", "1.5"], ["--lora_dropout", "1.5"]),
     (["--dtype", "float64"], ["--dtype", "float64"]),
-    (["--optim", "adamw_8bit"], ["--optim", "adamw_8bit", "supported", "adamw_torch"]),
+    (["--optim", "paged_adamw_32bit"], ["--optim", "paged_adamw_32bit", "supported", "adamw_torch", "adamw_8bit"]),
     (["--save_method", "gguf"], ["--save_method", "gguf", "not supported"]),
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),

@@ -1,5 +1,5 @@
-"""Runs that survive: exact resume after kill -9 (one process and 2 ranks under mpirun), atomic
-checkpoints under repeated kills, --output_dir reuse rules, divergence caught, seeded dropout, and a
+"""Runs that survive: exact resume after kill -9 (one process and 2 ranks under mpirun; and with
+--optim adamw_8bit), atomic checkpoints under repeated kills, --output_dir reuse rules, divergence caught, seeded dropout, and a
 failed final save that keeps the last checkpoint."""
 import json
 import os
@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from conftest import finetune_bin
@@ -117,6 +118,41 @@ def test_kill_and_resume_is_bitwise_identical(setup, uninterrupted, launcher, np
     assert_same_run(out, uninterrupted[launcher])
 
 
+# 8-bit AdamW: r 64 puts most LoRA tensors at or above min_8bit_size (4096 elements: 8-bit
+# blockwise state) and leaves k/v lora_B (32 x 64) below it (fp32 state), so both are resumed.
+EIGHT_BIT = ["--optim", "adamw_8bit", "--r", 64]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_8bit(setup):
+    out = setup[0] / "full_8bit"
+    check_ok(run_launched("single", 1, train_args(setup, out, EIGHT_BIT)), "uninterrupted, 8-bit AdamW")
+    return out
+
+
+def test_kill_and_resume_with_8bit_adamw_is_bitwise_identical(setup, uninterrupted_8bit):
+    out = setup[0] / "killed_8bit"
+    args = train_args(setup, out, EIGHT_BIT)
+    stop_after = random.Random("adamw_8bit").randint(2, STEPS - 3)
+    job = start("single", 1, args)
+    wait_for(lambda: (out / f"checkpoint-{stop_after}").is_dir() or job.poll() is not None, 120,
+             f"checkpoint-{stop_after}")
+    kill_run(out)
+    job.wait(timeout=60)
+    assert not (out / "adapter_model.safetensors").exists(), "the run finished before it was killed"
+    proc = check_ok(run_launched("single", 1, args + ["--resume_from_checkpoint", "true"]), "resume")
+    assert "resuming from" in proc.stderr
+    assert_same_run(out, uninterrupted_8bit)
+    with safe_open(str(out / f"checkpoint-{stop_after}" / "optimizer.safetensors"), "pt") as f:
+        assert f.metadata()["optimizer"] == "adamw_8bit"
+        state = {name: f.get_tensor(name) for name in f.keys()}
+    codes = [name for name, t in state.items() if name.startswith("state1/") and t.dtype == torch.uint8]
+    moments = [name for name, t in state.items() if name.startswith("state1/") and t.dtype == torch.float32]
+    assert codes and moments, sorted(state)
+    for name in codes:
+        assert "absmax1/" + name[len("state1/"):] in state and "absmax2/" + name[len("state1/"):] in state
+
+
 def test_resume_with_another_world_size_and_the_same_global_batch(setup, uninterrupted):
     out = setup[0] / "regrouped"
     shutil.copytree(uninterrupted["single"], out)
@@ -137,6 +173,7 @@ def test_resume_with_another_world_size_and_the_same_global_batch(setup, uninter
     (["--r", 8], "adapter r"),
     (["--gradient_accumulation_steps", 3], "global batch"),
     (["--seed", 1], "--seed"),
+    (["--optim", "adamw_8bit"], "optimizer.safetensors holds the state of --optim adamw_torch"),
 ])
 def test_resume_refuses_different_settings(setup, uninterrupted, tmp_path, extra, named):
     out = tmp_path / "run"

@@ -64,7 +64,7 @@ TEST(AdamW, CpuStepsMatchTorchAdamWBitForBit) {
   RecordProperty("max_abs_error", std::to_string(worst));
 }
 
-// Resuming: an optimizer loaded with another's moments and step count continues bit for bit.
+// Resuming: an optimizer loaded with another's state (moments and step count) continues bit for bit.
 TEST(AdamW, LoadedStateContinuesBitForBit) {
   at::manual_seed(4);
   const std::vector<at::Tensor> initial = {at::randn({3, 5}), at::randn({7})};
@@ -91,11 +91,16 @@ TEST(AdamW, LoadedStateContinuesBitForBit) {
   std::vector<at::Tensor> continued;
   for (const auto& p : first) continued.push_back(p.detach().clone().set_requires_grad(true));
   AdamW after(continued, AdamWOptions{}, false);
-  after.load_state(before.exp_avg(), before.exp_avg_sq(), before.steps_taken());
+  after.load_state(before.state());
   run(continued, after, 3, 6);
   for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(at::equal(continued[i], straight[i])) << i;
   EXPECT_EQ(after.steps_taken(), 6);
-  EXPECT_THROW(after.load_state({}, {}, 1), Error);
+  auto too_few = before.state();
+  too_few.parameters.pop_back();
+  EXPECT_THROW(after.load_state(too_few), Error);
+  auto other_shape = before.state();
+  other_shape.parameters[0][1].second = at::zeros({5, 3});
+  EXPECT_THROW(after.load_state(other_shape), Error);
 }
 
 }  // namespace

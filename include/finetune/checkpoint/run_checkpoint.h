@@ -1,7 +1,9 @@
 // A resumable checkpoint, `OUTPUT_DIR/checkpoint-N/`, written whole or not at all
 // (util/atomic_directory.h):
 //   adapter_config.json, adapter_model.safetensors   the PEFT adapter (peft loads the directory)
-//   optimizer.safetensors   AdamW moments "exp_avg/<name>", "exp_avg_sq/<name>"; metadata "step"
+//   optimizer.safetensors   the optimizer's state "<field>/<name>" (train/optimizer.h: adamw_torch's
+//                           "exp_avg", "exp_avg_sq"; adamw_8bit's "state1", "absmax1", ...);
+//                           metadata "step" and "optimizer" (its --optim name)
 //   rng_state.safetensors   "rank<R>/cpu", "rank<R>/device": every rank's generator states
 //   trainer_state.json      HF Trainer's fields (global_step, epoch, max_steps, log_history, ...)
 //                           plus "finetune": the data position, losses, tokens and run identity
@@ -30,7 +32,8 @@ void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraC
 RunIdentity read_run_identity(const std::string& dir);
 
 // Reads a checkpoint's training state (the adapter is loaded with checkpoint/adapter_io.h);
-// `trainable` names the tensors whose moments must be there. Errors name the file and field.
+// `trainable` names the tensors whose optimizer state must be there, in the layout of the
+// optimizer that wrote it. Errors name the file and field.
 TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable);
 
 // The complete checkpoint-N directories of `output_dir`, by ascending step.
@@ -43,7 +46,8 @@ std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_
 // (UsageError when there is none), otherwise the path itself, which must hold a checkpoint.
 std::string resolve_resume_checkpoint(const std::string& option, const std::string& output_dir);
 
-// UsageError naming the first setting that differs between the checkpoint's run and this one;
+// UsageError naming the first setting that differs between the checkpoint's run and this one
+// (model, adapter, global batch, seed, optimizer);
 // returns a notice when only the world size differs (the data order then differs too).
 std::optional<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current);
 

@@ -9,6 +9,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "finetune/train/optimizer.h"
+
 namespace finetune {
 
 // Where in the data the next optimizer step starts: the epoch and the optimizer steps already
@@ -26,6 +28,7 @@ struct RunIdentity {
   int64_t per_device_train_batch_size = 1;
   int64_t gradient_accumulation_steps = 1;
   int64_t seed = 0;
+  std::string optim = "adamw_torch";  // --optim: which optimizer's state the checkpoint holds
   int64_t global_batch() const { return world_size * per_device_train_batch_size * gradient_accumulation_steps; }
 };
 
@@ -36,9 +39,8 @@ struct TrainingState {
   int64_t tokens = 0;             // non-padding tokens processed so far, all ranks
   std::vector<double> step_losses;               // every step's global mean loss so far
   std::vector<nlohmann::json> log_history;       // metrics.jsonl's lines so far
-  // AdamW: first and second moments per trainable tensor (trainable order), steps taken.
-  std::vector<at::Tensor> exp_avg, exp_avg_sq;
-  int64_t optimizer_steps = 0;
+  // The optimizer's state per trainable tensor (trainable order) and its step count.
+  OptimizerState optimizer;
   // Per rank (index = rank): the CPU generator's state and the model device's generator state
   // (equal to the CPU one on a CPU run): LoRA dropout draws from them.
   std::vector<at::Tensor> cpu_rng_states, device_rng_states;

@@ -2,6 +2,7 @@
 // precision on the host). Without `fused` it runs the single-tensor formula step by step, which is
 // what the reference loop runs on the CPU; with `fused` (KernelPolicy::fused_adamw, CUDA) ATen's
 // multi-tensor fused kernel (_fused_adamw_), one launch for all parameters.
+// State per parameter (--optim adamw_torch): "exp_avg", "exp_avg_sq", the parameter's shape and dtype.
 #pragma once
 
 #include <cstdint>
@@ -9,28 +10,24 @@
 
 #include <ATen/ATen.h>
 
+#include "finetune/train/optimizer.h"
+
 namespace finetune {
 
-struct AdamWOptions {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.01;
-};
+// The name make_optimizer and checkpoints know it by.
+inline constexpr const char* kAdamWTorchName = "adamw_torch";
 
-class AdamW {
+// Its state layout (Note [Optimizer state layout]).
+std::vector<StateTensorSpec> adamw_state_layout(const at::Tensor& parameter);
+
+class AdamW final : public Optimizer {
  public:
   AdamW(std::vector<at::Tensor> parameters, AdamWOptions options, bool fused);
 
-  // One update with learning rate `lr` from the parameters' current .grad.
-  void step(double lr);
-  int64_t steps_taken() const { return step_count_; }
-
-  // The moments (views of the optimizer's own tensors, parameter order) for checkpoints.
-  const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
-  const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
-  // Continues from saved moments and step count (copied in; shapes must match the parameters).
-  void load_state(const std::vector<at::Tensor>& exp_avg, const std::vector<at::Tensor>& exp_avg_sq, int64_t steps);
+  void step(double lr) override;
+  int64_t steps_taken() const override { return step_count_; }
+  OptimizerState state() const override;
+  void load_state(const OptimizerState& state) override;
 
  private:
   std::vector<at::Tensor> parameters_;

@@ -1,5 +1,5 @@
 // The training loop: micro-batches -> forward -> loss -> backward (gradients bucketed and
-// all-reduced by the GradReducer as they land) -> clip -> AdamW -> schedule, with logging,
+// all-reduced by the GradReducer as they land) -> clip -> optimizer step -> schedule, with logging,
 // periodic evaluation and checkpoints. Runs identically on 1 or N ranks.
 //
 // Note [Global token normalisation]
@@ -22,8 +22,8 @@
 #include "finetune/ddp/ddp_defaults.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
-#include "finetune/train/adamw.h"
 #include "finetune/train/lr_schedule.h"
+#include "finetune/train/optimizer.h"
 #include "finetune/util/metrics.h"
 
 namespace finetune {
@@ -35,6 +35,7 @@ struct TrainerConfig {
   int64_t eval_steps = 0;
   double learning_rate = 2e-4;
   LrSchedule schedule;
+  std::string optim = "adamw_torch";  // --optim: an optimizer_names() entry (train/optimizer.h)
   AdamWOptions adamw;
   double max_grad_norm = 1.0;
   bool gradient_checkpointing = true;
