@@ -19,6 +19,8 @@
 
 #include <ATen/ATen.h>
 
+#include "finetune/train/optimizer_names.h"
+
 namespace finetune {
 
 // HF TrainingArguments' adam_beta1, adam_beta2, adam_epsilon, weight_decay (decoupled).
@@ -28,14 +30,6 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;
 };
-
-// --optim's values: "adamw_torch" (torch.optim.AdamW) and "adamw_8bit" (bitsandbytes' AdamW
-// with 8-bit blockwise state, what HF's Trainer builds for optim="adamw_8bit").
-const std::vector<std::string>& optimizer_names();
-// HF's other spellings of the same updates: adamw_torch_fused (the fused kernel is an HF detail),
-// adamw_bnb_8bit, paged_adamw_8bit (paging moves state between host and GPU under memory
-// pressure; it does not change the update, and finetune's state stays on the GPU).
-const std::vector<std::pair<std::string, std::string>>& optimizer_aliases();
 
 // A parameter's optimizer state: its tensors by field name ("exp_avg", "state1", "absmax1", ...).
 using ParameterState = std::vector<std::pair<std::string, at::Tensor>>;
