@@ -30,7 +30,10 @@ case "$phase" in
         || echo "fixture generator $module failed: see fixtures-$module.log"
     done
     build/finetune_core_tests --gtest_brief=1 --gtest_also_run_disabled_tests=0 \
-      --gtest_filter='Nf4*:Blockwise*:Quant*:AdamW8bit*:*Cuda*:HalfPrecision*' 2>&1 | tail -40 | tee "$OUT/unit.txt"
+      --gtest_filter='Nf4*:Blockwise*:Quant*:AdamW8bit*:*Cuda*:*Gpu*:HalfPrecision*:Dora*' 2>&1 | tail -40 | tee "$OUT/unit.txt"
+    for shape in llama-3.2-1b qwen3-8b; do  # one optimizer step: fused 32-bit vs 8-bit AdamW
+      build/finetune_optimizer_bench --shape "$shape" --steps 200 | tee -a "$OUT/optimizer_step.json"
+    done
     ;;
   1b|8b)
     source build/env.sh

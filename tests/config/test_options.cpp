@@ -393,13 +393,11 @@ TEST(OptionsTest, InvalidValuesNameTheOption) {
       {{"--optim", "paged_adamw_32bit"}, "--optim: \"paged_adamw_32bit\" is not supported (bitsandbytes' 32-bit"},
       {{"--lr_scheduler_type", "polynomial"}, "--lr_scheduler_type"},
       {{"--chat_template", "vicuna"}, "--chat_template"},
-      {{"--save_method", "merged_4bit"}, "--save_method: \"merged_4bit\" is not supported"},
       {{"--save_method", "gguf_q4_k_m"}, "--save_method: \"gguf_q4_k_m\" is not supported"},
       {{"--bias", "all"}, "--bias: \"all\" is not supported (only none is supported)"},
       {{"--ddp_backend", "mpi"}, "--ddp_backend"},
       {{"--report_to", "wandb"}, "--report_to"},
-      {{"--load_in_4bit"}, "--load_in_4bit: true is not supported"},
-      {{"--load_in_4bit", "true"}, "--load_in_4bit: true is not supported"},
+      {{"--load_in_4bit", "maybe"}, "--load_in_4bit: expected true, false, 1 or 0, got \"maybe\""},
       {{"--packing", "maybe"}, "--packing"},
       {{"--packing=yes"}, "--packing: expected true, false, 1 or 0, got \"yes\""},
       {{"--target_modules", "q_proj,,v_proj"}, "--target_modules"},
@@ -417,8 +415,12 @@ TEST(OptionsTest, InvalidValuesNameTheOption) {
   }
 }
 
-TEST(OptionsTest, LoadIn4bitFalseIsAccepted) {
+TEST(OptionsTest, LoadIn4bitIsAStoreTrueFlag) {
+  EXPECT_FALSE(parse_train({}).options.load_in_4bit);
+  EXPECT_TRUE(parse_train({"--load_in_4bit"}).options.load_in_4bit);
+  EXPECT_TRUE(parse_train({"--load_in_4bit", "true"}).options.load_in_4bit);
   EXPECT_FALSE(parse_train({"--load_in_4bit", "false"}).options.load_in_4bit);
+  EXPECT_EQ(parse_train({"--save_method", "merged_4bit_forced"}).options.save_method, "merged_4bit");
 }
 
 TEST(OptionsTest, CurrentEnvironmentSeesProcessVariables) {
