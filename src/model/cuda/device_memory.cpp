@@ -1,18 +1,27 @@
 #include "finetune/model/device_memory.h"
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 namespace finetune {
+namespace {
+
+// "cuda" without an index means the current device (what the allocator calls it).
+c10::DeviceIndex index_of(const at::Device& device) {
+  return device.has_index() ? device.index() : c10::cuda::current_device();
+}
+
+}  // namespace
 
 std::optional<double> peak_device_memory_gib(const at::Device& device) {
   if (!device.is_cuda()) return std::nullopt;
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device));
   const auto& peak = stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
   return static_cast<double>(peak) / static_cast<double>(1ull << 30);
 }
 
 void reset_peak_device_memory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
 }
 
 }  // namespace finetune
