@@ -21,7 +21,11 @@ std::optional<double> peak_device_memory_gib(const at::Device& device) {
 }
 
 void reset_peak_device_memory(const at::Device& device) {
-  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
+  if (!device.is_cuda()) return;
+  // The allocator sets up its per-device state at its first allocation; before that resetting
+  // (e.g. before the model is loaded) is "Invalid device argument".
+  (void)at::empty({1}, at::TensorOptions().dtype(at::kByte).device(device));
+  c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
 }
 
 }  // namespace finetune
