@@ -63,7 +63,7 @@ inline ::testing::AssertionResult same_bits(const at::Tensor& actual, const at::
   if (count == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << count << " of " << actual.numel()
                                        << " elements differ; max abs difference "
-                                       << max_abs_difference(actual, expected);
+                                       << max_abs_difference(actual.cpu(), expected.cpu());
 }
 
 }  // namespace reference
