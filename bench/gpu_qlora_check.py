@@ -49,7 +49,10 @@ def dequantized_fp32(model):
                     if child.bias is not None:
                         dense.bias.copy_(child.bias.float())
                 setattr(module, child_name, dense)
-    return model.float()
+    # transformers refuses .float() on a model it loaded quantized: cast what is left by hand.
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        tensor.data = tensor.data.float()
+    return model
 
 
 def main():
