@@ -1,6 +1,6 @@
 // The option table: every option's name, group, type, default, help and value binding, in one
 // place. Choice lists are read from the modules that consume them (dtype_names.h,
-// chat_template.h, projection_names.h, save_methods.h, optimizer.h), so the parser, the help text
+// chat_template.h, projection_names.h, save_methods.h, optimizer_names.h), so the parser, the help text
 // and the consumers cannot disagree (tests/commands/test_option_consumers.cpp checks both directions).
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
-#include "finetune/train/optimizer.h"
+#include "finetune/train/optimizer_names.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
 #include "option_values.h"

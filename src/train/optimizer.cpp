@@ -7,17 +7,6 @@
 
 namespace finetune {
 
-const std::vector<std::string>& optimizer_names() {
-  static const std::vector<std::string> names = {kAdamWTorchName, kAdamW8bitName};
-  return names;
-}
-
-const std::vector<std::pair<std::string, std::string>>& optimizer_aliases() {
-  static const std::vector<std::pair<std::string, std::string>> aliases = {
-      {"adamw_torch_fused", kAdamWTorchName}, {"adamw_bnb_8bit", kAdamW8bitName}, {"paged_adamw_8bit", kAdamW8bitName}};
-  return aliases;
-}
-
 std::vector<StateTensorSpec> optimizer_state_layout(const std::string& optimizer, const at::Tensor& parameter) {
   if (optimizer == kAdamWTorchName) return adamw_state_layout(parameter);
   if (optimizer == kAdamW8bitName) return adamw_8bit_state_layout(parameter);

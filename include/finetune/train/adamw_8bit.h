@@ -35,7 +35,6 @@
 
 namespace finetune {
 
-inline constexpr const char* kAdamW8bitName = "adamw_8bit";
 inline constexpr int64_t kAdamW8bitBlockSize = 256;  // bnb's blocksize for optimizer state
 inline constexpr int64_t kAdamW8bitMinSize = 4096;   // bnb's min_8bit_size
 

@@ -1,7 +1,6 @@
-// The trainer's optimizer seam. --optim names the update rule (optimizer_names(); the option
-// parser reads the names and HF's aliases from here), make_optimizer builds it once, and the
-// trainer and the checkpoints see only this interface: a step with a learning rate, the steps
-// taken, and the state as named tensors per parameter.
+// The trainer's optimizer seam. --optim names the update rule (optimizer_names.h), make_optimizer
+// builds it once, and the trainer and the checkpoints see only this interface: a step with a
+// learning rate, the steps taken, and the state as named tensors per parameter.
 //
 // Note [Optimizer state layout]
 // What state a parameter has depends on the optimizer and, for the 8-bit one, on the parameter's
@@ -19,6 +18,8 @@
 
 #include <ATen/ATen.h>
 
+#include "finetune/train/optimizer_names.h"
+
 namespace finetune {
 
 // HF TrainingArguments' adam_beta1, adam_beta2, adam_epsilon, weight_decay (decoupled).
@@ -28,14 +29,6 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 0.01;
 };
-
-// --optim's values: "adamw_torch" (torch.optim.AdamW) and "adamw_8bit" (bitsandbytes' AdamW
-// with 8-bit blockwise state, what HF's Trainer builds for optim="adamw_8bit").
-const std::vector<std::string>& optimizer_names();
-// HF's other spellings of the same updates: adamw_torch_fused (the fused kernel is an HF detail),
-// adamw_bnb_8bit, paged_adamw_8bit (paging moves state between host and GPU under memory
-// pressure; it does not change the update, and finetune's state stays on the GPU).
-const std::vector<std::pair<std::string, std::string>>& optimizer_aliases();
 
 // A parameter's optimizer state: its tensors by field name ("exp_avg", "state1", "absmax1", ...).
 using ParameterState = std::vector<std::pair<std::string, at::Tensor>>;
