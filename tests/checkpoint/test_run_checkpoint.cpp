@@ -9,6 +9,7 @@
 #include "../test_support.h"
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
+#include "finetune/checkpoint/tensor_io.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/train/adamw_8bit.h"
 #include "finetune/util/errors.h"
@@ -151,6 +152,31 @@ TEST(RunCheckpoint, EightBitOptimizerStateIsReadBackExactly) {
   const auto reverse_dir = checkpoint_path(root.str(), 2);
   write_checkpoint(reverse_dir, large.model, large.lora, state_for(large, 2));
   EXPECT_THROW(check_resume_compatible(read_run_identity(reverse_dir), eight_bit_run), UsageError);
+}
+
+// Checkpoints written before --optim had a choice name no optimizer: they hold torch's AdamW
+// state. A file whose optimizer disagrees with its trainer_state.json is refused, naming it.
+TEST(RunCheckpoint, CheckpointsWithoutAnOptimizerNameAreTorchAdamWs) {
+  Fixture f;
+  TempDir root;
+  const auto dir = checkpoint_path(root.str(), 3);
+  const auto written = state_for(f, 3);
+  write_checkpoint(dir, f.model, f.lora, written);
+  auto document = nlohmann::json::parse(std::ifstream(dir + "/trainer_state.json"));
+  document["finetune"]["run"].erase("optim");
+  std::ofstream(dir + "/trainer_state.json") << document.dump();
+  const auto tensors = load_tensors(dir + "/optimizer.safetensors");
+  save_tensors(dir + "/optimizer.safetensors", {tensors.begin(), tensors.end()}, {{"step", "3"}});
+  EXPECT_EQ(read_run_identity(dir).optim, "adamw_torch");
+  const auto read = read_training_state(dir, f.trainable);
+  EXPECT_EQ(read.optimizer.optimizer, "adamw_torch");
+  EXPECT_TRUE(at::equal(read.optimizer.parameters[0][0].second, written.optimizer.parameters[0][0].second));
+
+  save_tensors(dir + "/optimizer.safetensors", {tensors.begin(), tensors.end()},
+               {{"step", "3"}, {"optimizer", "adamw_8bit"}});
+  const auto message = testing::error_message([&] { read_training_state(dir, f.trainable); });
+  EXPECT_NE(message.find("optimizer.safetensors"), std::string::npos) << message;
+  EXPECT_NE(message.find("adamw_8bit"), std::string::npos) << message;
 }
 
 TEST(RunCheckpoint, OnlyCompleteCheckpointsCountAndPruningKeepsTheNewest) {

@@ -50,10 +50,12 @@ def schedule(name, optimizer, warmup, total):
 
 def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulation, lr, warmup, scheduler,
                     max_grad_norm, weight_decay=0.01, gradient_checkpointing=False, dtype=torch.float32,
-                    device="cpu", quantization_config=None):
+                    device="cpu", quantization_config=None, optim="adamw_torch"):
     """Returns (per-step losses, PeftModel after training). `dtype` is the base model's; PEFT keeps
     the adapters in fp32 either way (autocast_adapter_dtype). With a BitsAndBytesConfig the base
-    loads quantized by transformers + bitsandbytes (QLoRA; PEFT wraps the Linear4bit layers)."""
+    loads quantized by transformers + bitsandbytes (QLoRA; PEFT wraps the Linear4bit layers).
+    `optim`: adamw_torch, or adamw_8bit (bitsandbytes' AdamW with 8-bit state, as HF's Trainer
+    builds it for that name)."""
     torch.manual_seed(0)
     if quantization_config is not None:
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -66,8 +68,13 @@ def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulat
         model.enable_input_require_grads()
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
-                                  foreach=False)
+    if optim == "adamw_8bit":
+        import bitsandbytes as bnb
+        optimizer = bnb.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
+                                    optim_bits=8, is_paged=False)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
+                                      foreach=False)
     sched = schedule(scheduler, optimizer, warmup, steps)
 
     epoch_batches = micro_batches(rows, batch_size)

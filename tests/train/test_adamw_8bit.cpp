@@ -10,12 +10,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "../reference/tensor_fixtures.h"
 #include "../test_support.h"
 #include "finetune/checkpoint/tensor_io.h"
+#include "finetune/kernels/dynamic_map_search.h"
+#include "finetune/quant/blockwise_8bit.h"
 #include "finetune/train/adamw.h"
 #include "finetune/train/adamw_8bit.h"
 #include "finetune/util/errors.h"
@@ -123,6 +127,72 @@ TEST(AdamW8bit, StateIsEightBitFromMin8bitSizeOn) {
   EXPECT_EQ(large[2].field, "state2");
   EXPECT_EQ(large[3].field, "absmax2");
   EXPECT_EQ(adamw_8bit_state_layout(at::zeros({16, 256})).size(), 4u);  // exactly 4096
+}
+
+// bitsandbytes' quantize_2D as csrc/kernels.cu writes it (first level from its quadrant
+// registers), on the map itself: the reference for the CUDA kernel's search.
+template <bool kSigned>
+unsigned char bnb_quantize_2d(const std::vector<float>& code, float x) {
+  const float quadrants[3] = {code[63], code[127], code[191]};
+  int pivot = 127, upper_pivot = 255, lower_pivot = 0;
+  float lower = kSigned ? -1.0f : 0.0f;
+  float upper = 1.0f;
+  float val = quadrants[1];
+  int local_pivot = 1, offset = 1;
+  for (int i = 64; i > 0; i >>= 1) {
+    if (x > val) {
+      lower_pivot = pivot;
+      lower = val;
+      pivot += i;
+      local_pivot += offset;
+    } else {
+      upper_pivot = pivot;
+      upper = val;
+      pivot -= i;
+      local_pivot -= offset;
+    }
+    val = i >= 64 ? quadrants[local_pivot] : code[pivot];
+    offset -= 1;
+  }
+  if (x > val) return x > (upper + val) * 0.5f ? upper_pivot : pivot;
+  return x < (lower + val) * 0.5f ? lower_pivot : pivot;
+}
+
+template <bool kSigned>
+int64_t search_mismatches(const std::vector<float>& map, const std::vector<float>& xs) {
+  std::vector<float> tree(cuda_kernels::kDynamicMapSize - 1);
+  for (size_t node = 0; node < tree.size(); ++node) tree[node] = cuda_kernels::search_tree_entry(map.data(), node);
+  int64_t mismatches = 0;
+  for (const float x : xs) {
+    mismatches += cuda_kernels::quantize_in_map<kSigned>(map.data(), tree.data(), x) != bnb_quantize_2d<kSigned>(map, x);
+  }
+  return mismatches;
+}
+
+// The CUDA kernel's code search (kernels/dynamic_map_search.h: the map as a search tree, only the
+// path kept) gives bnb's code for every map entry, every midpoint between neighbours, their float
+// neighbours, random values, the ends, beyond them, +-0, +-inf and NaN.
+TEST(AdamW8bit, KernelCodeSearchIsBnbsQuantize2d) {
+  at::manual_seed(5);
+  for (const bool is_signed : {true, false}) {
+    const auto map_tensor = dynamic_map(is_signed).contiguous();
+    const std::vector<float> map(map_tensor.data_ptr<float>(), map_tensor.data_ptr<float>() + 256);
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> xs = {std::nanf(""), 0.0f, -0.0f, 1.0f, -1.0f, 2.0f, -2.0f, inf, -inf};
+    auto with_neighbours = [&xs](float x) {
+      xs.push_back(x);
+      xs.push_back(std::nextafter(x, 2.0f));
+      xs.push_back(std::nextafter(x, -2.0f));
+    };
+    for (size_t i = 0; i < map.size(); ++i) {
+      with_neighbours(map[i]);
+      if (i + 1 < map.size()) with_neighbours((map[i] + map[i + 1]) * 0.5f);
+    }
+    const auto random = (at::rand({20000}) * 2 - 1).contiguous();
+    xs.insert(xs.end(), random.data_ptr<float>(), random.data_ptr<float>() + random.numel());
+    const int64_t mismatches = is_signed ? search_mismatches<true>(map, xs) : search_mismatches<false>(map, xs);
+    EXPECT_EQ(mismatches, 0) << (is_signed ? "signed" : "unsigned") << " map, " << xs.size() << " values";
+  }
 }
 
 // Gradients for `steps` steps of a parameter set with an 8-bit and an fp32-state parameter.

@@ -14,8 +14,6 @@
 
 namespace finetune {
 
-// The name make_optimizer and checkpoints know it by.
-
 // Its state layout (Note [Optimizer state layout]).
 std::vector<StateTensorSpec> adamw_state_layout(const at::Tensor& parameter);
 

@@ -22,7 +22,8 @@
 // - cuda_kernel: one multi-tensor launch (train/cuda/adamw_8bit_kernel.h) with the arithmetic of
 //   bnb's CUDA kernels kOptimizerStatic8bit2StateBlockwise and kOptimizer32bit2State: float
 //   bias corrections, the update before the decay, its own quantization search. bnb's CUDA and CPU
-//   paths differ in their roundings and so do ours, by the same amounts (the kernel's notes).
+//   paths round differently, and ours differ in the same ways (Note [bnb's CUDA and CPU 8-bit
+//   AdamW differ] in the kernel).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,6 @@
-// The trainer's optimizer seam. --optim names the update rule (optimizer_names(); the option
-// parser reads the names and HF's aliases from here), make_optimizer builds it once, and the
-// trainer and the checkpoints see only this interface: a step with a learning rate, the steps
-// taken, and the state as named tensors per parameter.
+// The trainer's optimizer seam. --optim names the update rule (optimizer_names.h), make_optimizer
+// builds it once, and the trainer and the checkpoints see only this interface: a step with a
+// learning rate, the steps taken, and the state as named tensors per parameter.
 //
 // Note [Optimizer state layout]
 // What state a parameter has depends on the optimizer and, for the 8-bit one, on the parameter's

@@ -7,7 +7,7 @@
 // L, L + 32, ..., L + 224 (coalesced loads, no alignment needed, so gradients that are views into
 // a bucket buffer at any offset are fine); the block's new absmax is a warp max-reduction. A grid
 // of resident blocks strides over all chunks of all tensors; each block copies the two code maps
-// into shared memory once, also as search trees (Note [Search tree layout]).
+// into shared memory once, also as search trees (kernels/dynamic_map_search.h).
 //
 // Note [bnb's CUDA and CPU 8-bit AdamW differ]
 // bnb's CUDA kernel and its CPU backend (which the reference path of adamw_8bit.cpp repeats)
@@ -35,6 +35,8 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "finetune/kernels/dynamic_map_search.h"
+
 namespace finetune::cuda_kernels {
 namespace {
 
@@ -42,7 +44,7 @@ constexpr int kWarpSize = 32;
 constexpr int kThreads = 256;  // also the map size: thread t copies entry t
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 constexpr int kPerLane = static_cast<int>(kAdamW8bitChunkSize) / kWarpSize;  // 8
-constexpr int kMapSize = 256;
+constexpr int kMapSize = kDynamicMapSize;
 
 // Note [bnb's fast-math arithmetic]
 // bitsandbytes builds its kernels with --use_fast_math (subnormals flushed to zero, division as
@@ -57,12 +59,6 @@ constexpr int kMapSize = 256;
 __device__ __forceinline__ float mul_ftz(float a, float b) {
   float y;
   asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
-  return y;
-}
-
-__device__ __forceinline__ float add_ftz(float a, float b) {
-  float y;
-  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
   return y;
 }
 
@@ -95,50 +91,6 @@ __device__ __forceinline__ float pow_approx(float x, float y) {  // __powf: 2^(y
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log) : "f"(x));
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(mul_ftz(log, y)));
   return power;
-}
-
-// bnb's quantize_2D: the code of x (x / absmax, in [-1, 1]) in a sorted 256-entry map by binary
-// search from the middle entry, then the nearer of the last two candidates by their midpoint.
-// The entries are read from `tree`, the map in breadth-first order of the search (Note [Search
-// tree layout]): tree[node] == map[pivot] at every step, so the result is bnb's.
-template <bool kSigned>
-__device__ __forceinline__ unsigned char quantize_in_map(const float* tree, float x) {
-  int pivot = 127;
-  int upper_pivot = 255;
-  int lower_pivot = 0;
-  float lower = kSigned ? -1.0f : 0.0f;
-  float upper = 1.0f;
-  int node = 0;
-  float val = tree[node];
-#pragma unroll
-  for (int i = 64; i > 0; i >>= 1) {
-    if (x > val) {
-      lower_pivot = pivot;
-      lower = val;
-      pivot += i;
-      node = 2 * node + 2;
-    } else {
-      upper_pivot = pivot;
-      upper = val;
-      pivot -= i;
-      node = 2 * node + 1;
-    }
-    val = tree[node];
-  }
-  if (x > val) return x > mul_ftz(add_ftz(upper, val), 0.5f) ? upper_pivot : pivot;
-  return x < mul_ftz(add_ftz(lower, val), 0.5f) ? lower_pivot : pivot;
-}
-
-// Note [Search tree layout]
-// The search reads map[127], then map[63] or map[191], then one of map[31, 95, 159, 223], ...:
-// at depth k one of 2^k entries (map[(2j + 1) * 2^(7 - k) - 1], j < 2^k), all in the same few
-// shared-memory banks in the map's own order (127, 63, 191, 31, ... are all 31 mod 32), so the
-// lanes of a warp, at different nodes, serialise. Stored breadth-first (depth k at
-// 2^k - 1 + j) the candidates of a depth are consecutive words, in different banks up to depth 5.
-__device__ __forceinline__ float search_tree_entry(const float* map, int node) {
-  const int depth = 31 - __clz(node + 1);
-  const int j = node + 1 - (1 << depth);
-  return map[(2 * j + 1) * (1 << (7 - depth)) - 1];
 }
 
 struct KernelArgs {
@@ -235,8 +187,8 @@ __device__ void blockwise_chunk(const AdamW8bitTensor& t, int64_t chunk, int lan
     if (!isnan(g_vals[j]) && !isinf(g_vals[j])) {
       t.param[base + e] = updated_parameter(t.param[base + e], s1_vals[j], s2_vals[j], c);
     }
-    unsigned char c1 = quantize_in_map<true>(tree1, divide_approx(s1_vals[j], new_local_abs_max1));
-    const unsigned char c2 = quantize_in_map<false>(tree2, divide_approx(s2_vals[j], new_local_abs_max2));
+    unsigned char c1 = quantize_in_map<true>(map1, tree1, divide_approx(s1_vals[j], new_local_abs_max1));
+    const unsigned char c2 = quantize_in_map<false>(map2, tree2, divide_approx(s2_vals[j], new_local_abs_max2));
     // bnb: the first moment keeps its sign through quantization (the second is never negative).
     if (signbit(map1[c1]) != signbit(s1_vals[j])) {
       if (s1_vals[j] > 0.0f)

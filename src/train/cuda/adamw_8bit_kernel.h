@@ -31,9 +31,10 @@ struct AdamW8bitScalars {
   int step;  // 1-based, after this update
 };
 
-// One AdamW step of every tensor: `tensors` (device, `tensor_count` entries), `chunk_tensor`
-// (device, `chunk_count` entries: the tensor index of each chunk, chunks of a tensor consecutive
-// from its first_chunk), `signed_map` / `unsigned_map` (device, 256 fp32 each).
+// One AdamW step of every tensor: `tensors` (device array), `chunk_tensor` (device, `chunk_count`
+// entries: the index into `tensors` of each chunk's tensor, a tensor's chunks consecutive from its
+// first_chunk), `signed_map` / `unsigned_map` (device, 256 fp32 each). Launched on `stream`; the
+// current device must be the tensors'.
 cudaError_t adamw_8bit_step(const AdamW8bitTensor* tensors, const int32_t* chunk_tensor, int64_t chunk_count,
                             const float* signed_map, const float* unsigned_map, AdamW8bitScalars scalars,
                             cudaStream_t stream);
