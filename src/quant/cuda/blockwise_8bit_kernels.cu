@@ -7,7 +7,7 @@
 
 #include <cfloat>
 
-#include "bnb_fast_math.cuh"
+#include "finetune/kernels/bnb_fast_math.cuh"
 #include "finetune/kernels/half_precision.cuh"
 
 namespace finetune::cuda_kernels {
@@ -97,7 +97,7 @@ __global__ void quantize_blockwise_kernel(const T* __restrict__ A, const float* 
         const float magnitude = fabsf(load_float(block + i));
         largest = largest < magnitude ? magnitude : largest;  // a NaN never wins
       } else {
-        largest = fmaxf(largest, fabsf(bnb_flush(load_float(block + i))));
+        largest = fmaxf(largest, fabsf(flush_ftz(load_float(block + i))));
       }
     }
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
@@ -124,9 +124,9 @@ __global__ void quantize_blockwise_kernel(const T* __restrict__ A, const float* 
         out[i] = cpu_table_code(s_midpoints, __fmul_rn(load_float(block + i), inverse));
       }
     } else {
-      const float inverse = bnb_reciprocal(scale);
+      const float inverse = reciprocal_approx(scale);
       for (int64_t i = lane; i < length; i += kWarp) {
-        out[i] = cuda_search_code(s_code, bnb_multiply(bnb_flush(load_float(block + i)), inverse));
+        out[i] = cuda_search_code(s_code, mul_ftz(flush_ftz(load_float(block + i)), inverse));
       }
     }
   }

@@ -8,7 +8,7 @@
 
 #include <cfloat>
 
-#include "bnb_fast_math.cuh"
+#include "finetune/kernels/bnb_fast_math.cuh"
 #include "finetune/kernels/half_precision.cuh"
 
 namespace finetune::cuda_kernels {
@@ -68,7 +68,7 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ A, float* __restrict_
     const int64_t start = b * blocksize;
     const int64_t length = min(blocksize, n - start);
     float largest = -FLT_MAX;
-    for (int64_t i = lane; i < length; i += kWarp) largest = fmaxf(largest, fabsf(bnb_flush(load_float(A + start + i))));
+    for (int64_t i = lane; i < length; i += kWarp) largest = fmaxf(largest, fabsf(flush_ftz(load_float(A + start + i))));
     for (int offset = kWarp / 2; offset > 0; offset /= 2) {
       largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
     }
@@ -76,14 +76,14 @@ __global__ void quantize_4bit_kernel(const T* __restrict__ A, float* __restrict_
     if (length < blocksize) largest = fmaxf(largest, 0.0f);
     if (lane == 0) absmax[b] = largest;
 
-    const float inverse = bnb_reciprocal(largest);  // inf for a block of zeros: its codes become 0 (0 * inf = NaN)
+    const float inverse = reciprocal_approx(largest);  // inf for a block of zeros: its codes become 0 (0 * inf = NaN)
     const int64_t bytes = (length + 1) / 2;
     for (int64_t k = lane; k < bytes; k += kWarp) {
       const int64_t e = start + 2 * k;
       const float first = load_float(A + e);
       const float second = e + 1 < n ? load_float(A + e + 1) : 0.0f;  // an odd count pads with zero
-      packed[start / 2 + k] = static_cast<uint8_t>((encode<Type>(bnb_multiply(first, inverse)) << 4) |
-                                                   encode<Type>(bnb_multiply(second, inverse)));
+      packed[start / 2 + k] = static_cast<uint8_t>((encode<Type>(mul_ftz(first, inverse)) << 4) |
+                                                   encode<Type>(mul_ftz(second, inverse)));
     }
   }
 }
@@ -112,7 +112,7 @@ __device__ __forceinline__ T output_value(float v, ElementKind weight_kind) {
 // offset added by an ATen op (IEEE).
 __device__ __forceinline__ float block_absmax(const Absmax4bit& a, int64_t block) {
   if (a.codes == nullptr) return __ldg(a.absmax + block);
-  const float nested = bnb_multiply(__ldg(a.nested_code + __ldg(a.codes + block)),
+  const float nested = mul_ftz(__ldg(a.nested_code + __ldg(a.codes + block)),
                                     __ldg(a.nested_absmax + block / a.nested_blocksize));
   return __fadd_rn(nested, __ldg(a.offset));
 }
@@ -138,8 +138,8 @@ __global__ void dequantize_4bit_group_kernel(const uint8_t* __restrict__ packed,
 #pragma unroll
     for (int j = 0; j < kGroup / 2; ++j) {
       const unsigned byte = ((j < 4 ? bytes.x : bytes.y) >> (8 * (j % 4))) & 0xffu;
-      values.v[2 * j] = output_value<T>(bnb_multiply(s_table[byte >> 4], scale), weight_kind);
-      values.v[2 * j + 1] = output_value<T>(bnb_multiply(s_table[byte & 0xfu], scale), weight_kind);
+      values.v[2 * j] = output_value<T>(mul_ftz(s_table[byte >> 4], scale), weight_kind);
+      values.v[2 * j + 1] = output_value<T>(mul_ftz(s_table[byte & 0xfu], scale), weight_kind);
     }
     reinterpret_cast<Group<T>*>(out)[g] = values;
   }
@@ -155,8 +155,8 @@ __global__ void dequantize_4bit_byte_kernel(const uint8_t* __restrict__ packed, 
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const unsigned byte = packed[k];
     const float scale = block_absmax(a, 2 * k / blocksize);
-    out[2 * k] = output_value<T>(bnb_multiply(table.value[byte >> 4], scale), weight_kind);
-    if (2 * k + 1 < n) out[2 * k + 1] = output_value<T>(bnb_multiply(table.value[byte & 0xfu], scale), weight_kind);
+    out[2 * k] = output_value<T>(mul_ftz(table.value[byte >> 4], scale), weight_kind);
+    if (2 * k + 1 < n) out[2 * k + 1] = output_value<T>(mul_ftz(table.value[byte & 0xfu], scale), weight_kind);
   }
 }
 

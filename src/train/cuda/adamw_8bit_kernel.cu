@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "finetune/kernels/bnb_fast_math.cuh"
 #include "finetune/kernels/dynamic_map_search.h"
 
 namespace finetune::cuda_kernels {
@@ -47,51 +48,6 @@ constexpr int kPerLane = static_cast<int>(kAdamW8bitChunkSize) / kWarpSize;  // 
 constexpr int kMapSize = kDynamicMapSize;
 
 // Note [bnb's fast-math arithmetic]
-// bitsandbytes builds its kernels with --use_fast_math (subnormals flushed to zero, division as
-// a multiplication by the approximate reciprocal, approximate square root, __powf), and ptxas
-// then fuses some products and sums into FMAs. Which rounding each step of the two kernels gets
-// was read off bnb's own machine code (its csrc/kernels.cu built by nvcc 13.0 with bnb's flags
-// for sm_90, disassembled); the functions below spell each one out in PTX that ptxas takes as
-// written (.rn: not contracted further; .ftz: subnormals flushed; .approx: the hardware
-// approximations), so this kernel depends neither on its own build flags nor on which products
-// the compiler would contract. Comparisons, max and abs see no subnormal operands here (every
-// value they get comes out of an .ftz operation), so they are left to the compiler.
-__device__ __forceinline__ float mul_ftz(float a, float b) {
-  float y;
-  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
-  return y;
-}
-
-__device__ __forceinline__ float sub_ftz(float a, float b) {
-  float y;
-  asm("sub.rn.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
-  return y;
-}
-
-__device__ __forceinline__ float fma_ftz(float a, float b, float c) {  // a * b + c, rounded once
-  float y;
-  asm("fma.rn.ftz.f32 %0, %1, %2, %3;" : "=f"(y) : "f"(a), "f"(b), "f"(c));
-  return y;
-}
-
-__device__ __forceinline__ float sqrt_approx(float x) {
-  float y;
-  asm("sqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float divide_approx(float a, float b) {  // __fdividef and fast-math a / b
-  float y;
-  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
-  return y;
-}
-
-__device__ __forceinline__ float pow_approx(float x, float y) {  // __powf: 2^(y * log2 x)
-  float log, power;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(log) : "f"(x));
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(power) : "f"(mul_ftz(log, y)));
-  return power;
-}
 
 struct KernelArgs {
   const AdamW8bitTensor* tensors;
