@@ -40,7 +40,7 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
             std::to_string(shape.gradient_accumulation_steps) + " accumulation x " + std::to_string(launch.world_size) +
             " ranks = " + std::to_string(global_batch) + " | " + std::to_string(stream.steps_per_epoch()) +
             " steps per epoch, " + std::to_string(shape.total_steps) + " steps, " + std::to_string(shape.warmup_steps) +
-            " warmup | launcher " + launcher_name(launch.launcher));
+            " warmup | optimizer " + shape.optimizer + " | launcher " + launcher_name(launch.launcher));
 }
 
 }  // namespace finetune

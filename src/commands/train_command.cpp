@@ -109,7 +109,7 @@ int run_train(const Options& options, const EnvMap& env) {
     if (launch.rank == 0) {
       log_banner(loaded, adapter, data, stream, launch,
                  {options.dataset.empty() ? options.raw_text_file : options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
-                  config.total_steps, config.schedule.warmup_steps});
+                  config.total_steps, config.schedule.warmup_steps, config.optim});
       if (const auto memory = peak_device_memory_gib(device)) log::info("GPU memory after load: " + c10::str(*memory) + " GiB");
     }
 

@@ -16,6 +16,7 @@ struct RunShape {
   int64_t gradient_accumulation_steps = 1;
   int64_t total_steps = 0;
   int64_t warmup_steps = 0;
+  std::string optimizer = "adamw_torch";  // --optim's resolved name
 };
 
 void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const Datasets& data,
