@@ -54,17 +54,6 @@ OptionRow bool_row(const std::string& name, const std::string& group, bool Optio
           [=](Options& o, const std::string& v) { o.*field = parse_bool(v, extra_true_words); }};
 }
 
-// A flag kept for compatibility with Unsloth's CLI whose `true` we cannot honour.
-OptionRow unsupported_true_row(const std::string& name, const std::string& group, bool Options::*field,
-                               const std::string& reason, const std::string& help) {
-  return {spec(name, group, "bool", Options{}.*field ? "true" : "false", help),
-          [=](Options& o, const std::string& v) {
-            const bool value = parse_bool(v);
-            if (value) throw BadValue("true is not supported (" + reason + ")");
-            o.*field = value;
-          }};
-}
-
 // --chat_template: a name (data/chat_template.h: chat_template_names(), or an alias) or a .jinja
 // file that exists.
 OptionRow chat_template_row() {
