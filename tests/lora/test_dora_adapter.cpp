@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 
+#include "adapter_step_gradients.h"
 #include "../model/tiny_config.h"
 #include "../reference/tensor_fixtures.h"
 #include "../test_support.h"
@@ -74,12 +75,6 @@ const Linear& linear_named(const CausalLM& model, const std::string& name) {
     if (linear_name == name) return *linear;
   }
   throw std::runtime_error("no projection " + name);
-}
-
-void seed_default_generator(uint64_t seed) {
-  auto generator = at::globalContext().defaultGenerator(at::kCPU);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_current_seed(seed);
 }
 
 TEST(DoraAdapter, FreshMagnitudeIsPeftsRowNormOfTheBaseWeight) {
@@ -209,27 +204,10 @@ TEST(DoraAdapter, MergedExportEqualsPeftMergeAndUnload) {
   RecordProperty("max_abs_error", std::to_string(worst));
 }
 
-std::vector<at::Tensor> dora_gradients(CausalLM& model, bool checkpointing, uint64_t seed = 11) {
-  for (auto& [name, tensor] : lora_parameters(model)) tensor.mutable_grad() = at::Tensor();
-  seed_default_generator(seed);
-  auto ids = at::tensor({3, 7, 1, 9, 4, 4, 8, 2, 6, 5, 1, 3}, at::kLong).view({2, 6});
-  auto positions = at::arange(6, at::kLong).repeat({2, 1});
-  ForwardOptions options;
-  options.training = true;
-  options.gradient_checkpointing = checkpointing;
-  causal_lm_loss_sum(model, model.forward_hidden(ids, positions, AttentionMask{}, options), ids).backward();
-  std::vector<at::Tensor> out;
-  for (auto& [name, tensor] : lora_parameters(model)) out.push_back(tensor.grad().clone());
-  return out;
-}
-
 TEST(DoraAdapter, GradientCheckpointingWithDropoutRecomputesTheSameGradients) {
   CausalLM model(tiny_llama_config({16, 32, 48, 3, 4, 2, 8}), at::kFloat, at::kCPU);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(2);
-  {
-    at::NoGradGuard no_grad;
-    for (auto& [name, parameter] : model.named_parameters()) parameter.normal_(0.0, 0.3, generator);
-  }
+  randomize_base(model, generator);
   LoraConfig lora;
   lora.r = 4;
   lora.lora_alpha = 8;
@@ -241,14 +219,14 @@ TEST(DoraAdapter, GradientCheckpointingWithDropoutRecomputesTheSameGradients) {
   for (auto& [name, tensor] : trainable) {
     if (!ends_with(name, "lora_magnitude_vector")) tensor.detach().normal_(0.0, 0.2, generator);
   }
-  const auto plain = dora_gradients(model, false);
-  const auto recomputed = dora_gradients(model, true);
+  const auto plain = adapter_step_gradients(model, false);
+  const auto recomputed = adapter_step_gradients(model, true);
   ASSERT_EQ(plain.size(), recomputed.size());
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_TRUE(at::equal(plain[i], recomputed[i])) << trainable[i].first;
     EXPECT_GT(plain[i].abs().sum().item<double>(), 0.0) << trainable[i].first;
   }
-  EXPECT_FALSE(at::equal(plain[0], dora_gradients(model, false, /*seed=*/12)[0]));  // dropout is on
+  EXPECT_FALSE(at::equal(plain[0], adapter_step_gradients(model, false, /*seed=*/12)[0]));  // dropout is on
 }
 
 // One DoRA projection (with a bias and dropout off) on `device`: its output and gradients for x.
