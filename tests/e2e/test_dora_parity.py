@@ -25,31 +25,13 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 BOUNDS = {"float32": dict(loss=1e-4, adapter=1e-4), "bfloat16": dict(loss=5e-4, adapter=1e-2)}
 
 
-def make_dora_init_adapter(base_dir, out_dir, dtype, seed=0):
-    """A PEFT DoRA adapter with non-zero lora_B and a magnitude moved off ||W||, so every term counts."""
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
-    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM", use_dora=True,
-                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                             "down_proj"])
-    model = peft.get_peft_model(model, config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.05 * torch.randn_like(p))
-            elif "lora_magnitude_vector" in name:
-                p.mul_(1 + 0.05 * torch.randn_like(p))
-    model.save_pretrained(out_dir)
-    return out_dir
-
-
 @pytest.fixture(scope="module", params=list(DTYPES))
 def setup(request, tmp_path_factory):
     dtype = request.param
     root = tmp_path_factory.mktemp(f"dora_{dtype}")
     base = root / "base"
     tiny_models.make_model("llama", base, dtype=DTYPES[dtype])
-    adapter = make_dora_init_adapter(base, root / "init_adapter", DTYPES[dtype])
+    adapter = reference_loop.make_init_adapter(base, root / "init_adapter", use_dora=True, dtype=DTYPES[dtype])
     rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
     data = root / "train.jsonl"
     tiny_models.write_jsonl(data, rows)

@@ -13,13 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import last_json_line, run_finetune
+from conftest import run_finetune
 from numerics import relative_error
 import reference_loop
 import tiny_models
+from test_train_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, step_losses
 
-STEPS = 20
-SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="cosine", max_grad_norm=0.5)
 LOGITS_BOUND = 1e-5   # as test_eval_parity.py: same weights, same dtype, GEMM summation order only
 TRAINING_BOUND = 1e-4  # as test_train_parity.py: 20 steps of AdamW amplify those differences
 
@@ -50,18 +49,9 @@ def setup(tmp_path_factory):
 
 
 def finetune_args(base, adapter, data, out, gradient_checkpointing="true"):
-    s = SETTINGS
-    return ["--model_name", base, "--dataset", data, "--init_adapter", adapter, "--output_dir", out,
-            "--max_steps", STEPS, "--per_device_train_batch_size", s["batch_size"],
-            "--gradient_accumulation_steps", s["accumulation"], "--learning_rate", s["lr"],
-            "--warmup_steps", s["warmup"], "--lr_scheduler_type", s["scheduler"], "--max_grad_norm",
-            s["max_grad_norm"], "--weight_decay", 0.01, "--lora_dropout", 0.0, "--dtype", "float32",
-            "--device", "cpu", "--shuffle", "false", "--logging_steps", 1, "--load_in_4bit",
-            "--use_gradient_checkpointing", gradient_checkpointing]
-
-
-def step_losses(out):
-    return [json.loads(line)["loss"] for line in open(out / "metrics.jsonl")]
+    """test_train_parity's run (the settings the reference loop repeats) on a 4-bit base."""
+    return lora_finetune_args(base, adapter, data, out, gradient_checkpointing=gradient_checkpointing) + \
+        ["--load_in_4bit"]
 
 
 def our_logits(model_dir, rows, tmp_path, extra=()):

@@ -110,10 +110,12 @@ def lora_state(model):
     return {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
 
 
-def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False):
-    """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised."""
+def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
+                      dtype=torch.float32):
+    """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised; with DoRA
+    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
@@ -123,5 +125,7 @@ def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False,
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_(0.05 * torch.randn_like(p))
+            elif "lora_magnitude_vector" in name:
+                p.mul_(1 + 0.05 * torch.randn_like(p))
     model.save_pretrained(out_dir)
     return out_dir
