@@ -237,7 +237,6 @@ static std::optional<Bnb4bitQuantization> read_quantization(const Fields& fields
       out.skip_modules.push_back(name.get<std::string>());
     }
   }
-  out.raw = fields.at("quantization_config");
   return out;
 }
 

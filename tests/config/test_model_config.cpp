@@ -10,6 +10,8 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "finetune/config/model_config.h"
 #include "finetune/util/json_parse.h"
@@ -277,6 +279,46 @@ TEST(ModelConfigTest, WrongJsonTypes) {
     EXPECT_TRUE(contains(msg, "\"" + key + "\"")) << key << ": " << msg;
   }
   EXPECT_TRUE(contains(error_of(json::array()), "object"));
+}
+
+// quantization_config as transformers writes BitsAndBytesConfig.to_dict() for a 4-bit checkpoint
+// (tests/e2e/test_qlora.py loads one transformers saved); anything else is an error naming the field.
+TEST(ModelConfigTest, Bitsandbytes4bitQuantizationConfig) {
+  const json bnb = {{"_load_in_4bit", true}, {"_load_in_8bit", false}, {"bnb_4bit_compute_dtype", "bfloat16"},
+                    {"bnb_4bit_quant_storage", "uint8"}, {"bnb_4bit_quant_type", "nf4"},
+                    {"bnb_4bit_use_double_quant", true}, {"llm_int8_enable_fp32_cpu_offload", false},
+                    {"llm_int8_has_fp16_weight", false}, {"llm_int8_skip_modules", {"lm_head"}},
+                    {"llm_int8_threshold", 6.0}, {"load_in_4bit", true}, {"load_in_8bit", false},
+                    {"quant_method", "bitsandbytes"}};
+  json c = base_config();
+  EXPECT_FALSE(model_config_from_json(c, "x").quantization.has_value());
+  c["quantization_config"] = bnb;
+  const auto quantization = model_config_from_json(c, "x").quantization;
+  ASSERT_TRUE(quantization.has_value());
+  EXPECT_EQ(quantization->quant_type, "nf4");
+  EXPECT_TRUE(quantization->use_double_quant);
+  EXPECT_EQ(quantization->compute_dtype, "bfloat16");
+  EXPECT_EQ(quantization->skip_modules, std::vector<std::string>{"lm_head"});
+
+  const std::vector<std::tuple<std::string, json, std::string>> refused = {
+      {"quant_method", "gptq", "only bitsandbytes 4-bit"},
+      {"load_in_8bit", true, "8-bit"},
+      {"load_in_4bit", false, "expected true"},
+      {"bnb_4bit_quant_type", "int4", "nf4, fp4"},
+      {"bnb_4bit_quant_storage", "float16", "only uint8"},
+      {"bnb_4bit_use_double_quant", "yes", "expected true or false"},
+      {"llm_int8_skip_modules", "lm_head", "list of names"},
+      {"llm_int8_skip_modules", {1}, "list of names"},
+  };
+  for (const auto& [key, value, problem] : refused) {
+    json bad = base_config();
+    bad["quantization_config"] = bnb;
+    bad["quantization_config"][key] = value;
+    const std::string msg = error_of(bad);
+    EXPECT_TRUE(contains(msg, "\"quantization_config." + key + "\"") && contains(msg, problem)) << key << ": " << msg;
+  }
+  c["quantization_config"] = "bitsandbytes";
+  EXPECT_TRUE(contains(error_of(c), "\"quantization_config\": expected an object")) << error_of(c);
 }
 
 // Integers beyond int64 (and floats beyond its range, whose conversion was undefined) are errors

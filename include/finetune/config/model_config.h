@@ -31,7 +31,6 @@ struct Bnb4bitQuantization {
   bool use_double_quant = false;         // bnb_4bit_use_double_quant
   std::string compute_dtype = "float32";  // bnb_4bit_compute_dtype
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules: kept in 16-bit
-  nlohmann::json raw;                     // the object as written, re-written on 4-bit export
 };
 
 struct ModelConfig {
