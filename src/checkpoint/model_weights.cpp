@@ -10,12 +10,6 @@
 namespace finetune {
 namespace {
 
-// What a missing tensor was looked for in: the single file, or the shards' index.
-std::string checkpoint_name(const CheckpointFiles& files) {
-  if (files.files().size() == 1) return files.files().front()->path();
-  return files.dir() + "/model.safetensors.index.json";
-}
-
 // Buffers some checkpoints carry that are not parameters of ours.
 bool is_ignorable(const std::string& name) {
   return name.find("rotary_emb.inv_freq") != std::string::npos;
@@ -29,21 +23,7 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.named_parameters()) {
     expected.insert(name);
-    if (!files.contains(name)) {
-      throw Error(checkpoint_name(files) + ": checkpoint is missing tensor '" + name +
-                  "' (does config.json match the weights?)");
-    }
-    const auto& file = files.file_of(name);
-    const auto& info = files.info(name);
-    auto source = tensor_view(file, info);
-    if (!source.sizes().equals(parameter.sizes())) {
-      throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_to_string(source.sizes().vec()) +
-                  " but the model (config.json) expects " + shape_to_string(parameter.sizes().vec()));
-    }
-    if (!at::isFloatingType(source.scalar_type())) {
-      throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
-    }
-    parameter.copy_(source);
+    parameter.copy_(weight_view(files, name, parameter.sizes()));
   }
   if (model.projections_4bit()) load_projections_4bit(model, files, expected);
   for (const auto& name : files.tensor_names()) {

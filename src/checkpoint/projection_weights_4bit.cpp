@@ -8,20 +8,6 @@
 namespace finetune {
 namespace {
 
-// `name`'s tensor as a CPU view, shape-checked against the projection.
-at::Tensor checked_dense(const CheckpointFiles& files, const std::string& name, const Linear& linear) {
-  const auto& file = files.file_of(name);
-  auto source = tensor_view(file, files.info(name));
-  if (!source.sizes().equals(linear.weight.sizes())) {
-    throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_to_string(source.sizes().vec()) +
-                " but the model (config.json) expects " + shape_to_string(linear.weight.sizes().vec()));
-  }
-  if (!at::isFloatingType(source.scalar_type())) {
-    throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
-  }
-  return source;
-}
-
 // The checkpoint's tensors by name (CPU views; undefined when absent), recording what was read.
 TensorLookup tensor_lookup(const CheckpointFiles& files, std::set<std::string>& consumed) {
   return [&files, &consumed](const std::string& tensor_name) {
@@ -60,19 +46,16 @@ void load_projections_4bit(CausalLM& model, const CheckpointFiles& files, std::s
   const auto options = at::TensorOptions().dtype(model.dtype()).device(model.device());
   for (auto& [module, linear] : model.named_linears()) {
     const std::string name = module + ".weight";
-    if (!files.contains(name)) {
-      throw Error(files.dir() + ": checkpoint is missing tensor '" + name + "' (does config.json match the weights?)");
-    }
     consumed.insert(name);
     if (saved_quant_type(name, tensor_lookup(files, consumed))) {
       linear->weight_4bit = std::make_shared<const Nf4Weight>(owned_on(stored_4bit(files, name, *linear, consumed),
                                                                        model.device()));
     } else if (model.config().quantization) {
       // A 4-bit checkpoint keeps this projection in 16-bit (llm_int8_skip_modules): so do we.
-      linear->weight = checked_dense(files, name, *linear).to(options, /*non_blocking=*/false, /*copy=*/true);
+      linear->weight = weight_view(files, name, linear->weight.sizes()).to(options, /*non_blocking=*/false, /*copy=*/true);
     } else {
       // Converted to the model dtype first (transformers quantizes the weight it loaded in `dtype`).
-      const auto dense = checked_dense(files, name, *linear).to(options);
+      const auto dense = weight_view(files, name, linear->weight.sizes()).to(options);
       linear->weight_4bit = std::make_shared<const Nf4Weight>(quantize_nf4(dense, /*compress_statistics=*/true));
     }
   }

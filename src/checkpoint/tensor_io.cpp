@@ -4,6 +4,16 @@
 
 namespace finetune {
 
+namespace {
+
+// What a missing tensor was looked for in: the single file, or the shards' index.
+std::string checkpoint_name(const CheckpointFiles& files) {
+  if (files.files().size() == 1) return files.files().front()->path();
+  return files.dir() + "/model.safetensors.index.json";
+}
+
+}  // namespace
+
 at::ScalarType scalar_type_of(DType dtype) {
   switch (dtype) {
     case DType::F64: return at::kDouble;
@@ -61,6 +71,23 @@ std::map<std::string, at::Tensor> load_tensors(const std::string& path) {
   std::map<std::string, at::Tensor> out;
   for (const auto& info : file.tensors()) out[info.name] = tensor_view(file, info).clone();
   return out;
+}
+
+at::Tensor weight_view(const CheckpointFiles& files, const std::string& name, at::IntArrayRef expected_shape) {
+  if (!files.contains(name)) {
+    throw Error(checkpoint_name(files) + ": checkpoint is missing tensor '" + name +
+                "' (does config.json match the weights?)");
+  }
+  const auto& file = files.file_of(name);
+  auto source = tensor_view(file, files.info(name));
+  if (!source.sizes().equals(expected_shape)) {
+    throw Error(file.path() + ": tensor '" + name + "' has shape " + shape_to_string(source.sizes().vec()) +
+                " but the model (config.json) expects " + shape_to_string(expected_shape.vec()));
+  }
+  if (!at::isFloatingType(source.scalar_type())) {
+    throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
+  }
+  return source;
 }
 
 }  // namespace finetune

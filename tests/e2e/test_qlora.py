@@ -225,3 +225,20 @@ def test_merged_4bit_is_what_bitsandbytes_writes_and_transformers_loads(setup, t
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, device_map="cpu").eval()
     assert type(loaded.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
     expect_logits_match(out, loaded, rows[:4], tmp_path)
+
+
+def test_4bit_load_names_a_projection_of_the_wrong_shape(setup, tmp_path):
+    """config.json and the weights disagree on a projection: the 4-bit loader says which tensor, in which file."""
+    import shutil
+    root, base, adapter, rows, data = setup
+    model_dir = tmp_path / "mismatch"
+    shutil.copytree(base, model_dir)
+    config = json.load(open(model_dir / "config.json"))
+    config["intermediate_size"] = 96
+    json.dump(config, open(model_dir / "config.json", "w"))
+    proc = run_finetune(["eval", "--model_name", model_dir, "--dataset", data, "--device", "cpu", "--load_in_4bit"],
+                        check=False)
+    assert proc.returncode != 0
+    assert "model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [128, 64]" in proc.stderr, \
+        proc.stderr
+    assert "expects [96, 64]" in proc.stderr, proc.stderr
