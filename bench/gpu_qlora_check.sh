@@ -4,6 +4,8 @@
 #                                         vs the CPU path, 8-bit AdamW kernel) and a QLoRA DDP-free smoke run
 #   bash bench/gpu_qlora_check.sh 1b      QLoRA correctness check + benchmark, Llama-3.2-1B shape
 #   bash bench/gpu_qlora_check.sh 8b      the same, Qwen3-8B shape (+ memory at 2048 tokens)
+# (1b/8b: BENCH_SETTINGS, BENCH_VARIANTS, BENCH_STEPS, BENCH_REF_STEPS, BENCH_FLAGS pass through to bench.py;
+#  BENCH_QLORA_CHECK=0 skips the correctness check, e.g. on a second call for the same shape.)
 # bitsandbytes is not installed there: its wheel, stripped to the CPU and CUDA 13.0 libraries, is
 # carried in .deps/py (git-ignored), with trl.
 set -uo pipefail
@@ -40,7 +42,10 @@ case "$phase" in
     source build/env.sh
     shape=$([ "$phase" = 1b ] && echo llama-3.2-1b || echo qwen3-8b)
     python3 bench/bench.py --finetune "$FINETUNE_BIN" --shapes "$shape" --settings "${BENCH_SETTINGS:-seed,best}" \
-      --variants "${BENCH_VARIANTS:-lora,qlora,qlora8}" --qlora_check --gpus 1 --steps "${BENCH_STEPS:-20}" \
-      --warmup 5 --ref_steps "${BENCH_REF_STEPS:-6}" --work "$WORK" --out "$OUT" 2>&1 | tail -60 | tee "$OUT/bench-$phase.txt"
+      --variants "${BENCH_VARIANTS:-lora,qlora,qlora8}" $([ "${BENCH_QLORA_CHECK:-1}" = 1 ] && echo --qlora_check) --gpus 1 --steps "${BENCH_STEPS:-20}" \
+      --warmup 5 --ref_steps "${BENCH_REF_STEPS:-6}" --work "$WORK" --out "$OUT" ${BENCH_FLAGS:-} 2>&1 | tail -60 \
+      | tee "$OUT/bench-$phase.txt"
+    # load time and load peak memory of each of our runs (the banner's first line)
+    grep -H "finetune | model" "$WORK"/ours-"$shape"-*.log 2>/dev/null | tee "$OUT/load-$phase.txt"
     ;;
 esac
