@@ -61,7 +61,7 @@ def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
                          "--per_device_train_batch_size", str(s["batch"]), "--gradient_accumulation_steps",
                          str(s["accum"]), "--learning_rate", "2e-4",  # r=16, alpha=16: the defaults (torchrun rejects --r)
                          "--max_seq_length", "2048", "--warmup_steps", "5", "--logging_steps", str(args.warmup),
-                         "--output_dir", out, "--dtype", "bfloat16",
+                         "--output_dir", out, "--overwrite_output_dir", "--dtype", "bfloat16",
                          "--use_gradient_checkpointing", "true" if checkpointing else "false"]
     if setting == "best":
         cmd += ["--packing", "true"]

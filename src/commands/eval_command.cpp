@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/commands/commands.h"
+#include "finetune/commands/hub_inputs.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/launch/launch_env.h"
@@ -16,9 +17,10 @@ namespace finetune {
 
 int run_eval(const Options& options, const EnvMap& env) {
   const auto data_setup = data_setup_from(options);
+  const auto source = model_source_from(options);
+  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup, false));
   const std::vector<DatasetSplit> splits = eval_command_splits(data_setup, env);  // before the model: fails fast
   const auto launch = launch_env_from(env);
-  const auto source = model_source_from(options);
   const auto device = select_device(source.device, launch.local_rank);
   auto loaded = load_model(source, env, device);
   check_sequence_length(loaded.model->config(), data_setup.max_seq_length);

@@ -23,7 +23,7 @@ LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::D
   const auto start = std::chrono::steady_clock::now();
   reset_peak_device_memory(device);
   LoadedModel loaded;
-  loaded.model_dir = resolve_model_dir(source.model_name, env);
+  loaded.model_dir = resolve_model_dir(source.model_name, env, source.revision);
   auto config = load_model_config(loaded.model_dir);
   const bool projections_4bit = source.load_in_4bit || config.quantization.has_value();
   loaded.model = std::make_unique<CausalLM>(std::move(config), select_dtype(source.dtype, device), device,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "finetune/config/hf_hub.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
@@ -11,7 +12,7 @@
 namespace finetune {
 
 ModelSource model_source_from(const Options& options) {
-  return {options.model_name, options.dtype, options.device, options.load_in_4bit};
+  return {options.model_name, options.dtype, options.device, options.load_in_4bit, options.revision};
 }
 
 AdapterSetup adapter_setup_from(const Options& options) {
@@ -174,6 +175,15 @@ RunIdentity run_identity_from(const Options& options, const LaunchEnv& launch, c
   identity.seed = options.seed;
   identity.optim = options.optim;
   return identity;
+}
+
+PushSetup push_setup_from(const Options& options) {
+  PushSetup setup{options.push_model, options.hub_path, options.hub_token, options.hub_private_repo};
+  if (setup.push && !looks_like_hub_id(setup.hub_path)) {
+    throw UsageError("--push_model needs --hub_path ORG/NAME, the hub repo to upload to" +
+                     (setup.hub_path.empty() ? std::string() : " (got \"" + setup.hub_path + "\")"));
+  }
+  return setup;
 }
 
 ExportSetup export_setup_from(const Options& options) {

@@ -3,6 +3,7 @@
 // config (stage_configs.h).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,8 @@
 #include "finetune/commands/commands.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
+#include "finetune/commands/hub_inputs.h"
+#include "finetune/hub/hub_upload.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/rendezvous.h"
@@ -61,6 +64,34 @@ void prepare_output_dir(const RunDirectorySetup& setup, const LaunchEnv& launch)
   }
 }
 
+// The adapter files (and the tokenizer files, when present) of output_dir: not its checkpoints,
+// metrics or run state.
+std::vector<std::string> adapter_files_to_push(const std::string& output_dir) {
+  std::vector<std::string> files;
+  for (const char* name : {"adapter_config.json", "adapter_model.safetensors", "README.md", "tokenizer.json",
+                           "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "chat_template.jinja"}) {
+    if (std::filesystem::is_regular_file(std::filesystem::path(output_dir) / name)) files.push_back(name);
+  }
+  return files;
+}
+
+void push_final(const PushSetup& push, const ExportSetup& export_setup, const std::string& output_dir, const EnvMap& env) {
+  PushRequest request;
+  request.repo_id = push.hub_path;
+  request.private_repo = push.private_repo;
+  if (export_setup.save_model) {
+    request.folder = export_setup.export_config.save_path;
+    request.commit_message = "Upload " + export_setup.export_config.save_method + " model with finetune";
+  } else {
+    request.folder = output_dir;
+    request.files = adapter_files_to_push(output_dir);
+    request.commit_message = "Upload LoRA adapter with finetune";
+  }
+  const auto settings = hub_settings_from(env, push.hub_token);
+  log::info("pushing " + request.folder + " to " + settings.endpoint + "/" + request.repo_id);
+  log::info("pushed: " + push_to_hub(settings, request));
+}
+
 }  // namespace
 
 int run_train(const Options& options, const EnvMap& env) {
@@ -72,9 +103,13 @@ int run_train(const Options& options, const EnvMap& env) {
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
   const auto export_setup = export_setup_from(options);
+  const auto push_setup = push_setup_from(options);
   const auto run_directory = run_directory_setup_from(options);
   try {
     const auto data_setup = data_setup_from(options);
+    // Hub ids into the cache first (Note [One download per node]); then everything reads the cache.
+    fetch_hub_inputs_per_node(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup, true),
+                              launch, *communicator);
     const auto data_splits = resolve_data_splits(data_setup, env);  // a wrong split fails before the model loads
     prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
     if (launch.rank == 0 && export_setup.save_model) {
@@ -133,6 +168,7 @@ int run_train(const Options& options, const EnvMap& env) {
       try {
         save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir,
                    result.last_checkpoint);
+        if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
       } catch (const std::exception& e) {
         save_failure = e.what();
       }

@@ -3,6 +3,7 @@
 #include "finetune/config/data_file_splits.h"
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <filesystem>
 #include <regex>
@@ -65,15 +66,28 @@ bool is_hidden(const std::string& name) {
   return name.size() > 1 && name[0] == '.' && name.find_first_not_of('.') != std::string::npos;
 }
 
-// Every file under `dir` that datasets' pattern resolution can return, relative and sorted: hidden
-// files and files in hidden or __special__ directories are skipped (datasets' patterns never ask
-// for them), as are the metadata names of FILES_TO_IGNORE. Symlinks are followed, as fsspec does.
+// Whether datasets' pattern resolution can return the file at repo-relative `path`: not hidden,
+// not in a hidden or __special__ directory, not one of the metadata names of FILES_TO_IGNORE.
+bool visible_path(const std::string& path) {
+  const auto& ignored = datasets_ignored_file_names();
+  size_t start = 0;
+  while (true) {
+    const size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (is_hidden(part)) return false;
+    if (slash == std::string::npos) return std::find(ignored.begin(), ignored.end(), part) == ignored.end();
+    if (part.rfind("__", 0) == 0) return false;
+    start = slash + 1;
+  }
+}
+
+// Every file under `dir` that datasets' pattern resolution can return, relative and sorted.
+// Symlinks are followed, as fsspec does.
 std::vector<std::string> visible_files(const fs::path& dir) {
   std::vector<std::string> files;
   std::error_code ec;
   fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
   if (ec) throw Error(dir.string() + ": cannot list: " + ec.message());
-  const auto& ignored = datasets_ignored_file_names();
   for (; it != end; it.increment(ec)) {
     if (ec) throw Error(dir.string() + ": cannot list: " + ec.message());
     const std::string name = it->path().filename().string();
@@ -82,8 +96,8 @@ std::vector<std::string> visible_files(const fs::path& dir) {
       if (is_hidden(name) || name.rfind("__", 0) == 0) it.disable_recursion_pending();
       continue;
     }
-    if (is_hidden(name) || std::find(ignored.begin(), ignored.end(), name) != ignored.end()) continue;
-    if (fs::is_regular_file(it->path(), type_ec)) files.push_back(it->path().lexically_relative(dir).generic_string());
+    const std::string relative = it->path().lexically_relative(dir).generic_string();
+    if (visible_path(relative) && fs::is_regular_file(it->path(), type_ec)) files.push_back(relative);
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -179,11 +193,13 @@ bool is_split_name(const std::string& name) {
   return previous_was_word;
 }
 
-DataFileSplits infer_data_file_splits(const std::string& dir) {
-  const std::vector<std::string> files = visible_files(dir);
+namespace {
+
+// The splits of `files` (relative, sorted, visible), before the builder's extension filter.
+DataFileSplits splits_of_listing(const std::string& where, const std::vector<std::string>& files) {
   DataFileSplits result;
   std::vector<std::string> builders;
-  for (const auto& [split, patterns] : split_patterns(dir, files)) {
+  for (const auto& [split, patterns] : split_patterns(where, files)) {
     result.splits.emplace_back(split, resolve(patterns, files, true));
     builders.push_back(datasets_builder_for(result.splits.back().second));
   }
@@ -192,12 +208,19 @@ DataFileSplits infer_data_file_splits(const std::string& dir) {
       std::vector<std::string> described;
       for (size_t j = 0; j < builders.size(); ++j)
         described.push_back(result.splits[j].first + ": " + (builders[j].empty() ? "none" : builders[j]));
-      throw Error(dir + ": HF datasets finds different data formats in its splits (" + join(described, ", ") +
+      throw Error(where + ": HF datasets finds different data formats in its splits (" + join(described, ", ") +
                   ") and refuses the directory");
     }
   }
   result.builder = builders[0];
-  if (result.builder.empty()) throw Error(dir + ": no data files that HF datasets reads");
+  if (result.builder.empty()) throw Error(where + ": no data files that HF datasets reads");
+  return result;
+}
+
+}  // namespace
+
+DataFileSplits infer_data_file_splits(const std::string& dir) {
+  DataFileSplits result = splits_of_listing(dir, visible_files(dir));
   // datasets matches the builder's extensions against absolute, symlink-free paths.
   std::error_code ec;
   const fs::path absolute = fs::weakly_canonical(fs::absolute(dir), ec);
@@ -211,40 +234,53 @@ DataFileSplits infer_data_file_splits(const std::string& dir) {
   return result;
 }
 
-DataFileSplits parquet_export_splits(const std::string& snapshot) {
-  std::error_code ec;
-  const auto subdirectories = [&ec](const fs::path& dir) {
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (entry.is_directory(ec) && !is_hidden(entry.path().filename().string()))
-        names.push_back(entry.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  };
-  const std::vector<std::string> configs = subdirectories(snapshot);
+DataFileSplits infer_listing_splits(const std::string& where, const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& path : paths)
+    if (visible_path(path)) files.push_back(path);
+  std::sort(files.begin(), files.end());
+  DataFileSplits result = splits_of_listing(where, files);
+  for (auto& [split, split_files] : result.splits) {
+    std::vector<std::string> kept;
+    for (const auto& file : split_files)
+      if (datasets_builder_keeps(result.builder, file)) kept.push_back(file);
+    split_files = std::move(kept);
+  }
+  return result;
+}
+
+DataFileSplits parquet_export_listing_splits(const std::string& where, const std::vector<std::string>& paths) {
+  // <config>/<split directory>/<file>.parquet, hidden parts skipped
+  std::map<std::string, std::map<std::string, std::vector<std::string>>> by_config;
+  for (const auto& path : paths) {
+    const auto first = path.find('/');
+    const auto second = first == std::string::npos ? std::string::npos : path.find('/', first + 1);
+    if (second == std::string::npos || path.find('/', second + 1) != std::string::npos) continue;
+    const std::string config = path.substr(0, first), directory = path.substr(first + 1, second - first - 1);
+    if (is_hidden(config) || is_hidden(directory) || fs::path(path).extension() != ".parquet") continue;
+    by_config[config][directory].push_back(path);
+  }
+  std::vector<std::string> configs;
+  for (const auto& [name, directories] : by_config) configs.push_back(name);
   std::string config;
   if (configs.size() == 1) config = configs[0];
-  else if (std::find(configs.begin(), configs.end(), "default") != configs.end()) config = "default";
+  else if (by_config.count("default")) config = "default";
   else
-    throw Error(snapshot + ": a Parquet export with the configs " + join(configs, ", ") +
+    throw Error(where + ": a Parquet export with the configs " + join(configs, ", ") +
                 " and none named default (finetune reads the default config; copy the wanted <config>/<split>/ "
                 "directories into a directory and pass that)");
 
   DataFileSplits result;
   result.builder = "parquet";
   std::vector<std::pair<std::string, std::vector<std::string>>> found;
-  for (const auto& directory : subdirectories(fs::path(snapshot) / config)) {
+  for (auto& [directory, files] : by_config[config]) {
     std::string split = directory;
     if (split.rfind("partial-", 0) == 0) {
       split = split.substr(8);
       result.partial_splits.push_back(split);
     }
-    std::vector<std::string> files;
-    for (const auto& entry : fs::directory_iterator(fs::path(snapshot) / config / directory, ec))
-      if (entry.path().extension() == ".parquet" && fs::is_regular_file(entry.path(), ec))
-        files.push_back(entry.path().string());
     std::sort(files.begin(), files.end());
-    if (!files.empty()) found.emplace_back(split, files);
+    found.emplace_back(split, files);
   }
   std::vector<std::string> names;
   for (const auto& [split, files] : found) names.push_back(split);
@@ -254,7 +290,29 @@ DataFileSplits parquet_export_splits(const std::string& snapshot) {
       if (split == name) files.insert(files.end(), split_files.begin(), split_files.end());
     result.splits.emplace_back(name, files);
   }
-  if (result.splits.empty()) throw Error(snapshot + "/" + config + ": no <split>/NNNN.parquet files");
+  if (result.splits.empty()) throw Error(where + "/" + config + ": no <split>/NNNN.parquet files");
+  return result;
+}
+
+DataFileSplits parquet_export_splits(const std::string& snapshot) {
+  std::vector<std::string> listing;
+  std::error_code ec;
+  const auto entries = [&ec](const fs::path& dir) {
+    std::vector<fs::directory_entry> out;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) out.push_back(entry);
+    return out;
+  };
+  for (const auto& config : entries(snapshot)) {
+    if (!config.is_directory(ec)) continue;
+    for (const auto& directory : entries(config.path())) {
+      if (!directory.is_directory(ec)) continue;
+      for (const auto& file : entries(directory.path()))
+        if (fs::is_regular_file(file.path(), ec)) listing.push_back(file.path().lexically_relative(snapshot).generic_string());
+    }
+  }
+  DataFileSplits result = parquet_export_listing_splits(snapshot, listing);
+  for (auto& [split, files] : result.splits)
+    for (auto& file : files) file = (fs::path(snapshot) / file).string();
   return result;
 }
 

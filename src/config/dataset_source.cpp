@@ -23,6 +23,15 @@ const std::vector<std::string>& readable_builders() {
   return builders;
 }
 
+}  // namespace
+
+bool finetune_reads_builder(const std::string& builder) {
+  const auto& readable = readable_builders();
+  return std::find(readable.begin(), readable.end(), builder) != readable.end();
+}
+
+namespace {
+
 struct FoundDataset {
   std::string location;
   DataFileSplits splits;
@@ -85,8 +94,8 @@ FoundDataset find_dataset(const std::string& spec, const std::string& option, co
   std::vector<std::string> tried = {spec + " (local file or directory)"};
   FoundDataset found;
   if (looks_like_hub_id(spec) && find_in_cache(spec, env, tried, found)) return found;
-  throw Error(option + " " + spec + " not found (there is no download: pass a data file, a directory, or a hub "
-              "id already in the Hugging Face cache); looked at:" + tried_lines(tried));
+  throw Error(option + " " + spec + " not found (pass a data file, a directory, or a hub id: it is "
+              "downloaded unless HF_HUB_OFFLINE=1); looked at:" + tried_lines(tried));
 }
 
 DatasetSplit split_of(const FoundDataset& found, const std::string& split) {
@@ -170,8 +179,8 @@ DatasetSplit resolve_eval_dataset(const std::string& eval_dataset, const std::st
       log::warn("--eval_dataset " + eval_dataset + " is the split training reads: evaluation measures training data");
     return split_of(found, eval_dataset);
   }
-  throw Error("--eval_dataset " + eval_dataset + " not found (there is no download: pass a file, a directory, a hub "
-              "id already in the Hugging Face cache, or the name of a split of --dataset); looked at:" +
+  throw Error("--eval_dataset " + eval_dataset + " not found (pass a file, a directory, a hub id (downloaded "
+              "unless HF_HUB_OFFLINE=1), or the name of a split of --dataset); looked at:" +
               tried_lines(tried));
 }
 

@@ -19,6 +19,8 @@ std::string env_value(const EnvMap& env, const std::string& key) {
   return it == env.end() ? "" : it->second;
 }
 
+}  // namespace
+
 // The hub cache root, resolved as huggingface_hub.constants does (first one configured wins).
 std::string hub_cache_root(const EnvMap& env) {
   if (const std::string v = env_value(env, "HF_HUB_CACHE"); !v.empty()) return v;
@@ -29,15 +31,12 @@ std::string hub_cache_root(const EnvMap& env) {
   return "";
 }
 
+namespace {
+
 // huggingface_hub stores a revision's commit in refs/<revision>: the Parquet branch
 // "refs/convert/parquet" in refs/refs/convert/parquet (file_download.py).
 const char* const kParquetExportRef = "refs/convert/parquet";
 
-std::string repo_folder(const std::string& hub_id, const std::string& kind, const EnvMap& env) {
-  std::string folder = kind + "--" + hub_id;
-  folder.replace(folder.find('/'), 1, "--");
-  return (fs::path(hub_cache_root(env)) / folder).string();
-}
 
 // The commit a refs/<revision> file names, or "" when there is no such file.
 std::string read_ref(const fs::path& ref) {
@@ -95,6 +94,16 @@ bool cache_configured(const EnvMap& env, std::vector<std::string>& tried) {
 
 }  // namespace
 
+std::string repo_cache_folder(const std::string& hub_id, const std::string& kind, const EnvMap& env) {
+  std::string folder = kind + "--" + hub_id;
+  folder.replace(folder.find('/'), 1, "--");
+  return (fs::path(hub_cache_root(env)) / folder).string();
+}
+
+bool is_commit_hash(const std::string& revision) {
+  return revision.size() == 40 && revision.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
 bool looks_like_hub_id(const std::string& id) {
   const auto slash = id.find('/');
   return slash != std::string::npos && slash > 0 && slash + 1 < id.size() &&
@@ -107,7 +116,7 @@ std::string tried_lines(const std::vector<std::string>& tried) {
   return out;
 }
 
-std::string resolve_model_dir(const std::string& model_name, const EnvMap& env) {
+std::string resolve_model_dir(const std::string& model_name, const EnvMap& env, const std::string& revision) {
   if (model_name.empty()) throw Error("model_name: empty");
   std::error_code ec;
   if (fs::is_directory(model_name, ec)) return model_name;
@@ -115,17 +124,25 @@ std::string resolve_model_dir(const std::string& model_name, const EnvMap& env) 
   if (fs::exists(model_name, ec))
     throw Error("model " + model_name + ": is a file; expected a model directory (with config.json)");
   if (looks_like_hub_id(model_name) && cache_configured(env, tried)) {
-    const std::string snapshot = find_snapshot(repo_folder(model_name, "models", env), "main", true, {}, tried);
-    if (!snapshot.empty()) return snapshot;
+    const fs::path repo = repo_cache_folder(model_name, "models", env);
+    if (is_commit_hash(revision)) {
+      const fs::path snapshot = repo / "snapshots" / revision;
+      if (fs::is_directory(snapshot, ec)) return snapshot.string();
+      tried.push_back(snapshot.string() + " (absent)");
+    } else {
+      // Without refs/<revision>, only the default branch may fall back to the newest snapshot.
+      const std::string snapshot = find_snapshot(repo, revision, revision == "main", {}, tried);
+      if (!snapshot.empty()) return snapshot;
+    }
   }
-  throw Error("model " + model_name + " not found (there is no download: pass a local directory, or a hub id "
-              "already in the Hugging Face cache); looked at:" + tried_lines(tried));
+  throw Error("model " + model_name + " not found (pass a local directory, or a hub id: it is downloaded "
+              "unless HF_HUB_OFFLINE=1); looked at:" + tried_lines(tried));
 }
 
 DatasetSnapshots find_dataset_snapshots(const std::string& hub_id, const EnvMap& env, std::vector<std::string>& tried) {
   DatasetSnapshots found;
   if (!cache_configured(env, tried)) return found;
-  const fs::path repo = repo_folder(hub_id, "datasets", env);
+  const fs::path repo = repo_cache_folder(hub_id, "datasets", env);
   found.parquet_export = find_snapshot(repo, kParquetExportRef, false, {}, tried);
   found.main = find_snapshot(repo, "main", true, {found.parquet_export}, tried);
   return found;

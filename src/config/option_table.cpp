@@ -155,7 +155,8 @@ std::vector<OptionRow> build_option_table() {
   return {
       // --- model
       string_row("model_name", "model", &Options::model_name, false,
-                 "model directory, or hub id ORG/NAME found in the local Hugging Face cache"),
+                 "model directory, or hub id ORG/NAME (downloaded into the Hugging Face cache unless HF_HUB_OFFLINE=1)"),
+      string_row("revision", "model", &Options::revision, false, "the hub model's branch, tag or commit"),
       int_row("max_seq_length", "model", &Options::max_seq_length, 2, "longest training sequence in tokens"),
       choice_row("dtype", "model", &Options::dtype, dtype,
                  "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
@@ -252,6 +253,12 @@ std::vector<OptionRow> build_option_table() {
                "also export per --save_method into --save_path (the adapter is always in output_dir)"),
       choice_row("save_method", "saving", &Options::save_method, save_method, "export format"),
       string_row("save_path", "saving", &Options::save_path, false, "export directory"),
+      bool_row("push_model", "saving", &Options::push_model,
+               "upload --save_path (with --save_model) or the adapter in output_dir to the hub repo --hub_path"),
+      string_row("hub_path", "saving", &Options::hub_path, true, "hub repo ORG/NAME to push to (created if missing)"),
+      string_row("hub_token", "saving", &Options::hub_token, true,
+                 "hub token (else HF_TOKEN, else the token file of `hf auth login`)"),
+      bool_row("hub_private_repo", "saving", &Options::hub_private_repo, "create the --hub_path repo private"),
 
       // --- logging
       choice_row("report_to", "logging", &Options::report_to, report_to,
@@ -302,10 +309,7 @@ const std::vector<std::pair<std::string, std::string>>& unsloth_only_options() {
       {"save_gguf", "GGUF export is not implemented; --save_model writes a merged safetensors model that "
                     "llama.cpp's convert_hf_to_gguf.py converts"},
       {"quantization", "GGUF export (and so its quantization) is not implemented"},
-      {"push_model", "finetune never uses the network; upload --save_path or --output_dir yourself"},
-      {"push_gguf", "finetune never uses the network, and GGUF export is not implemented"},
-      {"hub_path", "finetune never uses the network; upload --save_path or --output_dir yourself"},
-      {"hub_token", "finetune never uses the network"},
+      {"push_gguf", "GGUF export is not implemented (--push_model uploads safetensors)"},
       {"adapter_file", "an MLX option; the adapter is written to --output_dir as PEFT safetensors"},
   };
   return options;

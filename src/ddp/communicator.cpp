@@ -1,6 +1,8 @@
 // make_communicator (backend choice + store bootstrap) and the world-size-1 LocalCommunicator.
 #include "finetune/ddp/communicator.h"
 
+#include <map>
+
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/store_bootstrap.h"
@@ -27,8 +29,17 @@ class LocalCommunicator : public Communicator {
     if (root != 0) throw distributed_error(0, what, "has no rank " + std::to_string(root) + " (world size 1)");
   }
   void barrier(const std::string&) override {}
+  void publish(const std::string& key, const std::string& value) override { published_[key] = value; }
+  std::string wait_for(const std::string& key, const std::string& what) override {
+    const auto it = published_.find(key);
+    if (it == published_.end()) throw distributed_error(0, "waiting for " + what, "is a wait for no peer (world size 1)");
+    return it->second;
+  }
   void finish() override {}
   void abort(const std::string&) override {}
+
+ private:
+  std::map<std::string, std::string> published_;
 };
 
 std::string resolve_backend(const std::string& requested, const at::Device& device) {

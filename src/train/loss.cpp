@@ -1,5 +1,7 @@
 #include "finetune/train/loss.h"
 
+#include <algorithm>
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/data/sample.h"
@@ -7,8 +9,11 @@
 namespace finetune {
 namespace {
 
-// Rows of logits materialised at a time: bounds the transient (rows x vocab) fp32 buffers.
-constexpr int64_t kTokensPerChunk = 1024;
+// Each chunk's fp32 (rows x vocab) logits stay within this budget (with the model-dtype copies,
+// about 1.5x it is live at once). 256 MiB is ~440 rows of a 152k vocabulary: it keeps Qwen3-8B
+// QLoRA at 2048 tokens under 8 GiB, and the chunk's GEMM (rows x hidden x vocab) still runs at
+// full speed (bench/RESULTS.md, issue 12).
+constexpr int64_t kLogitChunkBytes = int64_t{256} << 20;
 
 // Note [Fused LM head + cross-entropy]
 // Training never keeps (tokens x vocab) logits alive for the backward pass. The forward pass
@@ -23,8 +28,9 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
     auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
     auto grad_hidden = at::empty_like(hidden);  // (N, C)
     const int64_t count = hidden.size(0);
-    for (int64_t start = 0; start < count; start += kTokensPerChunk) {
-      const int64_t n = std::min(kTokensPerChunk, count - start);
+    const int64_t chunk = logit_chunk_rows(weight.size(0));
+    for (int64_t start = 0; start < count; start += chunk) {
+      const int64_t n = std::min(chunk, count - start);
       auto logits = at::linear(hidden.narrow(0, start, n), weight).to(at::kFloat);  // (n, V)
       auto target = targets.narrow(0, start, n).unsqueeze(1);                        // (n, 1)
       auto lse = logits.logsumexp(-1, /*keepdim=*/true);                             // (n, 1)
@@ -46,6 +52,10 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 
 }  // namespace
 
+int64_t logit_chunk_rows(int64_t vocab_size) {
+  return std::clamp<int64_t>(kLogitChunkBytes / (vocab_size * static_cast<int64_t>(sizeof(float))), 64, 4096);
+}
+
 at::Tensor shift_labels(const at::Tensor& labels) {
   auto padded = at::constant_pad_nd(labels, {0, 1}, kIgnoreIndex);
   return padded.narrow(1, 1, labels.size(1));
@@ -66,8 +76,9 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
   // Evaluation: transformers' arithmetic exactly (cross_entropy over upcast logits).
   auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
   const int64_t count = target_positions.size(0);
-  for (int64_t start = 0; start < count; start += kTokensPerChunk) {
-    const int64_t n = std::min(kTokensPerChunk, count - start);
+  const int64_t chunk = logit_chunk_rows(model.lm_head_weight().size(0));
+  for (int64_t start = 0; start < count; start += chunk) {
+    const int64_t n = std::min(chunk, count - start);
     auto logits = model.lm_head(selected.narrow(0, start, n)).to(at::kFloat);  // (n, V)
     total = total + at::cross_entropy_loss(logits, target_ids.narrow(0, start, n), std::nullopt, at::Reduction::Sum,
                                            kIgnoreIndex);

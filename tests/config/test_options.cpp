@@ -190,9 +190,9 @@ TEST(OptionsTest, UnsupportedUnslothFeaturesSayWhy) {
 }
 
 TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
-  std::string msg = usage_error_of([] { parse_train({"--push_model"}); });
-  EXPECT_TRUE(contains(msg, "--push_model: an option of Unsloth's CLI that finetune does not have") &&
-              contains(msg, "never uses the network"))
+  std::string msg = usage_error_of([] { parse_train({"--push_gguf"}); });
+  EXPECT_TRUE(contains(msg, "--push_gguf: an option of Unsloth's CLI that finetune does not have") &&
+              contains(msg, "GGUF export is not implemented"))
       << msg;
   msg = usage_error_of([] { parse_train({"--save_gguf"}); });
   EXPECT_TRUE(contains(msg, "--save_gguf") && contains(msg, "GGUF export is not implemented")) << msg;

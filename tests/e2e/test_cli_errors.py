@@ -115,7 +115,8 @@ def eval_args(model, data):
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
     (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
-    (["--push_model"], ["--push_model", "Unsloth's CLI", "never uses the network"]),
+    (["--push_gguf"], ["--push_gguf", "Unsloth's CLI", "GGUF export is not implemented"]),
+    (["--push_model"], ["--push_model", "--hub_path"]),
     (["--save_gguf"], ["--save_gguf", "GGUF export is not implemented"]),
     (["--report_to", "tensorboard"], ["--report_to", "tensorboard", "metrics.jsonl"]),
     (["--lerning_rate", "1e-4"], ["--lerning_rate", "did you mean --learning_rate?"]),

@@ -15,9 +15,12 @@ from safetensors.torch import load_file
 
 from conftest import run_finetune
 from numerics import relative_error
+import bnb_cpu
 import reference_loop
 import tiny_models
 from test_train_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, step_losses
+
+bnb_cpu.use_portable_cpu_kernels()  # bitsandbytes' own arithmetic on every host (bnb_cpu.py)
 
 LOGITS_BOUND = 1e-5   # as test_eval_parity.py: same weights, same dtype, GEMM summation order only
 TRAINING_BOUND = 1e-4  # as test_train_parity.py: 20 steps of AdamW amplify those differences

@@ -65,8 +65,10 @@ def processes_of(out):
     return pids
 
 
-def kill_run(out):
-    for pid in processes_of(out):
+def kill_run(out, job=None):
+    """SIGKILL to every finetune process writing to `out`, and to `job` itself: killed right after
+    its start, the child may not have exec'd finetune yet, so its command line does not show `out`."""
+    for pid in processes_of(out) + ([job.pid] if job is not None else []):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -230,7 +232,7 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
                      f"checkpoint-{target}")
             time.sleep(rng.uniform(0.0, 0.02))
         saving = any(".tmp-" in p.name for p in out.glob("checkpoint-*"))
-        kill_run(out)
+        kill_run(out, job)
         job.wait(timeout=60)
         assert not (out / "adapter_model.safetensors").exists(), "the run finished before 30 kills: raise steps"
         kills += 1

@@ -10,6 +10,8 @@ import peft
 import torch
 import transformers
 
+import bnb_cpu
+
 
 def micro_batches(rows, batch_size):
     return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
@@ -58,6 +60,8 @@ def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulat
     builds it for that name)."""
     torch.manual_seed(0)
     if quantization_config is not None:
+        if str(device) == "cpu":
+            bnb_cpu.use_portable_cpu_kernels()
         model = transformers.AutoModelForCausalLM.from_pretrained(
             base_dir, dtype=dtype, quantization_config=quantization_config, device_map=device)
     else:

@@ -20,7 +20,7 @@ TEST(FusedLinearCrossEntropy, MatchesAutogradThroughUpcastLogits) {
     at::NoGradGuard no_grad;
     model.lm_head_weight().normal_(0.0, 0.5, generator);
   }
-  const int64_t rows = 2, seq_len = 1300;
+  const int64_t rows = 2, seq_len = 2600;  // ~5,100 trained positions: two chunks of at most 4096
   auto hidden = at::empty({rows, seq_len, 16}).normal_(0.0, 1.0, generator).requires_grad_(true);
   auto labels = at::randint(0, 3000, {rows, seq_len}, generator, at::TensorOptions().dtype(at::kLong));
   labels.index_put_({0, at::indexing::Slice(0, 100)}, -100);  // some ignored targets
@@ -43,6 +43,14 @@ TEST(FusedLinearCrossEntropy, MatchesAutogradThroughUpcastLogits) {
   at::NoGradGuard no_grad;  // evaluation path: transformers' arithmetic
   EXPECT_NEAR(causal_lm_loss_sum(model, hidden.detach(), labels).item<double>(), reference.item<double>(),
               1e-6 * reference.item<double>());
+}
+
+TEST(FusedLinearCrossEntropy, ChunksHoldAboutAQuarterGibOfLogits) {
+  EXPECT_EQ(logit_chunk_rows(151936), 441);  // Qwen2/Qwen3
+  EXPECT_EQ(logit_chunk_rows(128256), 523);  // Llama 3
+  EXPECT_EQ(logit_chunk_rows(32000), 2097);  // Mistral, Llama 2
+  EXPECT_EQ(logit_chunk_rows(3000), 4096);   // tiny vocabularies: at most 4096 rows
+  EXPECT_EQ(logit_chunk_rows(int64_t{1} << 24), 64);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ struct ModelSource {
   std::string dtype = "auto";
   std::string device = "auto";
   bool load_in_4bit = false;  // quantize the projections to NF4 at load (a 4-bit checkpoint is 4-bit anyway)
+  std::string revision = "main";  // of a hub model: branch, tag or commit
 };
 ModelSource model_source_from(const Options& options);
 
@@ -91,5 +92,15 @@ struct ExportSetup {
   ExportConfig export_config;
 };
 ExportSetup export_setup_from(const Options& options);
+
+// --push_model: after the final save, rank 0 uploads --save_path (with --save_model) or the
+// adapter files of output_dir to the hub repo --hub_path (hub/hub_upload.h).
+struct PushSetup {
+  bool push = false;
+  std::string hub_path;
+  std::string hub_token;
+  bool private_repo = false;
+};
+PushSetup push_setup_from(const Options& options);  // UsageError without a valid --hub_path
 
 }  // namespace finetune

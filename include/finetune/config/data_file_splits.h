@@ -40,11 +40,18 @@ struct DataFileSplits {
 // split datasets does not allow, or splits whose formats differ.
 DataFileSplits infer_data_file_splits(const std::string& dir);
 
+// The same decision over a listing of repo-relative paths (a hub repo's files, before any is
+// downloaded); the split files are returned as those relative paths. `where` names the listing in
+// errors.
+DataFileSplits infer_listing_splits(const std::string& where, const std::vector<std::string>& paths);
+
 // The splits of a snapshot of a hub dataset's auto-converted Parquet branch (refs/convert/parquet),
 // laid out by the dataset viewer as <config>/<split>/NNNN.parquet, or <config>/partial-<split>/
 // when only the first rows of a big split were converted. The config is the only one, else
 // "default"; otherwise an Error lists the configs.
 DataFileSplits parquet_export_splits(const std::string& snapshot);
+// The same over a listing of the branch's repo-relative paths (the returned files are those paths).
+DataFileSplits parquet_export_listing_splits(const std::string& where, const std::vector<std::string>& paths);
 
 // A split name datasets accepts: \w+(\.\w+)* (datasets/naming.py).
 bool is_split_name(const std::string& name);

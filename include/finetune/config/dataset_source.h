@@ -36,6 +36,9 @@ struct DatasetSplit {
   std::string describe() const;  // "DIR: split test (1 file; splits: train, test)"
 };
 
+// Whether finetune's row readers take the files of this HF datasets builder (json, parquet, text).
+bool finetune_reads_builder(const std::string& builder);
+
 // --dataset's split `split` (--dataset_split). A missing split is a UsageError listing the splits
 // found; a dataset that is not there is an Error listing where finetune looked.
 DatasetSplit resolve_dataset_split(const std::string& dataset, const std::string& split, const EnvMap& env);

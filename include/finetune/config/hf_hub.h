@@ -17,8 +17,18 @@ namespace finetune {
 // "ORG/NAME": one slash, no empty part, not a path-looking string.
 bool looks_like_hub_id(const std::string& id);
 
-// A local model directory, or the snapshot of refs/main of a cached model repo.
-std::string resolve_model_dir(const std::string& model_name, const EnvMap& env);
+// The cache root, resolved as huggingface_hub.constants does; "" when nothing is configured.
+std::string hub_cache_root(const EnvMap& env);
+
+// <root>/models--ORG--NAME (kind "models") or <root>/datasets--ORG--NAME (kind "datasets").
+std::string repo_cache_folder(const std::string& hub_id, const std::string& kind, const EnvMap& env);
+
+// A commit id as the hub writes them: 40 lower-case hex digits.
+bool is_commit_hash(const std::string& revision);
+
+// A local model directory, or the snapshot of `revision` (a branch or tag through refs/<revision>,
+// or a commit) of a cached model repo.
+std::string resolve_model_dir(const std::string& model_name, const EnvMap& env, const std::string& revision = "main");
 
 // The cached snapshots of dataset repo ORG/NAME; an empty string for one that is not there.
 struct DatasetSnapshots {

@@ -24,7 +24,8 @@ namespace finetune {
 
 struct Options {
   // --- model
-  std::string model_name;            // local dir or hub id resolved via the local HF cache
+  std::string model_name;            // local dir, or hub id (downloaded into the HF cache: hub/hub_fetch.h)
+  std::string revision = "main";     // the model's hub branch, tag or commit
   int64_t max_seq_length = 2048;
   std::string dtype = "auto";        // model/dtype_names.h (auto: bf16 on CUDA, fp32 on CPU; None = auto)
   bool load_in_4bit = false;         // NF4 base projections (QLoRA)
@@ -88,6 +89,10 @@ struct Options {
   bool save_model = false;           // also export per --save_method into --save_path
   std::string save_method = "merged_16bit";  // checkpoint/save_methods.h; Unsloth CLI's default
   std::string save_path = "model";
+  bool push_model = false;           // upload the saved model (or the adapter) to --hub_path
+  std::string hub_path;              // ORG/NAME of the hub repo to push to
+  std::string hub_token;             // else HF_TOKEN, else the token file (hub/hub_settings.h)
+  bool hub_private_repo = false;     // create the --hub_path repo private
 
   // --- logging
   std::string report_to = "none";    // none|jsonl (metrics.jsonl is always written)

@@ -48,6 +48,12 @@ class Communicator {
   // peers that this rank leaves normally, so that its exit is not taken for a death (Note [Clean
   // exit] in peer_monitor.h). No collectives after it.
   virtual void finish() = 0;
+  // Signals outside the collectives (store_signals.h): publish() sets `key` in the rendezvous
+  // store; wait_for() blocks until a peer published it (at most the DDP timeout; a dead or failed
+  // peer ends the wait at once) and returns its value. Ranks that do not wait need not call it, so
+  // a rank-dependent choice of who publishes and who waits is safe here, unlike a collective.
+  virtual void publish(const std::string& key, const std::string& value) = 0;
+  virtual std::string wait_for(const std::string& key, const std::string& what) = 0;
   // On a fatal error of this rank: tells the peers (failed/<rank> = `reason`) so that they stop at
   // once instead of waiting for a timeout, and stops all outstanding communication.
   virtual void abort(const std::string& reason) = 0;

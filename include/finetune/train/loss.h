@@ -19,6 +19,10 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids);
 
+// Trained positions that go through the LM head at a time: about 256 MiB of fp32 logits, between
+// 64 and 4096 rows (441 rows at Qwen's 152k vocabulary).
+int64_t logit_chunk_rows(int64_t vocab_size);
+
 // labels shifted left by one with -100 appended: (B, T).
 at::Tensor shift_labels(const at::Tensor& labels);
 

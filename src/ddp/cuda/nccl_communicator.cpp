@@ -27,6 +27,7 @@
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/peer_monitor.h"
 #include "finetune/ddp/store_bootstrap.h"
+#include "finetune/ddp/store_signals.h"
 #include "finetune/ddp/watchdog.h"
 #include "finetune/util/log.h"
 
@@ -91,6 +92,7 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& launch, const at::Device& device,
                    Milliseconds timeout, const PeerMonitorOptions& monitor_options)
       : rank_(launch.rank), world_size_(launch.world_size), device_(device), timeout_(timeout),
+        signals_(store, launch.rank, timeout),
         comm_stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index())) {
     c10::cuda::CUDAGuard guard(device_);
     const ncclUniqueId id = exchange_unique_id(*store);
@@ -178,6 +180,11 @@ class NcclCommunicator : public Communicator {
       return ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclFloat32, ncclSum, comm_, stream);
     });
     wait_on_host(*done, what);
+  }
+
+  void publish(const std::string& key, const std::string& value) override { signals_.publish(key, value); }
+  std::string wait_for(const std::string& key, const std::string& what) override {
+    return signals_.wait_for(key, what, *monitor_);
   }
 
   void finish() override { monitor_->finish(); }
@@ -305,6 +312,7 @@ class NcclCommunicator : public Communicator {
   int world_size_;
   at::Device device_;
   Milliseconds timeout_;
+  StoreSignals signals_;
   c10::cuda::CUDAStream comm_stream_;
   ncclComm_t comm_ = nullptr;
   std::timed_mutex nccl_mutex_;

@@ -19,6 +19,7 @@
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/peer_monitor.h"
 #include "finetune/ddp/store_bootstrap.h"
+#include "finetune/ddp/store_signals.h"
 #include "finetune/util/log.h"
 
 namespace finetune {
@@ -84,7 +85,7 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                    std::optional<int> store_host, const std::string& gloo_hostname, Milliseconds timeout,
                    const PeerMonitorOptions& monitor_options)
-      : rank_(rank), world_size_(world_size), timeout_(timeout) {
+      : rank_(rank), world_size_(world_size), timeout_(timeout), signals_(store, rank, timeout) {
     try {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
       options->devices.push_back(gloo_hostname.empty()
@@ -133,6 +134,11 @@ class GlooCommunicator : public Communicator {
     wait_for_work(launch(what, [&] { return group_->barrier(options); }), timeout_, rank_, what, *monitor_);
   }
 
+  void publish(const std::string& key, const std::string& value) override { signals_.publish(key, value); }
+  std::string wait_for(const std::string& key, const std::string& what) override {
+    return signals_.wait_for(key, what, *monitor_);
+  }
+
   void finish() override { monitor_->finish(); }
 
   void abort(const std::string& reason) override {
@@ -163,6 +169,7 @@ class GlooCommunicator : public Communicator {
   int world_size_;
   Milliseconds timeout_;
   std::atomic<bool> aborted_{false};  // abort() may come from another thread
+  StoreSignals signals_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::unique_ptr<PeerMonitor> monitor_;  // last, so destroyed first: its thread calls on_peer_lost
 };

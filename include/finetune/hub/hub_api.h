@@ -1,0 +1,52 @@
+// The hub's read API, as huggingface_hub speaks it:
+//   repo info   GET {endpoint}/api/{models|datasets}/{id}/revision/{revision}: the commit and files
+//   a file      {endpoint}/{id}/resolve/{revision}/{path} (datasets: /datasets/{id}/resolve/...):
+//               200 with the bytes, or a redirect to a CDN for large (LFS) files; headers
+//               X-Repo-Commit, ETag / X-Linked-Etag, Content-Length / X-Linked-Size
+// Every failure is an Error naming the repo, the revision and the file, one line, with what to do
+// (a token for a gated repo, the id or revision that does not exist).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "finetune/hub/hub_settings.h"
+#include "finetune/hub/http_client.h"
+
+namespace finetune {
+
+enum class RepoKind { Model, Dataset };
+
+struct RepoRef {
+  RepoKind kind = RepoKind::Model;
+  std::string id;                  // ORG/NAME
+  std::string revision = "main";   // branch, tag or commit
+
+  std::string kind_name() const;   // "model" / "dataset"
+  std::string cache_kind() const;  // "models" / "datasets" (cache folder and API path)
+  // "model Qwen/Qwen3-8B (revision main)", and with a file: "..., file config.json"
+  std::string describe(const std::string& file = "") const;
+};
+
+struct RepoInfo {
+  std::string commit;               // the revision's commit ("sha")
+  std::vector<std::string> files;   // every file of that commit ("siblings"), repo-relative
+};
+
+std::string api_url(const HubSettings& settings, const RepoRef& repo);
+std::string resolve_url(const HubSettings& settings, const RepoRef& repo, const std::string& revision,
+                        const std::string& path);
+
+// A request with the token (when there is one) and the metadata timeout.
+HttpRequest hub_request(const HubSettings& settings, const std::string& method, const std::string& url);
+
+RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo);
+
+// Throws the Error for a non-2xx answer about `repo` (and `file`, when not empty).
+[[noreturn]] void throw_for_status(const HttpResponse& response, const HubSettings& settings, const RepoRef& repo,
+                                   const std::string& file);
+
+// Transport errors get the same context: "model X (revision main, file F): connection reset (...)".
+[[noreturn]] void throw_transport(const TransportError& error, const RepoRef& repo, const std::string& file);
+
+}  // namespace finetune

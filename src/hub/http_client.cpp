@@ -1,0 +1,187 @@
+#include "finetune/hub/http_client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <memory>
+
+namespace finetune {
+namespace {
+
+// Error bodies are kept for the message; a server sending megabytes of them is cut off.
+constexpr size_t kMaxKeptBody = size_t{64} << 20;
+
+// libcurl's process-wide set-up, done once before the first handle (a function-local static:
+// thread-safe, and nothing else in the process changes it).
+void ensure_curl_initialised() {
+  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (init != CURLE_OK) throw Error(std::string("libcurl could not initialise: ") + curl_easy_strerror(init));
+}
+
+struct Transfer {
+  const BodySink* sink = nullptr;
+  HttpResponse response;
+  std::exception_ptr sink_error;
+  std::FILE* upload = nullptr;
+};
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  return text;
+}
+
+size_t on_header(char* data, size_t size, size_t count, void* user) {
+  auto& transfer = *static_cast<Transfer*>(user);
+  std::string line(data, size * count);
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or a 100 Continue)
+    transfer.response.headers.clear();
+    const auto space = line.find(' ');
+    transfer.response.status = space == std::string::npos ? 0 : std::strtol(line.c_str() + space + 1, nullptr, 10);
+    return size * count;
+  }
+  const auto colon = line.find(':');
+  if (colon != std::string::npos) {
+    std::string value = line.substr(colon + 1);
+    const auto first = value.find_first_not_of(" \t");
+    value = first == std::string::npos ? "" : value.substr(first);
+    transfer.response.headers[lower(line.substr(0, colon))] = value;
+  }
+  return size * count;
+}
+
+size_t on_body(char* data, size_t size, size_t count, void* user) {
+  auto& transfer = *static_cast<Transfer*>(user);
+  const size_t bytes = size * count;
+  const long status = transfer.response.status;
+  if (transfer.sink != nullptr && status >= 200 && status < 300) {
+    try {
+      return (*transfer.sink)(transfer.response, data, bytes) ? bytes : 0;
+    } catch (...) {
+      transfer.sink_error = std::current_exception();
+      return 0;
+    }
+  }
+  if (transfer.response.body.size() < kMaxKeptBody) transfer.response.body.append(data, bytes);
+  return bytes;
+}
+
+size_t on_upload_read(char* buffer, size_t size, size_t count, void* user) {
+  auto& transfer = *static_cast<Transfer*>(user);
+  return std::fread(buffer, 1, size * count, transfer.upload);
+}
+
+TransportError transport_error(CURLcode code, const std::string& url, const char* detail) {
+  using Kind = TransportError::Kind;
+  Kind kind = Kind::Other;
+  std::string what;
+  switch (code) {
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY: kind = Kind::Dns, what = "cannot resolve the host name (DNS)"; break;
+    case CURLE_COULDNT_CONNECT: kind = Kind::Connect, what = "cannot connect (no network, or nothing listening)"; break;
+    case CURLE_OPERATION_TIMEDOUT: kind = Kind::Timeout, what = "timed out"; break;
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING: kind = Kind::Reset, what = "connection reset"; break;
+    case CURLE_PARTIAL_FILE: kind = Kind::Truncated, what = "connection closed before the whole body arrived"; break;
+    default: what = curl_easy_strerror(code);
+  }
+  std::string message = what + " (" + url;
+  if (detail != nullptr && *detail != '\0') message += ": " + std::string(detail);
+  return TransportError(kind, message + ")");
+}
+
+}  // namespace
+
+std::string HttpResponse::header(const std::string& lower_case_name) const {
+  const auto it = headers.find(lower_case_name);
+  return it == headers.end() ? "" : it->second;
+}
+
+HttpResponse http_request(const HttpRequest& request) { return http_request(request, BodySink()); }
+
+HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
+  ensure_curl_initialised();
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> handle(curl_easy_init(), curl_easy_cleanup);
+  if (!handle) throw Error("libcurl: cannot create a handle for " + request.url);
+  CURL* curl = handle.get();
+  Transfer transfer;
+  if (sink) transfer.sink = &sink;
+  char error_text[CURL_ERROR_SIZE] = {0};
+
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_text);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  curl_easy_setopt(curl, CURLOPT_USERAGENT, "finetune/0.1");
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_s * 1000));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(request.stall_timeout_s))));
+
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr, curl_slist_free_all);
+  for (const auto& [name, value] : request.headers) {
+    headers.reset(curl_slist_append(headers.release(), (name + ": " + value).c_str()));
+  }
+  // No "Expect: 100-continue" round trip before a body.
+  headers.reset(curl_slist_append(headers.release(), "Expect:"));
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
+
+  std::unique_ptr<std::FILE, decltype(&std::fclose)> upload(nullptr, std::fclose);
+  if (request.method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else if (!request.body_file.empty()) {
+    upload.reset(std::fopen(request.body_file.c_str(), "rb"));
+    if (!upload) throw Error(request.body_file + ": cannot open for upload");
+    std::fseek(upload.get(), 0, SEEK_END);
+    const long size = std::ftell(upload.get());
+    std::rewind(upload.get());
+    transfer.upload = upload.get();
+    curl_easy_setopt(curl, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(curl, CURLOPT_READFUNCTION, on_upload_read);
+    curl_easy_setopt(curl, CURLOPT_READDATA, &transfer);
+    curl_easy_setopt(curl, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(size));
+    if (request.method != "PUT") curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  } else if (request.method == "POST" || request.method == "PUT") {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.body.data());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    if (request.method == "PUT") curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
+  } else if (request.method != "GET") {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+  }
+
+  const CURLcode code = curl_easy_perform(curl);
+  if (transfer.sink_error) std::rethrow_exception(transfer.sink_error);
+  if (code == CURLE_WRITE_ERROR && transfer.sink != nullptr) throw Error("transfer of " + request.url + " stopped");
+  if (code != CURLE_OK) throw transport_error(code, request.url, error_text);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &transfer.response.status);
+  char* effective = nullptr;
+  curl_easy_getinfo(curl, CURLINFO_EFFECTIVE_URL, &effective);
+  transfer.response.url = effective != nullptr ? effective : request.url;
+  return std::move(transfer.response);
+}
+
+std::string url_quote(const std::string& text, const std::string& keep) {
+  static const char* const hex = "0123456789ABCDEF";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || keep.find(static_cast<char>(c)) != std::string::npos) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace finetune
