@@ -262,6 +262,7 @@ DataFileSplits parquet_export_listing_splits(const std::string& where, const std
   }
   std::vector<std::string> configs;
   for (const auto& [name, directories] : by_config) configs.push_back(name);
+  if (configs.empty()) throw Error(where + ": no <config>/<split>/NNNN.parquet files");
   std::string config;
   if (configs.size() == 1) config = configs[0];
   else if (by_config.count("default")) config = "default";
