@@ -114,17 +114,19 @@ DatasetSplit split_of(const FoundDataset& found, const std::string& split) {
   return out;
 }
 
-// A directory or hub dataset given as --eval_dataset: validation, else test, else its only split.
 DatasetSplit eval_split_of(const FoundDataset& found, const std::string& eval_dataset) {
-  const auto names = found.splits.split_names();
-  for (const char* preferred : {"validation", "test"})
-    if (std::find(names.begin(), names.end(), preferred) != names.end()) return split_of(found, preferred);
-  if (names.size() == 1) return split_of(found, names[0]);
-  throw UsageError("--eval_dataset " + eval_dataset + ": its splits are " + join(names, ", ") +
-                   ", none of them validation or test; name the file (or a directory with one split)");
+  return split_of(found, eval_split_name(found.splits.split_names(), eval_dataset));
 }
 
 }  // namespace
+
+std::string eval_split_name(const std::vector<std::string>& names, const std::string& eval_dataset) {
+  for (const char* preferred : {"validation", "test"})
+    if (std::find(names.begin(), names.end(), preferred) != names.end()) return preferred;
+  if (names.size() == 1) return names[0];
+  throw UsageError("--eval_dataset " + eval_dataset + ": its splits are " + join(names, ", ") +
+                   ", none of them validation or test; name the file (or a directory with one split)");
+}
 
 std::string DatasetSplit::describe() const {
   return location + ": split " + split + " (" + std::to_string(files.size()) + (files.size() == 1 ? " file" : " files") +

@@ -10,16 +10,8 @@
 #include "finetune/util/text.h"
 
 namespace finetune {
-namespace {
 
 namespace fs = std::filesystem;
-
-std::string env_value(const EnvMap& env, const std::string& key) {
-  const auto it = env.find(key);
-  return it == env.end() ? "" : it->second;
-}
-
-}  // namespace
 
 // The hub cache root, resolved as huggingface_hub.constants does (first one configured wins).
 std::string hub_cache_root(const EnvMap& env) {
@@ -36,7 +28,6 @@ namespace {
 // huggingface_hub stores a revision's commit in refs/<revision>: the Parquet branch
 // "refs/convert/parquet" in refs/refs/convert/parquet (file_download.py).
 const char* const kParquetExportRef = "refs/convert/parquet";
-
 
 // The commit a refs/<revision> file names, or "" when there is no such file.
 std::string read_ref(const fs::path& ref) {
@@ -94,10 +85,19 @@ bool cache_configured(const EnvMap& env, std::vector<std::string>& tried) {
 
 }  // namespace
 
-std::string repo_cache_folder(const std::string& hub_id, const std::string& kind, const EnvMap& env) {
+std::string repo_cache_folder(const std::string& cache_root, const std::string& hub_id, const std::string& kind) {
   std::string folder = kind + "--" + hub_id;
   folder.replace(folder.find('/'), 1, "--");
-  return (fs::path(hub_cache_root(env)) / folder).string();
+  return (fs::path(cache_root) / folder).string();
+}
+
+std::string cached_snapshot(const std::string& repo_folder, const std::string& revision) {
+  const fs::path repo(repo_folder);
+  std::error_code ec;
+  const std::string commit = is_commit_hash(revision) ? revision : read_ref(repo / "refs" / revision);
+  if (commit.empty()) return "";
+  const fs::path snapshot = repo / "snapshots" / commit;
+  return fs::is_directory(snapshot, ec) ? snapshot.string() : "";
 }
 
 bool is_commit_hash(const std::string& revision) {
@@ -124,7 +124,7 @@ std::string resolve_model_dir(const std::string& model_name, const EnvMap& env, 
   if (fs::exists(model_name, ec))
     throw Error("model " + model_name + ": is a file; expected a model directory (with config.json)");
   if (looks_like_hub_id(model_name) && cache_configured(env, tried)) {
-    const fs::path repo = repo_cache_folder(model_name, "models", env);
+    const fs::path repo = repo_cache_folder(hub_cache_root(env), model_name, "models");
     if (is_commit_hash(revision)) {
       const fs::path snapshot = repo / "snapshots" / revision;
       if (fs::is_directory(snapshot, ec)) return snapshot.string();
@@ -142,7 +142,7 @@ std::string resolve_model_dir(const std::string& model_name, const EnvMap& env, 
 DatasetSnapshots find_dataset_snapshots(const std::string& hub_id, const EnvMap& env, std::vector<std::string>& tried) {
   DatasetSnapshots found;
   if (!cache_configured(env, tried)) return found;
-  const fs::path repo = repo_cache_folder(hub_id, "datasets", env);
+  const fs::path repo = repo_cache_folder(hub_cache_root(env), hub_id, "datasets");
   found.parquet_export = find_snapshot(repo, kParquetExportRef, false, {}, tried);
   found.main = find_snapshot(repo, "main", true, {found.parquet_export}, tried);
   return found;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/config/hf_hub.h"
+
 namespace finetune {
 namespace {
 
@@ -63,8 +65,28 @@ RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo) {
     throw Error(repo.describe() + ": the hub's repo info (" + request.url + ") is not what huggingface_hub expects: " +
                 e.what());
   }
-  if (info.commit.size() != 40) throw Error(repo.describe() + ": the hub answered an invalid commit id '" + info.commit + "'");
+  if (!is_commit_hash(info.commit)) {
+    throw Error(repo.describe() + ": the hub answered an invalid commit id '" + info.commit + "'");
+  }
+  for (const auto& file : info.files) {
+    if (!is_repo_relative_path(file)) {
+      throw Error(repo.describe() + ": the hub lists a file named '" + file +
+                  "', which is not a path inside the repo; refusing to download it");
+    }
+  }
   return info;
+}
+
+bool is_repo_relative_path(const std::string& path) {
+  if (path.empty() || path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
+  size_t start = 0;
+  while (true) {
+    const size_t slash = path.find('/', start);
+    const std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    if (slash == std::string::npos) return true;
+    start = slash + 1;
+  }
 }
 
 void throw_for_status(const HttpResponse& response, const HubSettings& settings, const RepoRef& repo,

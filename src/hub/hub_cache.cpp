@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "finetune/config/hf_hub.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 
@@ -26,9 +27,7 @@ void make_directories(const fs::path& dir) {
 
 RepoCache::RepoCache(const std::string& cache_root, const RepoRef& repo) : root_(cache_root) {
   if (cache_root.empty()) throw Error("no Hugging Face cache directory: set HF_HUB_CACHE or HF_HOME (HOME is unset)");
-  std::string name = repo.cache_kind() + "--" + repo.id;
-  name.replace(name.find('/'), 1, "--");
-  folder_ = (fs::path(cache_root) / name).string();
+  folder_ = repo_cache_folder(cache_root, repo.id, repo.cache_kind());
 }
 
 std::string RepoCache::blob_path(const std::string& etag) const { return folder_ + "/blobs/" + etag; }

@@ -1,8 +1,6 @@
 #include "finetune/hub/hub_fetch.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "finetune/config/data_file_splits.h"
@@ -19,22 +17,11 @@
 namespace finetune {
 namespace {
 
-namespace fs = std::filesystem;
-
 const char* const kParquetBranch = "refs/convert/parquet";
 
-// The commit the cache already holds for `repo` (refs/<revision>, or the revision itself when it
-// is a commit with a snapshot); "" when none.
-std::string cached_commit(const HubSettings& settings, const RepoRef& repo) {
-  const RepoCache cache(settings.cache_root, repo);
-  std::error_code ec;
-  if (is_commit_hash(repo.revision)) return fs::is_directory(cache.snapshot_dir(repo.revision), ec) ? repo.revision : "";
-  const fs::path ref = fs::path(cache.folder()) / "refs" / repo.revision;
-  std::ifstream in(ref);
-  std::string commit;
-  std::getline(in, commit);
-  commit = trim(commit);
-  return !commit.empty() && fs::is_directory(cache.snapshot_dir(commit), ec) ? commit : "";
+// The snapshot the cache already holds for `repo` at its revision; "" when none.
+std::string cached_revision(const HubSettings& settings, const RepoRef& repo) {
+  return cached_snapshot(RepoCache(settings.cache_root, repo).folder(), repo.revision);
 }
 
 // Repo info, or nothing when the hub is unreachable and the cache holds the revision already.
@@ -42,9 +29,9 @@ std::optional<RepoInfo> repo_info_or_cache(const HubSettings& settings, const Re
   try {
     return fetch_repo_info(settings, repo);
   } catch (const TransportError& e) {
-    const std::string commit = cached_commit(settings, repo);
-    if (commit.empty()) throw;
-    log::warn(std::string(e.what()) + "; using the cached snapshot " + commit);
+    const std::string snapshot = cached_revision(settings, repo);
+    if (snapshot.empty()) throw;
+    log::warn(std::string(e.what()) + "; using the cached snapshot " + snapshot);
     return std::nullopt;
   }
 }
@@ -77,17 +64,7 @@ std::vector<std::string> chosen_splits(const RepoRef& repo, const DatasetWanted&
     }
     chosen.push_back(split);
   }
-  if (wanted.eval_preference) {
-    std::string pick;
-    for (const char* preferred : {"validation", "test"})
-      if (pick.empty() && std::find(names.begin(), names.end(), preferred) != names.end()) pick = preferred;
-    if (pick.empty() && names.size() == 1) pick = names[0];
-    if (pick.empty()) {
-      throw UsageError("--eval_dataset " + repo.id + ": its splits are " + join(names, ", ") +
-                       ", none of them validation or test");
-    }
-    chosen.push_back(pick);
-  }
+  if (wanted.eval_preference) chosen.push_back(eval_split_name(names, repo.id));
   return chosen;
 }
 

@@ -12,11 +12,6 @@
 namespace finetune {
 namespace {
 
-std::string env_value(const EnvMap& env, const std::string& key) {
-  const auto it = env.find(key);
-  return it == env.end() ? "" : it->second;
-}
-
 // huggingface_hub's _is_true: 1, ON, YES, TRUE in any case.
 bool is_true(std::string value) {
   std::transform(value.begin(), value.end(), value.begin(), [](unsigned char c) { return std::toupper(c); });

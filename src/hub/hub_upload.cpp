@@ -170,10 +170,14 @@ std::string push_to_hub(const HubSettings& settings, const PushRequest& request)
     throw UsageError("--push_model: no hub token (pass --hub_token, set HF_TOKEN or run `hf auth login`)");
   }
   auto files = local_files(request);
-  create_repo(settings, request);
-  mark_lfs_files(settings, request, files);
-  upload_lfs_objects(settings, request, files);
-  return commit(settings, request, files);
+  try {
+    create_repo(settings, request);
+    mark_lfs_files(settings, request, files);
+    upload_lfs_objects(settings, request, files);
+    return commit(settings, request, files);
+  } catch (const json::exception& e) {  // an answer that is not JSON, or lacks a field the protocol has
+    throw Error(target(request).describe() + ": the hub's answer is not what huggingface_hub expects: " + e.what());
+  }
 }
 
 }  // namespace finetune

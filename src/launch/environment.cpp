@@ -17,4 +17,9 @@ EnvMap current_environment() {
   return env;
 }
 
+std::string env_value(const EnvMap& env, const std::string& key) {
+  const auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
+}
+
 }  // namespace finetune

@@ -203,4 +203,12 @@ TEST(HubApi, TransportErrorsGetTheRepoContext) {
 }
 
 }  // namespace
+TEST(HubApi, RepoRelativePathsOnly) {
+  for (const char* good : {"config.json", "data/train-00000-of-00001.parquet", "a/b/c.json", ".gitattributes", "a..b"})
+    EXPECT_TRUE(is_repo_relative_path(good)) << good;
+  for (const char* bad : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a/", "a\\b"})
+    EXPECT_FALSE(is_repo_relative_path(bad)) << bad;
+  EXPECT_FALSE(is_repo_relative_path(std::string("a\0b", 3)));
+}
+
 }  // namespace finetune

@@ -36,6 +36,10 @@ struct DatasetSplit {
   std::string describe() const;  // "DIR: split test (1 file; splits: train, test)"
 };
 
+// The split a directory or hub dataset given as --eval_dataset is evaluated on, among its split
+// `names`: validation, else test, else its only split; otherwise a UsageError naming them.
+std::string eval_split_name(const std::vector<std::string>& names, const std::string& eval_dataset);
+
 // Whether finetune's row readers take the files of this HF datasets builder (json, parquet, text).
 bool finetune_reads_builder(const std::string& builder);
 

@@ -20,8 +20,12 @@ bool looks_like_hub_id(const std::string& id);
 // The cache root, resolved as huggingface_hub.constants does; "" when nothing is configured.
 std::string hub_cache_root(const EnvMap& env);
 
-// <root>/models--ORG--NAME (kind "models") or <root>/datasets--ORG--NAME (kind "datasets").
-std::string repo_cache_folder(const std::string& hub_id, const std::string& kind, const EnvMap& env);
+// <cache_root>/models--ORG--NAME (kind "models") or <cache_root>/datasets--ORG--NAME (kind "datasets").
+std::string repo_cache_folder(const std::string& cache_root, const std::string& hub_id, const std::string& kind);
+
+// The snapshot directory of `revision` (a commit, or a branch/tag through refs/<revision>) in a
+// repo's cache folder; "" when the cache does not hold it.
+std::string cached_snapshot(const std::string& repo_folder, const std::string& revision);
 
 // A commit id as the hub writes them: 40 lower-case hex digits.
 bool is_commit_hash(const std::string& revision);

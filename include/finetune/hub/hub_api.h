@@ -40,7 +40,12 @@ std::string resolve_url(const HubSettings& settings, const RepoRef& repo, const 
 // A request with the token (when there is one) and the metadata timeout.
 HttpRequest hub_request(const HubSettings& settings, const std::string& method, const std::string& url);
 
+// Throws when the answer is not repo info, or names a file that is not a plain repo-relative path
+// (absolute, with "." or ".." parts, empty parts or a backslash): it would land outside the cache.
 RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo);
+
+// A path a repo can hold: relative, "/"-separated, no empty, "." or ".." part, no backslash or NUL.
+bool is_repo_relative_path(const std::string& path);
 
 // Throws the Error for a non-2xx answer about `repo` (and `file`, when not empty).
 [[noreturn]] void throw_for_status(const HttpResponse& response, const HubSettings& settings, const RepoRef& repo,

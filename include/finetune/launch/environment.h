@@ -13,4 +13,7 @@ using EnvMap = std::map<std::string, std::string>;
 // Snapshot of the process environment.
 EnvMap current_environment();
 
+// The value of `key`, "" when it is not set.
+std::string env_value(const EnvMap& env, const std::string& key);
+
 }  // namespace finetune
