@@ -203,9 +203,12 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
     """kill -9 at random moments, 30 times, each run resuming from the newest checkpoint (a crash
     loop): every checkpoint-N/ left behind loads, and the run that finally completes equals an
     uninterrupted one bit for bit."""
-    # A run advances at most 3 checkpoints (steps) between kills, so 30 kills cover at most 90 steps
-    # and the run cannot finish early however fast the machine is.
-    steps = 120
+    # A run advances about 3 checkpoints (steps) between kills: the waits below poll every 2 ms, a
+    # step with its checkpoint takes ~5 ms on a fast 2-core machine (at the earlier 50 ms polling,
+    # 10+ steps slipped through per kill there and 120 steps finished before the 30th kill). 600
+    # steps leave room for 30 kills even at several steps of overshoot each.
+    steps = 600
+    poll = 0.002
     reference = tmp_path / "reference"
     check_ok(run_launched("single", 1, train_args(setup, reference, ["--max_steps", steps, "--save_steps", 0])),
              "uninterrupted")
@@ -225,11 +228,11 @@ def test_repeated_kills_leave_only_whole_checkpoints_and_the_run_finishes_exactl
             deadline = time.monotonic() + rng.uniform(0.0, 1.5)
             limit = newest() + 3
             wait_for(lambda: time.monotonic() >= deadline or any(out.glob(f"checkpoint-{limit}*")) or
-                     job.poll() is not None, 120, f"a random moment before checkpoint-{limit}")
+                     job.poll() is not None, 120, f"a random moment before checkpoint-{limit}", poll=poll)
         else:  # while or right after checkpoint T is written, whatever the machine's speed
             target = newest() + rng.randint(1, 2)
             wait_for(lambda: any(out.glob(f"checkpoint-{target}*")) or job.poll() is not None, 120,
-                     f"checkpoint-{target}")
+                     f"checkpoint-{target}", poll=poll)
             time.sleep(rng.uniform(0.0, 0.02))
         saving = any(".tmp-" in p.name for p in out.glob("checkpoint-*"))
         kill_run(out, job)
