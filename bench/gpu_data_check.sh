@@ -6,7 +6,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_data_check}
 mkdir -p "$OUT"
-export PCRE2_ROOT=$PWD/.deps GLOO_ROOT=$PWD/.deps FINETUNE_SKIP_APT=1 NCCL_NVLS_ENABLE=0
+export PCRE2_ROOT=$PWD/.deps GLOO_ROOT=$PWD/.deps CURL_ROOT=$PWD/.deps FINETUNE_SKIP_APT=1 NCCL_NVLS_ENABLE=0
 export FINETUNE_CMAKE_ARGS=${FINETUNE_CMAKE_ARGS:--DTORCH_CUDA_ARCH_LIST=9.0}
 export LD_LIBRARY_PATH=$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 python3 -c "import pyarrow, torch; print('pyarrow', pyarrow.__version__, 'torch', torch.__version__)" | tee "$OUT/versions.txt"

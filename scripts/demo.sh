@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole job on an embedded default, on CPU, in a few minutes: set the machine up and build
 # (scripts/setup.sh), make a tiny random Llama + Llama-3-style tokenizer + a word-manipulation
-# task (scripts/make_demo_assets.py), measure the held-out eval loss, LoRA-train, measure again.
+# task (scripts/make_demo_assets.py), measure the held-out eval loss, LoRA-train, measure again,
+# then show the base and tuned models' greedy answers (finetune generate) and their exact-match
+# accuracy over the held-out rows.
 #
 #   scripts/demo.sh
 #
@@ -44,7 +46,7 @@ fi
 [ -n "$FINETUNE_PYTHON" ] || die "no Python found; set FINETUNE_PYTHON"
 
 # --- assets: generated once; the marker is written last, so an interrupted run regenerates them
-if [ ! -f "$ASSETS/.complete" ]; then
+if [ ! -f "$ASSETS/.complete" ] || [ ! -f "$ASSETS/eval_prompts.jsonl" ]; then
   say "generating the demo model, tokenizer and data (scripts/make_demo_assets.py)"
   rm -rf "$ASSETS"
   "$FINETUNE_PYTHON" "$ROOT/scripts/make_demo_assets.py" "$ASSETS" 2> >(grep -v "Writing model shards" >&2)
@@ -78,5 +80,34 @@ say "eval loss AFTER training (same held-out rows, base model + the adapter in $
 after=$(eval_loss --init_adapter "$RUN")
 echo "eval_loss $after"
 
+# Greedy answers to every held-out prompt (alpaca prompt up to "### Response:"), one JSON line each.
+answers() {
+  "$FINETUNE_BIN" generate --model_name "$ASSETS/model" --prompts "$ASSETS/eval_prompts.jsonl" --device cpu \
+    --max_new_tokens 24 --generation_batch_size 32 "$@"
+}
+say "greedy answers on the held-out prompts: base model, then base + adapter (finetune generate)"
+answers > "$DEMO_DIR/answers_base.jsonl"
+answers --adapter "$RUN" > "$DEMO_DIR/answers_tuned.jsonl"
+accuracy=$("$FINETUNE_PYTHON" - "$ASSETS/eval.jsonl" "$DEMO_DIR/answers_base.jsonl" "$DEMO_DIR/answers_tuned.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+def answers(path):
+    out = {}
+    for line in open(path, encoding="utf-8"):
+        record = json.loads(line)
+        out[record["prompt_index"]] = record["text"].strip()
+    return [out[i] for i in range(len(rows))]
+base, tuned = answers(sys.argv[2]), answers(sys.argv[3])
+for i in range(4):
+    r = rows[i]
+    print(f"  {r['instruction']} {r['input']!r}\n    expected {r['output']!r}\n    base     {base[i]!r}\n    tuned    {tuned[i]!r}",
+          file=sys.stderr)
+def exact(answers):
+    return sum(a == r["output"] for a, r in zip(answers, rows))
+print(f"{exact(base)}/{len(rows)} -> {exact(tuned)}/{len(rows)}")
+PY
+)
+echo "exact-match accuracy on the held-out rows: $accuracy"
+
 say "summary"
-echo "eval loss $before -> $after  (training ${train_seconds}s, total $(($(date +%s) - started))s)"
+echo "eval loss $before -> $after, exact match $accuracy  (training ${train_seconds}s, total $(($(date +%s) - started))s)"

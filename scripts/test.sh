@@ -14,6 +14,9 @@ export FINETUNE_FIXTURES=$BUILD_DIR/fixtures
 # LibTorch's CPU matrix products (MKL) may pick different code paths run to run depending on buffer
 # alignment; conditional numerical reproducibility makes every run of a test compute the same bits.
 export MKL_CBWR=${MKL_CBWR:-AUTO}
+# MKL may run fewer threads than asked when the machine is busy, which changes summation order:
+# a fixture generated under load would then differ in the last bit from the test's own product.
+export MKL_DYNAMIC=${MKL_DYNAMIC:-FALSE}
 REPORTS=$BUILD_DIR/test-reports
 rm -rf "$REPORTS" && mkdir -p "$REPORTS" "$FINETUNE_FIXTURES"
 for generator in tests/reference/make_*_fixtures.py; do

@@ -20,6 +20,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command.action == "eval") return run_eval(command.options, env);
+    if (command.action == "generate") return run_generate(command.options, env);
+    if (command.action == "chat") return run_chat(command.options, env);
+    if (command.action == "export") return run_export(command.options, env);
     return run_train(command.options, env);
   } catch (const UsageError& e) {
     log::error(e.what());

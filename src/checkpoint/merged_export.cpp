@@ -46,10 +46,9 @@ nlohmann::json quantization_config_4bit(const std::string& compute_dtype) {
           {"quant_method", "bitsandbytes"}};
 }
 
-// Every tensor of the exported checkpoint, adapters folded in: projections merged (a 4-bit base
-// dequantized first; the merge sums in fp32 and rounds once to the model dtype) and, for a 4-bit
-// export, re-quantized to NF4 with its statistics under transformers' names.
-std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& model, bool quantize_4bit) {
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> merged_named_tensors(const CausalLM& model, bool quantize_4bit) {
   std::map<std::string, const Linear*> projection_of_weight;
   for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -75,8 +74,6 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& m
   return out;
 }
 
-}  // namespace
-
 void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir,
                    bool quantize_4bit) {
   at::NoGradGuard no_grad;
@@ -85,7 +82,7 @@ void export_merged(const CausalLM& model, const std::string& base_model_dir, con
   // Merge on the device, keep CPU copies, split into shards in parameter order.
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
   int64_t shard_bytes = 0;
-  for (const auto& [name, tensor] : merged_tensors(model, quantize_4bit)) {
+  for (const auto& [name, tensor] : merged_named_tensors(model, quantize_4bit)) {
     const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
     if (shard_bytes > 0 && shard_bytes + bytes > kMaxShardBytes) {
       shards.emplace_back();

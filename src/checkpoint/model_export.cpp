@@ -3,6 +3,7 @@
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/merged_export.h"
 #include "finetune/checkpoint/save_methods.h"
+#include "finetune/gguf/gguf_export.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 
@@ -14,9 +15,15 @@ void export_model(const CausalLM& model, const LoraConfig& lora, const ExportCon
     save_adapter(model, lora, config.base_model_name, config.save_path);
   } else if (config.save_method == "merged_16bit" || config.save_method == "merged_4bit") {
     export_merged(model, base_model_dir, config.save_path, config.save_method == "merged_4bit");
+  } else if (config.save_method == "gguf") {
+    export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
+    return;
   } else {
     throw UsageError("--save_method: '" + config.save_method + "' is not supported (" +
                      join(supported_save_methods(), ", ") + ")");
+  }
+  if (config.save_gguf) {
+    export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
   }
 }
 

@@ -158,6 +158,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.profile_start_step = options.profile_start_step;
   config.profile_steps = options.profile_steps;
   config.seed = static_cast<uint64_t>(options.seed);
+  config.tensorboard = options.report_to == "tensorboard" || options.report_to == "all";  // all: every sink
   return config;
 }
 
@@ -187,7 +188,23 @@ PushSetup push_setup_from(const Options& options) {
 }
 
 ExportSetup export_setup_from(const Options& options) {
-  return {options.save_model, {options.save_method, options.save_path, options.model_name}};
+  ExportConfig config{options.save_method, options.save_path, options.model_name};
+  config.quantization = comma_list(options.quantization);  // already normalized by the parser
+  config.save_gguf = options.save_gguf && options.save_method != "gguf";
+  return {options.save_model, config};
+}
+
+GenerationConfig generation_config_from(const Options& options) {
+  GenerationConfig config;
+  config.max_new_tokens = options.max_new_tokens;
+  config.temperature = options.temperature;
+  config.top_p = options.top_p;
+  config.top_k = options.top_k;
+  config.repetition_penalty = options.repetition_penalty;
+  config.stop_strings = parse_stop_strings(options.stop);
+  config.batch_size = options.generation_batch_size;
+  config.seed = static_cast<uint64_t>(options.seed);
+  return config;
 }
 
 }  // namespace finetune

@@ -180,7 +180,7 @@ int run_train(const Options& options, const EnvMap& env) {
     communicator->finish();  // after the last collective: Note [Clean exit] in ddp/peer_monitor.h
     if (launch.rank == 0) {
       nlohmann::json summary = {{"steps", config.total_steps},
-                                {"train_loss", result.step_losses.empty() ? 0.0 : result.step_losses.back()},
+                                {"train_loss", result.train_loss()},  // the run's mean, as HF Trainer reports it
                                 {"tokens", result.tokens},
                                 {"elapsed_s", result.elapsed_s},
                                 {"tokens_per_s", result.tokens_per_second()}};

@@ -192,8 +192,10 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
 
   // The action is an optional first word; any other bare word is an error below.
   if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
-    if (args[0] != "train" && args[0] != "eval")
-      throw UsageError("unknown action " + in_quotes(args[0]) + " (expected train or eval, before any option)");
+    const auto& actions = action_names();
+    if (std::find(actions.begin(), actions.end(), args[0]) == actions.end())
+      throw UsageError("unknown action " + in_quotes(args[0]) + " (expected " + join(actions, ", ") +
+                       ", before any option)");
     command.action = args[0];
     args.erase(args.begin());
   }
@@ -232,7 +234,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   }
   if (!parsed.unmatched().empty())
     throw UsageError("unexpected argument " + in_quotes(parsed.unmatched().front()) +
-                     " (options are --NAME VALUE; the action word train|eval must come first)");
+                     " (options are --NAME VALUE; the action word (train, eval, generate, chat, export) must come first)");
 
   if (parsed.count("help")) {
     command.help = true;
@@ -281,6 +283,10 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   if (command.options.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
   if (command.action == "train" && command.options.dataset.empty() && command.options.raw_text_file.empty())
     throw UsageError("--dataset: required for train (a data file, a directory, or a hub id; or --raw_text_file)");
+  if (command.action == "generate" && command.options.prompt.empty() == command.options.prompts.empty())
+    throw UsageError("--prompt / --prompts: generate takes exactly one of them (a text, or a JSONL file of prompts)");
+  if (command.action == "export" && command.options.save_method == "lora")
+    throw UsageError("--save_method: export writes merged_16bit, merged_4bit or gguf (the adapter is already lora)");
   return command;
 }
 

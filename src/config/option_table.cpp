@@ -8,6 +8,7 @@
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/config/data_file_splits.h"
 #include "finetune/data/chat_template.h"
+#include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
@@ -84,6 +85,18 @@ OptionRow unsupported_string_row(const std::string& name, const std::string& gro
           }};
 }
 
+// A comma-separated list whose items are each one of `set`'s choices; stored normalized, joined by commas.
+OptionRow list_choice_row(const std::string& name, const std::string& group, std::string Options::*field,
+                          const ChoiceSet& set, const std::string& help) {
+  return {spec(name, group, "list", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
+          [=](Options& o, const std::string& v) {
+            std::vector<std::string> items;
+            for (const auto& item : parse_list(v)) items.push_back(parse_choice(item, set));
+            if (items.empty()) throw BadValue("expected at least one of " + join(set.choices, ", "));
+            o.*field = join(items, ",");
+          }};
+}
+
 OptionRow string_row(const std::string& name, const std::string& group, std::string Options::*field,
                      bool allow_empty, const std::string& help) {
   return {spec(name, group, "string", Options{}.*field, help),
@@ -141,15 +154,14 @@ std::vector<OptionRow> build_option_table() {
                         {{"paged_adamw_32bit", "bitsandbytes' 32-bit AdamW is not implemented"}}};
   const ChoiceSet scheduler{lr_scheduler_types()};
   const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), unsupported_save_methods(),
-                              kGgufSaveMethodPrefix,
-                              "GGUF export is not implemented"};
+                              kGgufSaveMethodPrefix, kGgufSaveMethodReason};
   // Unsloth CLI's --report_to choices (HF's integrations): named, so the refusal says why.
   std::vector<std::pair<std::string, std::string>> integrations;
-  for (const char* name : {"all", "azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
-                           "mlflow", "neptune", "tensorboard", "wandb"}) {
-    integrations.emplace_back(name, "finetune has no reporting integrations; metrics go to OUTPUT_DIR/metrics.jsonl");
+  for (const char* name : {"azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
+                           "mlflow", "neptune", "wandb"}) {
+    integrations.emplace_back(name, "finetune writes TensorBoard event files (tensorboard, all) and OUTPUT_DIR/metrics.jsonl");
   }
-  const ChoiceSet report_to{{"none", "jsonl"}, {}, integrations};
+  const ChoiceSet report_to{{"none", "jsonl", "tensorboard", "all"}, {}, integrations};
   const ChoiceSet ddp_backend{{"auto", "nccl", "gloo"}};
 
   return {
@@ -259,6 +271,29 @@ std::vector<OptionRow> build_option_table() {
       string_row("hub_token", "saving", &Options::hub_token, true,
                  "hub token (else HF_TOKEN, else the token file of `hf auth login`)"),
       bool_row("hub_private_repo", "saving", &Options::hub_private_repo, "create the --hub_path repo private"),
+      list_choice_row("quantization", "saving", &Options::quantization, ChoiceSet{gguf_quantization_names(),
+                      gguf_quantization_aliases()}, "GGUF tensor type(s) for --save_method gguf / --save_gguf"),
+      bool_row("save_gguf", "saving", &Options::save_gguf,
+               "also write SAVE_PATH/model-<QUANTIZATION>.gguf after training (Unsloth CLI's --save_gguf)"),
+
+      // --- generation
+      string_row("adapter", "generation", &Options::adapter, true,
+                 "generate/chat/export: a PEFT adapter directory (or hub id) applied to --model_name"),
+      string_row("prompt", "generation", &Options::prompt, true, "generate: the prompt text"),
+      string_row("prompts", "generation", &Options::prompts, true,
+                 "generate: a JSONL file, one {\"prompt\": TEXT} or {\"messages\": [...]} per line"),
+      int_row("max_new_tokens", "generation", &Options::max_new_tokens, 1, "most tokens generated per prompt"),
+      float_row("temperature", "generation", &Options::temperature, kNonNegative,
+                "sampling temperature; 0 = greedy decoding"),
+      float_row("top_p", "generation", &Options::top_p, kUnitOpenClosed, "nucleus sampling mass (1 = off)"),
+      int_row("top_k", "generation", &Options::top_k, 0, "sample from the K most likely tokens (0 = off)"),
+      float_row("repetition_penalty", "generation", &Options::repetition_penalty, kPositive,
+                "penalty on tokens already in the sequence, as transformers applies it (1 = off)"),
+      string_row("stop", "generation", &Options::stop, true,
+                 "stop string, or a JSON list of them (generation also stops at the EOS token)"),
+      string_row("system_prompt", "generation", &Options::system_prompt, true, "chat: the system message"),
+      int_row("generation_batch_size", "generation", &Options::generation_batch_size, 1,
+              "generate: prompts decoded together"),
 
       // --- logging
       choice_row("report_to", "logging", &Options::report_to, report_to,
@@ -306,10 +341,7 @@ const OptionRow* find_option_row(const std::string& name) {
 
 const std::vector<std::pair<std::string, std::string>>& unsloth_only_options() {
   static const std::vector<std::pair<std::string, std::string>> options = {
-      {"save_gguf", "GGUF export is not implemented; --save_model writes a merged safetensors model that "
-                    "llama.cpp's convert_hf_to_gguf.py converts"},
-      {"quantization", "GGUF export (and so its quantization) is not implemented"},
-      {"push_gguf", "GGUF export is not implemented (--push_model uploads safetensors)"},
+      {"push_gguf", "GGUF uploads are not implemented (--push_model uploads safetensors)"},
       {"adapter_file", "an MLX option; the adapter is written to --output_dir as PEFT safetensors"},
   };
   return options;

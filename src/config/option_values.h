@@ -42,6 +42,7 @@ inline const Interval kAnyNumber{};
 inline const Interval kPositive{0.0, false};
 inline const Interval kNonNegative{0.0, true};
 inline const Interval kUnitHalfOpen{0.0, true, 1.0, false};  // [0, 1)
+inline const Interval kUnitOpenClosed{0.0, false, 1.0, true};  // (0, 1]
 
 // Finite numbers inside `interval`.
 double parse_float(const std::string& text, const Interval& interval);
@@ -82,6 +83,7 @@ const OptionRow* find_option_row(const std::string& name);
 const std::vector<std::pair<std::string, std::string>>& unsloth_only_options();
 
 // Help-text group order.
-inline const char* const kOptionGroupOrder[] = {"model", "LoRA", "training", "data", "saving", "logging", "distributed"};
+inline const char* const kOptionGroupOrder[] = {"model",      "LoRA",    "training",   "data",
+                                               "saving",     "generation", "logging", "distributed"};
 
 }  // namespace finetune

@@ -109,18 +109,13 @@ std::vector<std::pair<std::string, Linear*>> CausalLM::named_linears() {
   return out;
 }
 
-at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
-                                   const at::Tensor& sin, const AttentionMask& mask, bool training) const {
-  const int64_t batch = hidden.size(0);
-  const int64_t seq_len = hidden.size(1);
+CausalLM::AttentionInputs CausalLM::attention_inputs(const DecoderLayer& layer, const at::Tensor& x,
+                                                     const RopeTables& rope, bool training) const {
+  const int64_t batch = x.size(0);
+  const int64_t seq_len = x.size(1);
   const int64_t head_dim = config_.head_dim;
   const double eps = config_.rms_norm_eps;
-  const RopeTables rope{cos, sin};
-
-  // --- self attention
   const bool fused_norm = kernels_.fused_rms_norm;
-  const bool fused_elementwise = kernels_.fused_elementwise;
-  auto x = rms_norm(hidden, layer.input_layernorm, eps, fused_norm);              // (B, T, C)
   auto q = linear_forward(layer.q_proj, x, training).view({batch, seq_len, -1, head_dim});
   auto k = linear_forward(layer.k_proj, x, training).view({batch, seq_len, -1, head_dim});
   auto v = linear_forward(layer.v_proj, x, training).view({batch, seq_len, -1, head_dim});
@@ -128,9 +123,28 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
     q = rms_norm(q, layer.q_norm, eps, fused_norm);
     k = rms_norm(k, layer.k_norm, eps, fused_norm);
   }
-  q = apply_rope(q, rope, fused_elementwise);  // (B, T, H, D)
-  k = apply_rope(k, rope, fused_elementwise);  // (B, T, KV, D)
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  q = apply_rope(q, rope, kernels_.fused_elementwise);  // (B, T, H, D)
+  k = apply_rope(k, rope, kernels_.fused_elementwise);  // (B, T, KV, D)
+  return {q, k, v};
+}
+
+at::Tensor CausalLM::attention_output_and_mlp(const DecoderLayer& layer, const at::Tensor& hidden,
+                                              const at::Tensor& attn, bool training) const {
+  auto h = hidden + linear_forward(layer.o_proj, attn, training);
+  auto x = rms_norm(h, layer.post_attention_layernorm, config_.rms_norm_eps, kernels_.fused_rms_norm);
+  auto gate = linear_forward(layer.gate_proj, x, training);
+  auto up = linear_forward(layer.up_proj, x, training);
+  auto activation = kernels_.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+  return h + linear_forward(layer.down_proj, activation, training);
+}
+
+at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
+                                   const at::Tensor& sin, const AttentionMask& mask, bool training) const {
+  const int64_t batch = hidden.size(0);
+  const int64_t seq_len = hidden.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  auto x = rms_norm(hidden, layer.input_layernorm, config_.rms_norm_eps, kernels_.fused_rms_norm);  // (B, T, C)
+  auto [q, k, v] = attention_inputs(layer, x, RopeTables{cos, sin}, training);
   at::Tensor attn;
   if (mask.variable_length()) {
     // One row of packed samples: (1, N, H, D) -> (N, H, D); flash attention handles GQA itself.
@@ -150,14 +164,62 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
                                                   /*enable_gqa=*/true);
     attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});  // (B, T, H*D)
   }
-  auto h = hidden + linear_forward(layer.o_proj, attn, training);
+  return attention_output_and_mlp(layer, hidden, attn, training);
+}
 
-  // --- MLP
-  x = rms_norm(h, layer.post_attention_layernorm, eps, fused_norm);
-  auto gate = linear_forward(layer.gate_proj, x, training);
-  auto up = linear_forward(layer.up_proj, x, training);
-  auto activation = fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
-  return h + linear_forward(layer.down_proj, activation, training);
+// attend: (B, 1, T, past + T) bool, or undefined for "every cached key, causally" (see forward_cached).
+at::Tensor CausalLM::layer_forward_cached(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
+                                          at::Tensor& keys, at::Tensor& values, int64_t past,
+                                          const at::Tensor& attend) const {
+  const int64_t batch = hidden.size(0);
+  const int64_t seq_len = hidden.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
+  auto x = rms_norm(hidden, layer.input_layernorm, config_.rms_norm_eps, kernels_.fused_rms_norm);  // (B, T, C)
+  auto [q, k, v] = attention_inputs(layer, x, rope, /*training=*/false);
+  keys.narrow(2, past, seq_len).copy_(k.transpose(1, 2));    // (B, KV, T, D) into (B, KV, capacity, D)
+  values.narrow(2, past, seq_len).copy_(v.transpose(1, 2));
+  auto k_all = keys.narrow(2, 0, past + seq_len);            // (B, KV, past + T, D)
+  auto v_all = values.narrow(2, 0, past + seq_len);
+  q = q.transpose(1, 2);                                     // (B, H, T, D)
+  // Without padding, one query (a decode step) sees every key, and a prompt from an empty cache
+  // is plain causal attention: SDPA's mask-free kernels serve both.
+  const bool causal = !attend.defined() && seq_len > 1;
+  auto attn = attend.defined()
+                  ? at::scaled_dot_product_attention(q, k_all, v_all, attend, 0.0, false, scale, /*enable_gqa=*/true)
+                  : at::scaled_dot_product_attention(q, k_all, v_all, std::nullopt, 0.0, causal, scale,
+                                                     /*enable_gqa=*/true);  // (B, H, T, D)
+  attn = attn.transpose(1, 2).reshape({batch, seq_len, -1});                // (B, T, H*D)
+  return attention_output_and_mlp(layer, hidden, attn, /*training=*/false);
+}
+
+at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids, KVCache& cache,
+                                    const at::Tensor& key_mask) const {
+  const int64_t seq_len = input_ids.size(1);
+  const int64_t past = cache.length;
+  const int64_t total = past + seq_len;
+  if (static_cast<int64_t>(cache.keys.size()) != config_.num_hidden_layers || total > cache.capacity()) {
+    throw Error("forward_cached: " + std::to_string(total) + " positions do not fit the KV cache (capacity " +
+                std::to_string(cache.capacity()) + ")");
+  }
+  // Query i (absolute position past + i) attends to unpadded keys j <= past + i. A padding query
+  // would attend to nothing; it attends to itself so softmax stays finite (its output is unused,
+  // and no real query ever reads a padding key).
+  at::Tensor attend;
+  if (key_mask.defined() || (past > 0 && seq_len > 1)) {
+    const auto options = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
+    auto query_position = at::arange(past, total, options).unsqueeze(1);  // (T, 1)
+    auto key_position = at::arange(0, total, options).unsqueeze(0);       // (1, past + T)
+    attend = key_position.le(query_position).unsqueeze(0);               // (1, T, past + T)
+    if (key_mask.defined()) attend = attend & key_mask.to(at::kBool).unsqueeze(1);  // (B, T, past + T)
+    attend = (attend | key_position.eq(query_position).unsqueeze(0)).unsqueeze(1);  // (B, 1, T, past + T)
+  }
+  auto hidden = at::embedding(embed_tokens_, input_ids);  // (B, T, C)
+  const auto tables = rope_tables(inv_freq_, position_ids, dtype_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    hidden = layer_forward_cached(layers_[i], hidden, tables, cache.keys[i], cache.values[i], past, attend);
+  }
+  cache.length = total;
+  return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
 }
 
 at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,

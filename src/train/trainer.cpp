@@ -5,6 +5,8 @@
 
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/ddp/grad_reducer.h"
+#include "finetune/report/metrics_scalars.h"
+#include "finetune/report/tensorboard_writer.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/finite_guard.h"
 #include "finetune/train/grad_clip.h"
@@ -32,6 +34,12 @@ std::string last_good_state(const std::string& last_checkpoint) {
 }
 
 }  // namespace
+
+double TrainResult::train_loss() const {
+  double sum = 0;  // in step order, as Python's sum() adds metrics.jsonl's losses
+  for (const double loss : step_losses) sum += loss;
+  return step_losses.empty() ? 0.0 : sum / static_cast<double>(step_losses.size());
+}
 
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
@@ -78,10 +86,14 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
 
   std::optional<MetricsWriter> metrics;
   std::optional<ProgressReporter> progress;
+  std::optional<TensorBoardWriter> tensorboard;
   if (is_main) {
     std::filesystem::create_directories(config.output_dir);
     metrics.emplace(config.output_dir + "/metrics.jsonl");  // rewritten from the history on resume
     for (const auto& line : log_history) metrics->write_line(line.dump());
+    // A new runs/ directory for every run, a resumed one too (as HF's TensorBoardCallback): it holds
+    // what this run logs, and TensorBoard shows the earlier run's directory beside it.
+    if (config.tensorboard) tensorboard.emplace(tensorboard_log_dir(config.output_dir, unix_time_now(), host_name()));
     progress.emplace(config.total_steps, stderr_is_terminal());
   }
 
@@ -164,6 +176,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       log_history.push_back(metrics_json(m));
       if (is_main) {
         metrics->write(m);
+        if (tensorboard) tensorboard->add_scalars(done, step_scalars(m));
         progress->report(m);
       }
       window_losses.clear();
@@ -208,7 +221,14 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   if (progress) progress->finish();
   finite.check(last_good_state(result.last_checkpoint));
   result.elapsed_s = seconds_since(start);
-  if (hooks.evaluate && !every(config.eval_steps, config.total_steps)) result.final_eval_loss = hooks.evaluate();
+  const bool final_eval = hooks.evaluate && !every(config.eval_steps, config.total_steps);
+  if (final_eval) result.final_eval_loss = hooks.evaluate();
+  if (tensorboard) {
+    // HF's end-of-training log; the final evaluation only where no metrics.jsonl line holds it.
+    tensorboard->add_scalars(config.total_steps, summary_scalars({result.train_loss(), result.elapsed_s,
+                                                                  result.tokens_per_second(),
+                                                                  final_eval ? result.final_eval_loss : std::nullopt}));
+  }
   return result;
 }
 

@@ -11,6 +11,7 @@ namespace finetune {
 namespace {
 
 using testing::parse_train;
+using testing::parse_args;
 
 Options non_default_options() {
   return parse_train({"--dtype", "bf16", "--device", "cpu", "--r", "8", "--lora_alpha", "32", "--lora_dropout",
@@ -144,6 +145,16 @@ TEST(StageConfigs, TrainerConfig) {
   EXPECT_TRUE(config.ddp_find_unused_parameters);
   EXPECT_EQ(config.profile_start_step, 2);
   EXPECT_EQ(config.profile_steps, 5);
+  EXPECT_FALSE(config.tensorboard);  // --report_to none
+}
+
+TEST(StageConfigs, TrainerConfigTensorBoardFromReportTo) {
+  // metrics.jsonl is written whatever --report_to says; tensorboard and all add the event files.
+  for (const auto& [report_to, tensorboard] :
+       std::vector<std::pair<std::string, bool>>{{"none", false}, {"jsonl", false}, {"tensorboard", true}, {"all", true}}) {
+    SCOPED_TRACE(report_to);
+    EXPECT_EQ(trainer_config_from(parse_train({"--report_to", report_to}).options, 10).tensorboard, tensorboard);
+  }
 }
 
 TEST(StageConfigs, ExportSetup) {
@@ -153,6 +164,45 @@ TEST(StageConfigs, ExportSetup) {
   EXPECT_EQ(setup.export_config.save_path, "merged");
   EXPECT_EQ(export_setup_from(parse_train({"--save_model"}).options).export_config.save_method, "merged_16bit");
   EXPECT_EQ(setup.export_config.base_model_name, "m");
+}
+
+TEST(StageConfigs, ExportSetupGguf) {
+  const auto gguf = export_setup_from(
+      parse_train({"--save_model", "--save_method", "gguf", "--quantization", "f16,fast_quantized,bf16"}).options);
+  EXPECT_EQ(gguf.export_config.quantization, (std::vector<std::string>{"f16", "q8_0", "bf16"}));
+  EXPECT_FALSE(gguf.export_config.save_gguf);  // the method itself writes them, once
+  const auto also = export_setup_from(parse_train({"--save_model", "--save_gguf"}).options);
+  EXPECT_TRUE(also.export_config.save_gguf);
+  EXPECT_EQ(also.export_config.quantization, (std::vector<std::string>{"q8_0"}));
+}
+
+TEST(StageConfigs, GenerationConfig) {
+  const auto config = generation_config_from(
+      parse_args({"generate", "--model_name", "m", "--prompt", "p", "--max_new_tokens", "7", "--temperature", "0.7",
+                  "--top_p", "0.9", "--top_k", "40", "--repetition_penalty", "1.3", "--generation_batch_size", "3",
+                  "--seed", "5", "--stop", "[\"###\", \"\\n\\n\"]"}).options);
+  EXPECT_EQ(config.max_new_tokens, 7);
+  EXPECT_DOUBLE_EQ(config.temperature, 0.7);
+  EXPECT_TRUE(config.sampling());
+  EXPECT_DOUBLE_EQ(config.top_p, 0.9);
+  EXPECT_EQ(config.top_k, 40);
+  EXPECT_DOUBLE_EQ(config.repetition_penalty, 1.3);
+  EXPECT_EQ(config.batch_size, 3);
+  EXPECT_EQ(config.seed, 5u);
+  EXPECT_EQ(config.stop_strings, (std::vector<std::string>{"###", "\n\n"}));
+  // A plain value is one stop string; none by default; greedy by default.
+  const auto plain = generation_config_from(parse_args({"generate", "--model_name", "m", "--prompt", "p", "--stop",
+                                                        "User:"}).options);
+  EXPECT_EQ(plain.stop_strings, std::vector<std::string>{"User:"});
+  EXPECT_FALSE(plain.sampling());
+  EXPECT_TRUE(generation_config_from(parse_args({"generate", "--model_name", "m", "--prompt", "p"}).options)
+                  .stop_strings.empty());
+  for (const char* bad : {"[1]", "[\"\"]", "[\"a\""}) {
+    EXPECT_THROW(generation_config_from(parse_args({"generate", "--model_name", "m", "--prompt", "p", "--stop", bad})
+                                            .options),
+                 UsageError)
+        << bad;
+  }
 }
 
 TEST(StageConfigs, TotalStepsFromMaxStepsOrEpochs) {

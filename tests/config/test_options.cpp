@@ -79,7 +79,8 @@ TEST(OptionsTest, TableHasEveryGroupAndUniqueNames) {
                 spec.type == "list")
         << spec.name;
   }
-  EXPECT_EQ(groups, (std::set<std::string>{"model", "LoRA", "training", "data", "saving", "logging", "distributed"}));
+  EXPECT_EQ(groups, (std::set<std::string>{"model", "LoRA", "training", "data", "saving", "generation", "logging",
+                                           "distributed"}));
   EXPECT_TRUE(names.count("learning_rate"));
   EXPECT_TRUE(names.count("ddp_backend"));
 }
@@ -184,20 +185,23 @@ TEST(OptionsTest, UseDoraIsABoolean) {
 TEST(OptionsTest, UnsupportedUnslothFeaturesSayWhy) {
   std::string msg = usage_error_of([] { parse_train({"--loftq_config", "{\"loftq_bits\": 4}"}); });
   EXPECT_TRUE(contains(msg, "--loftq_config:") && contains(msg, "LoftQ initialisation is not implemented")) << msg;
-  msg = usage_error_of([] { parse_train({"--report_to", "tensorboard"}); });
-  EXPECT_TRUE(contains(msg, "--report_to: \"tensorboard\" is not supported (finetune has no reporting integrations"))
+  msg = usage_error_of([] { parse_train({"--report_to", "wandb"}); });
+  EXPECT_TRUE(contains(msg, "--report_to: \"wandb\" is not supported (finetune writes TensorBoard event files"))
       << msg;
+  EXPECT_EQ(parse_train({"--report_to", "tensorboard"}).options.report_to, "tensorboard");
+  EXPECT_EQ(parse_train({"--report_to", "all"}).options.report_to, "all");
 }
 
 TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
   std::string msg = usage_error_of([] { parse_train({"--push_gguf"}); });
   EXPECT_TRUE(contains(msg, "--push_gguf: an option of Unsloth's CLI that finetune does not have") &&
-              contains(msg, "GGUF export is not implemented"))
+              contains(msg, "GGUF uploads are not implemented"))
       << msg;
-  msg = usage_error_of([] { parse_train({"--save_gguf"}); });
-  EXPECT_TRUE(contains(msg, "--save_gguf") && contains(msg, "GGUF export is not implemented")) << msg;
-  msg = usage_error_of([] { parse_train({"--quantization", "q8_0"}); });
-  EXPECT_TRUE(contains(msg, "--quantization")) << msg;
+  EXPECT_TRUE(parse_train({"--save_gguf"}).options.save_gguf);
+  EXPECT_EQ(parse_train({"--quantization", "q8_0"}).options.quantization, "q8_0");
+  EXPECT_EQ(parse_train({"--quantization", "F16, not_quantized,fast_quantized"}).options.quantization, "f16,f16,q8_0");
+  msg = usage_error_of([] { parse_train({"--quantization", "q3_k_s"}); });
+  EXPECT_TRUE(contains(msg, "--quantization") && contains(msg, "q3_k_s")) << msg;
 }
 
 TEST(OptionsTest, UnknownNamesGetTheNearestOption) {

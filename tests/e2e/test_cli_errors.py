@@ -110,15 +110,15 @@ def eval_args(model, data):
     (["--lora_dropout", "1.5"], ["--lora_dropout", "1.5"]),
     (["--dtype", "float64"], ["--dtype", "float64"]),
     (["--optim", "paged_adamw_32bit"], ["--optim", "paged_adamw_32bit", "supported", "adamw_torch", "adamw_8bit"]),
-    (["--save_method", "gguf"], ["--save_method", "gguf", "not supported"]),
+    (["--save_method", "gguf_q8_0"], ["--save_method", "gguf_q8_0", "not supported", "--quantization"]),
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
     (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
-    (["--push_gguf"], ["--push_gguf", "Unsloth's CLI", "GGUF export is not implemented"]),
+    (["--push_gguf"], ["--push_gguf", "Unsloth's CLI", "GGUF uploads are not implemented"]),
     (["--push_model"], ["--push_model", "--hub_path"]),
-    (["--save_gguf"], ["--save_gguf", "GGUF export is not implemented"]),
-    (["--report_to", "tensorboard"], ["--report_to", "tensorboard", "metrics.jsonl"]),
+    (["--quantization", "q3_k_s"], ["--quantization", "q3_k_s", "f16", "q8_0"]),
+    (["--report_to", "wandb"], ["--report_to", "wandb", "metrics.jsonl", "tensorboard"]),
     (["--lerning_rate", "1e-4"], ["--lerning_rate", "did you mean --learning_rate?"]),
     (["--dataset_split", "train[:10%]"], ["--dataset_split", "expected a split name"]),
 ])

@@ -10,10 +10,18 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "finetune/model/causal_lm.h"
 
 namespace finetune {
+
+// Every tensor of the exported checkpoint under its HF name, adapters folded in: projections
+// merged (a 4-bit base dequantized first; the merge sums in fp32 and rounds once to the model
+// dtype) and, with `quantize_4bit`, re-quantized to NF4 with its statistics under transformers'
+// names. On the model's device; the GGUF export (gguf/gguf_export.h) reads the same tensors.
+std::vector<std::pair<std::string, at::Tensor>> merged_named_tensors(const CausalLM& model, bool quantize_4bit);
 
 void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir,
                    bool quantize_4bit);

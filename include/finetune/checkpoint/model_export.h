@@ -1,8 +1,10 @@
-// The end-of-training export chosen by --save_method (save_methods.h): the PEFT adapter alone, or
-// a full model with the adapter merged (merged_export.h).
+// The end-of-training export chosen by --save_method (save_methods.h): the PEFT adapter alone, a
+// full model with the adapter merged (merged_export.h), or GGUF files (gguf/gguf_export.h); with
+// --save_gguf the GGUF files come after a non-GGUF method.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "finetune/lora/lora_config.h"
 #include "finetune/model/causal_lm.h"
@@ -12,7 +14,9 @@ namespace finetune {
 struct ExportConfig {
   std::string save_method = "lora";  // one of supported_save_methods()
   std::string save_path;
-  std::string base_model_name;       // recorded in adapter_config.json
+  std::string base_model_name;       // recorded in adapter_config.json; names the GGUF files
+  std::vector<std::string> quantization = {"q8_0"};  // GGUF types (gguf/quantization_names.h), one file each
+  bool save_gguf = false;            // GGUF files as well as save_method's output
 };
 
 // Writes the model as `config` says into config.save_path; `base_model_dir` is where the base

@@ -10,7 +10,7 @@
 namespace finetune {
 
 inline const std::vector<std::string>& supported_save_methods() {
-  static const std::vector<std::string> methods = {"lora", "merged_16bit", "merged_4bit"};
+  static const std::vector<std::string> methods = {"lora", "merged_16bit", "merged_4bit", "gguf"};
   return methods;
 }
 
@@ -21,11 +21,12 @@ inline const std::vector<std::pair<std::string, std::string>>& save_method_alias
 }
 
 // Unsloth CLI spellings we recognise but do not implement, with the reason (a clearer error than
-// "unknown value"); any "gguf*" method is among them.
+// "unknown value"); any other "gguf*" spelling is refused with kGgufSaveMethodReason.
 inline const std::vector<std::pair<std::string, std::string>>& unsupported_save_methods() {
   static const std::vector<std::pair<std::string, std::string>> methods = {};
   return methods;
 }
 inline constexpr const char* kGgufSaveMethodPrefix = "gguf";
+inline constexpr const char* kGgufSaveMethodReason = "write GGUF with --save_method gguf --quantization TYPE";
 
 }  // namespace finetune

@@ -1,6 +1,9 @@
-// The two actions of the `finetune` executable, each wiring the stages end to end:
-//   train: launch env -> communicator -> model + weights -> LoRA -> data -> trainer -> save/export
-//   eval:  model + weights (+ adapter) -> data -> mean token loss / perplexity (one JSON line)
+// The actions of the `finetune` executable, each wiring the stages end to end:
+//   train:    launch env -> communicator -> model + weights -> LoRA -> data -> trainer -> save/export
+//   eval:     model + weights (+ adapter) -> data -> mean token loss / perplexity (one JSON line)
+//   generate: model + weights (+ adapter) -> prompts -> decoded continuations (streamed / JSONL)
+//   chat:     model + weights (+ adapter) -> the chat template -> an interactive conversation
+//   export:   model + weights (+ adapter) -> merged_16bit | merged_4bit | gguf, without training
 #pragma once
 
 #include "finetune/config/options.h"
@@ -9,5 +12,8 @@ namespace finetune {
 
 int run_train(const Options& options, const EnvMap& env);
 int run_eval(const Options& options, const EnvMap& env);
+int run_generate(const Options& options, const EnvMap& env);
+int run_chat(const Options& options, const EnvMap& env);
+int run_export(const Options& options, const EnvMap& env);
 
 }  // namespace finetune

@@ -16,6 +16,7 @@
 #include "finetune/data/raw_text.h"
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
+#include "finetune/generate/generation_config.h"
 #include "finetune/launch/launch_env.h"
 #include "finetune/lora/lora_config.h"
 #include "finetune/train/trainer.h"
@@ -102,5 +103,8 @@ struct PushSetup {
   bool private_repo = false;
 };
 PushSetup push_setup_from(const Options& options);  // UsageError without a valid --hub_path
+
+// How generate and chat decode (generate/generation_config.h); --stop parsed into its strings.
+GenerationConfig generation_config_from(const Options& options);
 
 }  // namespace finetune

@@ -93,9 +93,24 @@ struct Options {
   std::string hub_path;              // ORG/NAME of the hub repo to push to
   std::string hub_token;             // else HF_TOKEN, else the token file (hub/hub_settings.h)
   bool hub_private_repo = false;     // create the --hub_path repo private
+  std::string quantization = "q8_0"; // GGUF tensor type(s), comma-separated (gguf/quantization_names.h)
+  bool save_gguf = false;            // also write a GGUF file (per --quantization) into --save_path
+
+  // --- generation (generate, chat; --adapter also for export)
+  std::string adapter;               // PEFT adapter directory applied to --model_name
+  std::string prompt;                // generate: one prompt
+  std::string prompts;               // generate: a JSONL file of prompts ({"prompt": ...} or {"messages": [...]})
+  int64_t max_new_tokens = 256;
+  double temperature = 0.0;          // 0: greedy; > 0: sample
+  double top_p = 1.0;
+  int64_t top_k = 0;                 // 0: off
+  double repetition_penalty = 1.0;
+  std::string stop;                  // stop string, or a JSON list of them
+  std::string system_prompt;         // chat: the system message
+  int64_t generation_batch_size = 8; // generate: prompts decoded together
 
   // --- logging
-  std::string report_to = "none";    // none|jsonl (metrics.jsonl is always written)
+  std::string report_to = "none";    // none|jsonl|tensorboard|all (metrics.jsonl is always written)
   std::string log_level = "info";    // util/log.h: level_names()
   bool require_loss_decrease = false;  // exit 1 unless the last steps' loss is below the first steps
   int64_t logging_steps = 1;
@@ -117,7 +132,7 @@ struct Options {
 // One row of the option table.
 struct OptionSpec {
   std::string name;        // flag without dashes, also the config-file key
-  std::string group;       // model|LoRA|training|data|saving|logging|distributed
+  std::string group;       // model|LoRA|training|data|saving|generation|logging|distributed
   std::string type;        // int|float|bool|string|list
   std::string default_value;
   std::string help;
@@ -127,8 +142,14 @@ struct OptionSpec {
 
 const std::vector<OptionSpec>& option_table();
 
+// The action words, in the order the help lists them: train (the default), eval, generate, chat, export.
+inline const std::vector<std::string>& action_names() {
+  static const std::vector<std::string> names = {"train", "eval", "generate", "chat", "export"};
+  return names;
+}
+
 struct Command {
-  std::string action = "train";  // train|eval
+  std::string action = "train";  // train|eval|generate|chat|export
   Options options;
   std::string config_file;       // --config, if given
   bool help = false;             // --help was given: usage text is in help_text

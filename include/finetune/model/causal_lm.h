@@ -17,7 +17,9 @@
 #include "finetune/config/model_config.h"
 #include "finetune/model/attention_mask.h"
 #include "finetune/model/kernel_policy.h"
+#include "finetune/model/kv_cache.h"
 #include "finetune/model/linear.h"
+#include "finetune/model/rope.h"
 
 namespace finetune {
 
@@ -59,6 +61,15 @@ class CausalLM {
   at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
                             const AttentionMask& mask, const ForwardOptions& options) const;
 
+  // Note [KV-cache forward]
+  // Incremental decoding: input_ids, position_ids (B, T) -> final hidden states (B, T, C). The
+  // keys/values of these T positions are written at cache.length (then advanced by T), and the
+  // queries attend to every cached position up to their own. key_mask (B, cache.length + T) bool,
+  // false at (left) padding, or undefined when no row has any. The projections, norms, RoPE and
+  // MLP are layer_forward's own helpers, so a cached forward computes what forward_hidden does.
+  at::Tensor forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids, KVCache& cache,
+                            const at::Tensor& key_mask) const;
+
   // hidden (..., C) -> logits (..., V) in the model dtype.
   at::Tensor lm_head(const at::Tensor& hidden) const;
   const at::Tensor& lm_head_weight() const;
@@ -69,6 +80,22 @@ class CausalLM {
  private:
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
                            const at::Tensor& sin, const AttentionMask& mask, bool training) const;
+  at::Tensor layer_forward_cached(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
+                                  at::Tensor& keys, at::Tensor& values, int64_t past,
+                                  const at::Tensor& attend) const;
+
+  // The two halves around attention, shared by both forwards.
+  struct AttentionInputs {
+    at::Tensor q;  // (B, T, H, D) after q_norm and RoPE
+    at::Tensor k;  // (B, T, KV, D)
+    at::Tensor v;  // (B, T, KV, D)
+  };
+  // x: input_layernorm(hidden) (B, T, C).
+  AttentionInputs attention_inputs(const DecoderLayer& layer, const at::Tensor& x, const RopeTables& rope,
+                                   bool training) const;
+  // hidden + o_proj(attn), then the MLP block; attn (B, T, H*D) -> (B, T, C).
+  at::Tensor attention_output_and_mlp(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& attn,
+                                      bool training) const;
 
   ModelConfig config_;
   at::ScalarType dtype_;

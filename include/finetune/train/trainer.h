@@ -46,6 +46,7 @@ struct TrainerConfig {
   int64_t profile_start_step = 0;  // 0: no profile (step_profiler.h)
   int64_t profile_steps = 3;
   uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
+  bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
 };
 
 struct TrainerHooks {
@@ -62,6 +63,11 @@ struct TrainResult {
   double elapsed_s = 0;
   int64_t tokens = 0;
   double tokens_per_second() const { return static_cast<double>(tokens) / (elapsed_s > 0 ? elapsed_s : 1e-9); }
+  // The mean of step_losses, HF Trainer's train_loss (_total_loss_scalar / global_step). A resumed
+  // run's step_losses start with the checkpoint's, so it reports the mean over all its steps, as
+  // the uninterrupted run would; HF instead divides only the resumed session's loss sum by the
+  // global step, which understates it.
+  double train_loss() const;
   std::string last_checkpoint;  // the newest checkpoint written, or "" (for error messages)
 };
 

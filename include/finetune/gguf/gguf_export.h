@@ -1,0 +1,32 @@
+// --save_method gguf: the model with its adapters merged (checkpoint/merged_export.h's tensors)
+// written as one GGUF v3 file per --quantization type, with the metadata, tensor names, types and
+// bytes that llama.cpp's convert_hf_to_gguf.py writes for the merged_16bit directory of the same
+// model (LlamaModel / Qwen2Model / Qwen3Model): 1-D tensors and norms F32, the rest in the chosen
+// type (Q8_0 rows that are not a multiple of 32 fall back to F16, as the converter does),
+// Llama's q/k rows permuted, rope_freqs for Llama-3 rope scaling. general.name is the model
+// directory's name (the converter's title-cased guess and its size label are not reproduced).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "finetune/gguf/gguf_quantize.h"
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+// SAVE_PATH/<model name>.<TYPE>.gguf, e.g. out/Llama-3.2-1B.Q8_0.gguf (`model_name` may be a hub id
+// or a path; its last component is used).
+std::string gguf_file_path(const std::string& save_path, const std::string& model_name, GgmlType type);
+
+// Writes `out_path` atomically. `base_model_dir` holds config.json and the tokenizer files.
+void export_gguf(const CausalLM& model, const std::string& base_model_dir, const std::string& model_name,
+                 const std::string& out_path, GgmlType type);
+
+// One file per entry of `quantizations` (gguf/quantization_names.h spellings) into `save_path`;
+// returns the paths written.
+std::vector<std::string> export_gguf_files(const CausalLM& model, const std::string& base_model_dir,
+                                           const std::string& model_name, const std::string& save_path,
+                                           const std::vector<std::string>& quantizations);
+
+}  // namespace finetune

@@ -1,0 +1,38 @@
+// Tensor data in the ggml types the GGUF export writes, byte for byte as llama.cpp's gguf-py
+// (gguf/quants.py, which its converter uses) encodes a float32 array:
+//   F32  - the floats;
+//   F16  - IEEE half, round to nearest even (numpy astype(float16));
+//   BF16 - ggml_compute_fp32_to_bf16: round to nearest even on the high 16 bits, NaN kept quiet;
+//   Q8_0 - per row, blocks of 32: fp16 scale d = amax / 127 then 32 int8 round-half-away(x / d)
+//          (gguf-py's bit-exact copy of ggml-quants.c's quantize_row_q8_0_ref).
+// Rows are the innermost (last, PyTorch order) dimension; Q8_0 needs it a multiple of 32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace finetune {
+
+// ggml_type ids (gguf-py GGMLQuantizationType).
+enum class GgmlType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+
+inline constexpr int64_t kQ8_0BlockSize = 32;
+
+// "f32" | "f16" | "bf16" | "q8_0" (gguf/quantization_names.h) -> type; UsageError otherwise.
+GgmlType ggml_type_from_name(const std::string& name);
+std::string ggml_type_name(GgmlType type);  // "F32", "F16", "BF16", "Q8_0" as llama.cpp prints them
+
+// general.file_type (llama.cpp's LlamaFileType: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32).
+uint32_t llama_file_type(GgmlType type);
+
+// Whether rows of `row_length` values can be stored as `type` (Q8_0: a multiple of 32).
+bool ggml_can_encode(GgmlType type, int64_t row_length);
+
+uint16_t fp32_to_fp16_bits(float value);
+uint16_t fp32_to_bf16_bits(float value);
+
+// `rows` x `row_length` contiguous floats -> the type's bytes. Throws Error when the row length
+// does not fit the type.
+std::string ggml_encode(const float* data, int64_t rows, int64_t row_length, GgmlType type);
+
+}  // namespace finetune

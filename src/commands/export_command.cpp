@@ -1,0 +1,61 @@
+// `finetune export`: model + weights (+ --adapter) -> merged_16bit | merged_4bit | gguf in
+// --save_path, without training (see commands.h). The same export as the end of training
+// (checkpoint/model_export.h), so both write identical files. Prints one JSON line naming them.
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "finetune/checkpoint/model_export.h"
+#include "finetune/commands/commands.h"
+#include "finetune/commands/hub_inputs.h"
+#include "finetune/commands/run_setup.h"
+#include "finetune/commands/stage_configs.h"
+#include "finetune/gguf/gguf_export.h"
+#include "finetune/hub/hub_settings.h"
+#include "finetune/launch/launch_env.h"
+#include "finetune/model/device_selection.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/log.h"
+#include "finetune/util/output_directory.h"
+
+namespace finetune {
+
+int run_export(const Options& options, const EnvMap& env) {
+  const auto source = model_source_from(options);
+  auto export_config = export_setup_from(options).export_config;
+  if (export_config.save_path.empty()) throw UsageError("--save_path: export needs a directory to write into");
+  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup_from(options), false));
+  const auto device = select_device(source.device, launch_env_from(env).local_rank);
+  auto loaded = load_model(source, env, device);
+
+  AdapterSetup adapter_setup = adapter_setup_from(options);
+  adapter_setup.init_adapter = options.adapter;
+  LoraConfig lora = adapter_setup.lora;
+  if (!options.adapter.empty()) {
+    if (!std::filesystem::is_directory(options.adapter)) {
+      throw UsageError("--adapter: '" + options.adapter + "' is not a PEFT adapter directory");
+    }
+    lora = setup_adapter(*loaded.model, adapter_setup).config;
+  }
+
+  create_output_directory(export_config.save_path, "--save_path");
+  export_model(*loaded.model, lora, export_config, loaded.model_dir);
+  nlohmann::json files = nlohmann::json::array();
+  if (export_config.save_method == "gguf" || export_config.save_gguf) {
+    for (const auto& name : export_config.quantization) {
+      const auto type = ggml_type_from_name(name);
+      files.push_back(gguf_file_path(export_config.save_path, export_config.base_model_name, type));
+    }
+  }
+  log::info("model exported to " + export_config.save_path + " (" + export_config.save_method + ")");
+  std::cout << nlohmann::json{{"save_method", export_config.save_method},
+                              {"save_path", export_config.save_path},
+                              {"adapter", options.adapter},
+                              {"gguf_files", files}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace finetune

@@ -1,0 +1,69 @@
+#include "finetune/commands/generation_setup.h"
+
+#include <cstdio>
+
+#include "finetune/commands/hub_inputs.h"
+#include "finetune/generate/stop_criteria.h"
+#include "finetune/model/device_selection.h"
+#include "finetune/util/errors.h"
+#include "finetune/util/log.h"
+
+namespace finetune {
+
+const ChatTemplate& GenerationSession::chat_template() {
+  if (!chat_template_) {
+    const auto& special = loaded.tokenizer->special_tokens();
+    chat_template_ = std::make_unique<ChatTemplate>(
+        ChatTemplate::select(chat_template_choice, special.chat_templates, special, chat_template_kwargs));
+  }
+  return *chat_template_;
+}
+
+GenerationSession start_generation_session(const Options& options, const EnvMap& env, const std::string& command) {
+  const auto source = model_source_from(options);
+  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, DataSetup{}, false));
+  const auto device = select_device(source.device, launch_env_from(env).local_rank);
+  GenerationSession session;
+  session.loaded = load_model(source, env, device);
+  if (!session.loaded.tokenizer) {
+    throw Error(session.loaded.model_dir + ": no tokenizer.json or tokenizer.model; " + command +
+                " needs the model's tokenizer");
+  }
+  if (!options.adapter.empty()) {
+    AdapterSetup setup = adapter_setup_from(options);
+    setup.init_adapter = options.adapter;
+    setup_adapter(*session.loaded.model, setup);
+  }
+  const auto data_setup = data_setup_from(options);
+  session.chat_template_choice = data_setup.chat_template;
+  session.chat_template_kwargs = data_setup.chat_template_kwargs;
+  const auto& special = session.loaded.tokenizer->special_tokens();
+  auto eos_ids = eos_token_ids(session.loaded.model_dir, special.eos_token_id);
+  const int64_t pad_id = pad_token_id_for(*session.loaded.model, session.loaded.tokenizer.get());
+  const auto& model = *session.loaded.model;
+  log::info(command + " | model " + session.loaded.model_dir + " (" + dtype_string(model.dtype()) + " on " +
+            model.device().str() + (options.adapter.empty() ? "" : ", adapter " + options.adapter) + "), loaded in " +
+            c10::str(session.loaded.load_seconds) + " s");
+  session.generator = std::make_unique<Generator>(model, *session.loaded.tokenizer, generation_config_from(options),
+                                                  std::move(eos_ids), pad_id);
+  return session;
+}
+
+std::vector<int32_t> chat_prompt_ids(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
+                                     const Conversation& conversation) {
+  return tokenizer.encode(chat_template.render(conversation, /*add_generation_prompt=*/true).text,
+                          /*add_special_tokens=*/false);
+}
+
+std::string generation_summary(const std::string& command, const GenerationStats& stats) {
+  auto rate = [](int64_t tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0.0; };
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "%s | prefill %lld tokens in %.3f s (%.1f tokens/s) | decode %lld tokens in %.3f s (%.1f tokens/s)",
+                command.c_str(), static_cast<long long>(stats.prefill_tokens), stats.prefill_seconds,
+                rate(stats.prefill_tokens, stats.prefill_seconds), static_cast<long long>(stats.decode_tokens),
+                stats.decode_seconds, rate(stats.decode_tokens, stats.decode_seconds));
+  return line;
+}
+
+}  // namespace finetune

@@ -1,0 +1,115 @@
+#include "finetune/gguf/gguf_quantize.h"
+
+#include <c10/util/Half.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+uint32_t float_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+template <typename T>
+void put(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+// gguf-py's np_roundf: |x| rounded half away from zero, computed as floor(a) + floor(2 (a - floor a)).
+float round_half_away(float value) {
+  const float a = std::fabs(value);
+  const float floored = std::floor(a);
+  const float rounded = floored + std::floor(2.0f * (a - floored));
+  return value > 0 ? rounded : (value < 0 ? -rounded : 0.0f);
+}
+
+void encode_q8_0_block(const float* x, std::string& out) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < kQ8_0BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d == 0.0f ? 0.0f : 1.0f / d;
+  put<uint16_t>(out, fp32_to_fp16_bits(d));
+  for (int64_t i = 0; i < kQ8_0BlockSize; ++i) {
+    put<int8_t>(out, static_cast<int8_t>(round_half_away(x[i] * id)));
+  }
+}
+
+}  // namespace
+
+GgmlType ggml_type_from_name(const std::string& name) {
+  if (name == "f32") return GgmlType::kF32;
+  if (name == "f16") return GgmlType::kF16;
+  if (name == "bf16") return GgmlType::kBF16;
+  if (name == "q8_0") return GgmlType::kQ8_0;
+  throw UsageError("--quantization: '" + name + "' is not a GGUF type this export writes (f32, f16, bf16, q8_0)");
+}
+
+std::string ggml_type_name(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return "F32";
+    case GgmlType::kF16: return "F16";
+    case GgmlType::kBF16: return "BF16";
+    case GgmlType::kQ8_0: return "Q8_0";
+  }
+  throw Error("unknown ggml type " + std::to_string(static_cast<uint32_t>(type)));
+}
+
+uint32_t llama_file_type(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return 0;
+    case GgmlType::kF16: return 1;
+    case GgmlType::kQ8_0: return 7;
+    case GgmlType::kBF16: return 32;
+  }
+  throw Error("unknown ggml type " + std::to_string(static_cast<uint32_t>(type)));
+}
+
+bool ggml_can_encode(GgmlType type, int64_t row_length) {
+  return type != GgmlType::kQ8_0 || row_length % kQ8_0BlockSize == 0;
+}
+
+uint16_t fp32_to_fp16_bits(float value) { return c10::Half(value).x; }
+
+uint16_t fp32_to_bf16_bits(float value) {
+  uint32_t n = float_bits(value);
+  if ((n & 0x7fffffffu) > 0x7f800000u) n = (n & 0xffff0000u) | (64u << 16);  // NaN stays a quiet NaN
+  const uint64_t rounded = (uint64_t{n} + (0x7fffu + ((n >> 16) & 1u))) >> 16;
+  return static_cast<uint16_t>(rounded);
+}
+
+std::string ggml_encode(const float* data, int64_t rows, int64_t row_length, GgmlType type) {
+  if (!ggml_can_encode(type, row_length)) {
+    throw Error("GGUF " + ggml_type_name(type) + ": rows of " + std::to_string(row_length) +
+                " values are not a multiple of " + std::to_string(kQ8_0BlockSize));
+  }
+  const int64_t count = rows * row_length;
+  std::string out;
+  switch (type) {
+    case GgmlType::kF32:
+      out.assign(reinterpret_cast<const char*>(data), static_cast<size_t>(count) * sizeof(float));
+      break;
+    case GgmlType::kF16:
+      out.reserve(count * 2);
+      for (int64_t i = 0; i < count; ++i) put<uint16_t>(out, fp32_to_fp16_bits(data[i]));
+      break;
+    case GgmlType::kBF16:
+      out.reserve(count * 2);
+      for (int64_t i = 0; i < count; ++i) put<uint16_t>(out, fp32_to_bf16_bits(data[i]));
+      break;
+    case GgmlType::kQ8_0:
+      out.reserve(count / kQ8_0BlockSize * 34);
+      for (int64_t i = 0; i < count; i += kQ8_0BlockSize) encode_q8_0_block(data + i, out);
+      break;
+  }
+  return out;
+}
+
+}  // namespace finetune
