@@ -204,6 +204,9 @@ GenerationConfig generation_config_from(const Options& options) {
   config.stop_strings = parse_stop_strings(options.stop);
   config.batch_size = options.generation_batch_size;
   config.seed = static_cast<uint64_t>(options.seed);
+  config.profile_start_step = options.profile_start_step;
+  config.profile_steps = options.profile_steps;
+  config.profile_dir = options.output_dir;
   return config;
 }
 

@@ -307,8 +307,10 @@ std::vector<OptionRow> build_option_table() {
       string_row("dump_logits", "logging", &Options::dump_logits, true,
                  "eval: write logits to this .safetensors file"),
       int_row("profile_start_step", "logging", &Options::profile_start_step, 0,
-              "profile optimizer steps from this one (Chrome trace and kernel time breakdown in output_dir); 0 = off"),
-      int_row("profile_steps", "logging", &Options::profile_steps, 1, "number of optimizer steps to profile"),
+              "profile optimizer steps (generate: decode steps) from this one (Chrome trace and kernel time "
+              "breakdown in output_dir); 0 = off"),
+      int_row("profile_steps", "logging", &Options::profile_steps, 1,
+              "number of optimizer steps (generate: decode steps) to profile"),
 
       // --- distributed
       float_row("ddp_timeout", "distributed", &Options::ddp_timeout, kPositive,

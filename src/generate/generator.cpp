@@ -21,7 +21,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 Generator::Generator(const CausalLM& model, const Tokenizer& tokenizer, GenerationConfig config,
                      std::set<int64_t> eos_ids, int64_t pad_id)
     : model_(model), tokenizer_(tokenizer), config_(std::move(config)), eos_ids_(std::move(eos_ids)),
-      pad_id_(pad_id), sampler_(config_, model.device()) {}
+      pad_id_(pad_id), sampler_(config_, model.device()),
+      profiler_(config_.profile_start_step, config_.profile_steps, config_.profile_dir, 0, model.device()) {}
 
 std::vector<GeneratedText> Generator::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
                                                      const TextCallback& on_text) {
@@ -110,8 +111,11 @@ std::vector<GeneratedText> Generator::generate_batch(const std::vector<std::vect
     if (step == 0) {
       stats_.prefill_seconds += seconds_since(start);
       start = std::chrono::steady_clock::now();
+    } else {
+      profiler_.after_step(decode_steps_);  // a decode step: its forward, sampling and host bookkeeping
     }
     if (running == 0 || step + 1 == max_new_tokens) break;
+    profiler_.before_step(++decode_steps_);
     position = position + 1;
     mask = at::cat({mask, at::ones({batch, 1}, mask.options())}, 1);          // (B, P + step + 1)
     hidden = model_.forward_cached(next.unsqueeze(1), position.unsqueeze(1), cache, padded ? mask : at::Tensor());

@@ -16,12 +16,15 @@
 namespace finetune {
 namespace {
 
-// The largest |cached - plain| over the real positions, relative to max |plain|.
-double cached_vs_plain_error(const CausalLM& model) {
+// The largest |cached - plain| over the real positions, relative to max |plain|. `padded`: rows of
+// 7 and 4 tokens (left padding, a mask); else two rows of 7 (no mask: the mask-free kernels).
+double cached_vs_plain_error(const CausalLM& model, bool padded = true) {
   c10::InferenceMode inference;
   const auto device = model.device();
   const auto long_options = at::TensorOptions().dtype(at::kLong).device(device);
-  const std::vector<std::vector<int64_t>> rows = {{3, 7, 1, 9, 4, 4, 8}, {2, 6, 5, 1}};
+  const std::vector<std::vector<int64_t>> rows = {{3, 7, 1, 9, 4, 4, 8},
+                                                  padded ? std::vector<int64_t>{2, 6, 5, 1}
+                                                         : std::vector<int64_t>{2, 6, 5, 1, 8, 8, 3}};
   const int64_t total = 7, prefill = 5;
   // Left-padded batch (pad id 0), mask and transformers' position ids.
   auto ids = at::zeros({2, total}, long_options);
@@ -34,11 +37,12 @@ double cached_vs_plain_error(const CausalLM& model) {
   const auto positions = (mask.cumsum(-1) - 1).masked_fill(mask.eq(0), 0);
 
   KVCache cache = allocate_kv_cache(model.config(), 2, total, model.dtype(), device);
+  auto key_mask = [&](int64_t length) { return padded ? mask.narrow(1, 0, length) : at::Tensor(); };
   std::vector<at::Tensor> cached = {model.forward_cached(ids.narrow(1, 0, prefill), positions.narrow(1, 0, prefill),
-                                                         cache, mask.narrow(1, 0, prefill))};  // (B, 5, C)
+                                                         cache, key_mask(prefill))};  // (B, 5, C)
   for (int64_t t = prefill; t < total; ++t) {
-    cached.push_back(model.forward_cached(ids.narrow(1, t, 1), positions.narrow(1, t, 1), cache,
-                                          mask.narrow(1, 0, t + 1)));  // (B, 1, C)
+    cached.push_back(
+        model.forward_cached(ids.narrow(1, t, 1), positions.narrow(1, t, 1), cache, key_mask(t + 1)));  // (B, 1, C)
   }
   EXPECT_EQ(cache.length, total);
   const auto cached_all = at::cat(cached, 1).to(at::kFloat);  // (B, T, C)
@@ -73,7 +77,10 @@ CausalLM random_model(bool qk_norm, at::ScalarType dtype, at::Device device) {
 
 TEST(KVCacheForward, PaddedPrefillAndDecodeGiveThePlainForward) {
   for (bool qk_norm : {false, true}) {
-    EXPECT_LE(cached_vs_plain_error(random_model(qk_norm, at::kFloat, at::kCPU)), 1e-6) << "qk_norm " << qk_norm;
+    for (bool padded : {true, false}) {
+      EXPECT_LE(cached_vs_plain_error(random_model(qk_norm, at::kFloat, at::kCPU), padded), 1e-6)
+          << "qk_norm " << qk_norm << " padded " << padded;
+    }
   }
 }
 
@@ -89,7 +96,10 @@ TEST(KVCacheForward, CudaBf16WithinBound) {
   if (!at::hasCUDA()) GTEST_SKIP() << "needs a CUDA device";
   // bf16 keeps 8 bits of mantissa: the cached and plain forwards round differently through two
   // layers; 3% of the largest hidden value is a few bf16 ulps of it.
-  EXPECT_LE(cached_vs_plain_error(random_model(true, at::kBFloat16, at::Device(at::kCUDA, 0))), 3e-2);
+  // Both GPU attention paths: the masked math kernel (padded) and flash attention (unpadded).
+  const auto model = random_model(true, at::kBFloat16, at::Device(at::kCUDA, 0));
+  EXPECT_LE(cached_vs_plain_error(model, /*padded=*/true), 3e-2);
+  EXPECT_LE(cached_vs_plain_error(model, /*padded=*/false), 3e-2);
 }
 
 }  // namespace

@@ -23,6 +23,11 @@ struct GenerationConfig {
   std::vector<std::string> stop_strings;
   int64_t batch_size = 8;  // prompts decoded together
   uint64_t seed = 3407;    // of the sampling generator
+  // Kineto profile of decode steps profile_start_step .. + profile_steps - 1 (1-based, counted over
+  // the run's batches; 0: off), written to profile_dir as training's (train/step_profiler.h).
+  int64_t profile_start_step = 0;
+  int64_t profile_steps = 3;
+  std::string profile_dir = "outputs";
 
   bool sampling() const { return temperature > 0; }
 };

@@ -16,6 +16,7 @@
 #include "finetune/generate/sampler.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/tokenizer/tokenizer.h"
+#include "finetune/train/step_profiler.h"
 
 namespace finetune {
 
@@ -56,6 +57,8 @@ class Generator {
   int64_t pad_id_;
   TokenSampler sampler_;  // one generator for the whole run: batches continue its stream
   GenerationStats stats_;
+  StepProfiler profiler_;   // decode steps, counted over the run's batches
+  int64_t decode_steps_ = 0;
 };
 
 // For the demo and other callers holding a model: greedy completions of raw-text prompts (BOS
