@@ -1,6 +1,7 @@
 #include "finetune/model/causal_lm.h"
 
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "finetune/model/checkpoint_function.h"
@@ -196,7 +197,10 @@ at::Tensor CausalLM::layer_forward_cached(const DecoderLayer& layer, const at::T
   if (attend.defined() && kernels_.variable_length_attention) {
     // Left-padded rows on the GPU: SDPA's math kernel with the mask. Its backend choice would be
     // cuDNN too, with a new plan per key length (see above); flash takes no mask.
-    auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, attend, 0.0, false, std::nullopt,
+    // The kernel adds its mask: SDPA's front end turns a bool mask into 0 / -inf first, so do we.
+    const auto additive = at::zeros(attend.sizes(), q.options()).masked_fill(attend.logical_not(),
+                                                                             -std::numeric_limits<double>::infinity());
+    auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, additive, 0.0, false, std::nullopt,
                                                                   scale, /*enable_gqa=*/true));  // (B, H, T, D)
     return attention_output_and_mlp(layer, hidden, out.transpose(1, 2).reshape({batch, seq_len, -1}),
                                     /*training=*/false);
