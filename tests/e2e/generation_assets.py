@@ -38,12 +38,8 @@ def make_model(case, out_dir, tokenizer, seed=0):
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(seed)
     model = tiny_models.MODEL_CLASSES[config_class](config_class(**kwargs)).to(torch.float32)
+    tiny_models.perturb_norms_and_biases(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif name.endswith(".bias"):
-                p.copy_(0.05 * torch.randn_like(p))
         model.lm_head.weight.normal_(0.0, 0.1)
     model.save_pretrained(out_dir, safe_serialization=True)
     tokenizer.save_pretrained(out_dir)

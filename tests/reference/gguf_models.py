@@ -31,12 +31,7 @@ def make_gguf_model(case, out_dir, tokenizer_root, seed=0):
     config = tokenizer_config_ids(tokenizer_dir)
     torch.manual_seed(seed)
     model = tiny_models.MODEL_CLASSES[config_class](config_class(**{**kwargs, "vocab_size": vocab, **config}))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif name.endswith(".bias"):
-                p.copy_(0.1 * torch.randn_like(p))
+    tiny_models.perturb_norms_and_biases(model, bias_std=0.1)
     model.save_pretrained(out_dir)
     for file in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(tokenizer_dir, file), os.path.join(out_dir, file))

@@ -48,18 +48,22 @@ MODEL_CLASSES = {
 }
 
 
+def perturb_norms_and_biases(model, bias_std=0.05):
+    """Random init leaves norms at 1 and biases at 0; make them non-trivial so every weight matters."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            elif name.endswith(".bias"):
+                p.copy_(bias_std * torch.randn_like(p))
+
+
 def make_model(name, out_dir, seed=0, dtype=torch.float32):
     config_class, kwargs, save_kwargs = model_cases()[name]
     torch.manual_seed(seed)
     config = config_class(**kwargs)
     model = MODEL_CLASSES[config_class](config).to(dtype)
-    # Random init std is small; make the norms and biases non-trivial so every weight matters.
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if pname.endswith("norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            elif pname.endswith(".bias"):
-                p.copy_(0.05 * torch.randn_like(p))
+    perturb_norms_and_biases(model)
     model.save_pretrained(out_dir, safe_serialization=True, **save_kwargs)
     return model
 
