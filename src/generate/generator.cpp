@@ -22,7 +22,8 @@ Generator::Generator(const CausalLM& model, const Tokenizer& tokenizer, Generati
                      std::set<int64_t> eos_ids, int64_t pad_id)
     : model_(model), tokenizer_(tokenizer), config_(std::move(config)), eos_ids_(std::move(eos_ids)),
       pad_id_(pad_id), sampler_(config_, model.device()),
-      profiler_(config_.profile_start_step, config_.profile_steps, config_.profile_dir, 0, model.device()) {}
+      profiler_(config_.profile_start_step, config_.profile_steps, config_.profile_dir, 0, model.device(),
+                "decode steps") {}
 
 std::vector<GeneratedText> Generator::generate_batch(const std::vector<std::vector<int32_t>>& prompts,
                                                      const TextCallback& on_text) {

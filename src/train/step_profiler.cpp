@@ -46,7 +46,8 @@ std::string kernel_category(const std::string& kernel_name) {
   return "other";
 }
 
-std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_ms, int64_t steps, size_t top) {
+std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_ms, int64_t steps, size_t top,
+                                  const std::string& step_kind) {
   std::map<std::string, KernelTime> categories;
   double device_ms = 0;
   for (const auto& k : kernels) {
@@ -61,8 +62,8 @@ std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_m
   });
   std::ostringstream out;
   char line[512];
-  std::snprintf(line, sizeof line, "%lld optimizer steps, wall %.1f ms (%.1f ms/step); device kernels %.1f ms (%.1f%% of wall)\n\n",
-                static_cast<long long>(steps), wall_ms, wall_ms / std::max<int64_t>(1, steps), device_ms,
+  std::snprintf(line, sizeof line, "%lld %s, wall %.1f ms (%.1f ms/step); device kernels %.1f ms (%.1f%% of wall)\n\n",
+                static_cast<long long>(steps), step_kind.c_str(), wall_ms, wall_ms / std::max<int64_t>(1, steps), device_ms,
                 wall_ms > 0 ? 100.0 * device_ms / wall_ms : 0.0);
   out << line;
   std::snprintf(line, sizeof line, "%-10s %10s %12s %8s %8s\n", "category", "calls", "ms", "%kernel", "%wall");
@@ -85,10 +86,12 @@ std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_m
   return out.str();
 }
 
-StepProfiler::StepProfiler(int64_t first_step, int64_t steps, std::string output_dir, int rank, at::Device device)
+StepProfiler::StepProfiler(int64_t first_step, int64_t steps, std::string output_dir, int rank, at::Device device,
+                           std::string step_kind)
     : first_step_(first_step),
       last_step_(first_step + std::max<int64_t>(1, steps) - 1),
       output_dir_(std::move(output_dir)),
+      step_kind_(std::move(step_kind)),
       rank_(rank),
       device_(device) {}
 
@@ -120,7 +123,7 @@ void StepProfiler::after_step(int64_t step) {
   for (auto& [name, k] : by_name) kernels.push_back(std::move(k));
   std::filesystem::create_directories(output_dir_);
   const std::string suffix = "-rank" + std::to_string(rank_);
-  const auto summary = format_kernel_summary(kernels, wall_ms, last_step_ - first_step_ + 1, 40);
+  const auto summary = format_kernel_summary(kernels, wall_ms, last_step_ - first_step_ + 1, 40, step_kind_);
   write_file_atomically(output_dir_ + "/kernel_summary" + suffix + ".txt", summary);
   result->save(output_dir_ + "/profile" + suffix + ".json");
   if (rank_ == 0) log::info("profile of steps " + std::to_string(first_step_) + "-" + std::to_string(last_step_) +

@@ -34,6 +34,8 @@ TEST(StepProfiler, SummaryTotalsCategoriesAndOrdersKernelsByTime) {
   EXPECT_NE(text.find("2 optimizer steps, wall 200.0 ms (100.0 ms/step); device kernels 100.0 ms (50.0% of wall)"),
             std::string::npos) << text;
   EXPECT_NE(text.find("gemm               55        70.00     70.0     35.0"), std::string::npos) << text;
+  EXPECT_NE(format_kernel_summary(kernels, 200.0, 2, 3, "decode steps").find("2 decode steps, wall 200.0 ms"),
+            std::string::npos);
   EXPECT_NE(text.find("attention          10        20.00     20.0     10.0"), std::string::npos) << text;
   const auto a = text.find("nvjet_gemm_a"), flash = text.find("flash_fwd_kernel", text.find("top kernels"));
   EXPECT_LT(a, flash);                                          // sorted by time

@@ -24,12 +24,15 @@ struct KernelTime {
 std::string kernel_category(const std::string& kernel_name);
 
 // Kernel times -> the text of kernel_summary-rank<R>.txt (categories, then the top `top` kernels).
-std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_ms, int64_t steps, size_t top);
+// `step_kind` names the steps in its first line ("optimizer steps", "decode steps").
+std::string format_kernel_summary(std::vector<KernelTime> kernels, double wall_ms, int64_t steps, size_t top,
+                                  const std::string& step_kind = "optimizer steps");
 
 class StepProfiler {
  public:
   // Profiles optimizer steps first_step .. first_step + steps - 1 (1-based); first_step 0: never.
-  StepProfiler(int64_t first_step, int64_t steps, std::string output_dir, int rank, at::Device device);
+  StepProfiler(int64_t first_step, int64_t steps, std::string output_dir, int rank, at::Device device,
+               std::string step_kind = "optimizer steps");
 
   void before_step(int64_t step);  // `step` is 1-based
   void after_step(int64_t step);
@@ -38,6 +41,7 @@ class StepProfiler {
   int64_t first_step_;
   int64_t last_step_;
   std::string output_dir_;
+  std::string step_kind_;
   int rank_;
   at::Device device_;
   bool active_ = false;
