@@ -9,22 +9,18 @@
 
 namespace finetune {
 
-void export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
-                  const std::string& base_model_dir) {
+std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
+                                      const std::string& base_model_dir) {
   if (config.save_method == "lora") {
     save_adapter(model, lora, config.base_model_name, config.save_path);
   } else if (config.save_method == "merged_16bit" || config.save_method == "merged_4bit") {
     export_merged(model, base_model_dir, config.save_path, config.save_method == "merged_4bit");
-  } else if (config.save_method == "gguf") {
-    export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
-    return;
-  } else {
+  } else if (config.save_method != "gguf") {
     throw UsageError("--save_method: '" + config.save_method + "' is not supported (" +
                      join(supported_save_methods(), ", ") + ")");
   }
-  if (config.save_gguf) {
-    export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
-  }
+  if (config.save_method != "gguf" && !config.save_gguf) return {};
+  return export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
 }
 
 }  // namespace finetune

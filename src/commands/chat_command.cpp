@@ -10,7 +10,6 @@
 
 #include "finetune/commands/commands.h"
 #include "finetune/commands/generation_setup.h"
-#include "finetune/generate/text_streamer.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
@@ -47,11 +46,7 @@ int run_chat(const Options& options, const EnvMap& env) {
     if (command.empty()) continue;
     conversation.messages.push_back({{"role", "user"}, {"content", line}});
     const auto ids = chat_prompt_ids(chat_template, session.tokenizer(), conversation);
-    TextStreamer streamer(session.generator->config().stop_strings);
-    const auto results = session.generator->generate_batch(
-        {ids}, [&](size_t, const std::string& text) { std::cout << streamer.push(text) << std::flush; });
-    const auto& reply = results.front();
-    std::cout << streamer.finish(reply.text) << std::endl;
+    const auto reply = stream_reply(session, ids);
     conversation.messages.push_back({{"role", "assistant"}, {"content", reply.text}});
     log::info("chat | turn " + std::to_string(++turn) + ": " + std::to_string(ids.size()) + " prompt tokens, " +
               std::to_string(reply.token_ids.size()) + " new, finish_reason " + reply.finish_reason);

@@ -11,7 +11,6 @@
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
-#include "finetune/gguf/gguf_export.h"
 #include "finetune/hub/hub_settings.h"
 #include "finetune/launch/launch_env.h"
 #include "finetune/model/device_selection.h"
@@ -40,19 +39,12 @@ int run_export(const Options& options, const EnvMap& env) {
   }
 
   create_output_directory(export_config.save_path, "--save_path");
-  export_model(*loaded.model, lora, export_config, loaded.model_dir);
-  nlohmann::json files = nlohmann::json::array();
-  if (export_config.save_method == "gguf" || export_config.save_gguf) {
-    for (const auto& name : export_config.quantization) {
-      const auto type = ggml_type_from_name(name);
-      files.push_back(gguf_file_path(export_config.save_path, export_config.base_model_name, type));
-    }
-  }
+  const auto gguf_files = export_model(*loaded.model, lora, export_config, loaded.model_dir);
   log::info("model exported to " + export_config.save_path + " (" + export_config.save_method + ")");
   std::cout << nlohmann::json{{"save_method", export_config.save_method},
                               {"save_path", export_config.save_path},
                               {"adapter", options.adapter},
-                              {"gguf_files", files}}
+                              {"gguf_files", gguf_files}}
                    .dump()
             << std::endl;
   return 0;

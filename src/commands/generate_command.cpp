@@ -13,7 +13,6 @@
 
 #include "finetune/commands/commands.h"
 #include "finetune/commands/generation_setup.h"
-#include "finetune/generate/text_streamer.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -61,17 +60,11 @@ std::vector<PromptLine> read_prompt_lines(const std::string& path) {
 }
 
 void stream_one_prompt(GenerationSession& session, const std::string& prompt) {
-  const auto ids = session.tokenizer().encode(prompt, /*add_special_tokens=*/true);
-  TextStreamer streamer(session.generator->config().stop_strings);
-  const auto results = session.generator->generate_batch(
-      {ids}, [&](size_t, const std::string& text) { std::cout << streamer.push(text) << std::flush; });
-  std::cout << streamer.finish(results.front().text) << std::endl;
-  log::info("generate | " + std::to_string(results.front().token_ids.size()) + " tokens, finish_reason " +
-            results.front().finish_reason);
+  const auto reply = stream_reply(session, session.tokenizer().encode(prompt, /*add_special_tokens=*/true));
+  log::info("generate | " + std::to_string(reply.token_ids.size()) + " tokens, finish_reason " + reply.finish_reason);
 }
 
-void generate_prompt_file(GenerationSession& session, const std::string& path) {
-  const auto lines = read_prompt_lines(path);  // all read before decoding: a bad line fails at once
+void generate_prompt_lines(GenerationSession& session, const std::vector<PromptLine>& lines) {
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& line : lines) {
     try {
@@ -102,12 +95,13 @@ void generate_prompt_file(GenerationSession& session, const std::string& path) {
 }  // namespace
 
 int run_generate(const Options& options, const EnvMap& env) {
-  if (!options.prompts.empty()) read_prompt_lines(options.prompts);  // before the model: a bad file fails fast
+  // Every line is read before the model loads: a bad file fails fast.
+  const auto lines = options.prompts.empty() ? std::vector<PromptLine>{} : read_prompt_lines(options.prompts);
   auto session = start_generation_session(options, env, "generate");
   if (options.prompts.empty()) {
     stream_one_prompt(session, options.prompt);
   } else {
-    generate_prompt_file(session, options.prompts);
+    generate_prompt_lines(session, lines);
   }
   log::info(generation_summary("generate", session.generator->stats()));
   return 0;

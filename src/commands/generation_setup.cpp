@@ -1,9 +1,11 @@
 #include "finetune/commands/generation_setup.h"
 
 #include <cstdio>
+#include <iostream>
 
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/generate/stop_criteria.h"
+#include "finetune/generate/text_streamer.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -53,6 +55,14 @@ std::vector<int32_t> chat_prompt_ids(const ChatTemplate& chat_template, const To
                                      const Conversation& conversation) {
   return tokenizer.encode(chat_template.render(conversation, /*add_generation_prompt=*/true).text,
                           /*add_special_tokens=*/false);
+}
+
+GeneratedText stream_reply(GenerationSession& session, const std::vector<int32_t>& prompt_ids) {
+  TextStreamer streamer(session.generator->config().stop_strings);
+  auto results = session.generator->generate_batch(
+      {prompt_ids}, [&](size_t, const std::string& text) { std::cout << streamer.push(text) << std::flush; });
+  std::cout << streamer.finish(results.front().text) << std::endl;
+  return std::move(results.front());
 }
 
 std::string generation_summary(const std::string& command, const GenerationStats& stats) {

@@ -1,12 +1,11 @@
 #include "finetune/commands/hub_inputs.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 
 #include "finetune/config/data_file_splits.h"
 #include "finetune/config/hf_hub.h"
+#include "finetune/launch/environment.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
@@ -28,12 +27,6 @@ DatasetWanted& wanted_entry(HubInputs& inputs, const std::string& id) {
 
 void add_split(DatasetWanted& wanted, const std::string& split) {
   if (std::find(wanted.splits.begin(), wanted.splits.end(), split) == wanted.splits.end()) wanted.splits.push_back(split);
-}
-
-std::string host_name() {
-  char name[256] = {0};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
-  return name;
 }
 
 }  // namespace

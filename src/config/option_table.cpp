@@ -278,7 +278,7 @@ std::vector<OptionRow> build_option_table() {
 
       // --- generation
       string_row("adapter", "generation", &Options::adapter, true,
-                 "generate/chat/export: a PEFT adapter directory (or hub id) applied to --model_name"),
+                 "generate/chat/export: a local PEFT adapter directory applied to --model_name"),
       string_row("prompt", "generation", &Options::prompt, true, "generate: the prompt text"),
       string_row("prompts", "generation", &Options::prompts, true,
                  "generate: a JSONL file, one {\"prompt\": TEXT} or {\"messages\": [...]} per line"),

@@ -127,21 +127,4 @@ std::vector<GeneratedText> Generator::generate_batch(const std::vector<std::vect
   return out;
 }
 
-std::vector<std::string> greedy_completions(const CausalLM& model, const Tokenizer& tokenizer,
-                                            const std::set<int64_t>& eos_ids, int64_t pad_id,
-                                            const std::vector<std::string>& prompts, int64_t max_new_tokens) {
-  GenerationConfig config;
-  config.max_new_tokens = max_new_tokens;
-  Generator generator(model, tokenizer, config, eos_ids, pad_id);
-  std::vector<std::string> out;
-  for (size_t begin = 0; begin < prompts.size(); begin += static_cast<size_t>(config.batch_size)) {
-    std::vector<std::vector<int32_t>> batch;
-    for (size_t i = begin; i < std::min(prompts.size(), begin + config.batch_size); ++i) {
-      batch.push_back(tokenizer.encode(prompts[i], /*add_special_tokens=*/true));
-    }
-    for (auto& result : generator.generate_batch(batch)) out.push_back(std::move(result.text));
-  }
-  return out;
-}
-
 }  // namespace finetune

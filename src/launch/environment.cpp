@@ -1,7 +1,12 @@
-// current_environment(): see environment.h.
+// current_environment(), env_value(), host_name(): see environment.h.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 #include <cstring>
 
 #include "finetune/launch/environment.h"
+#include "finetune/util/errors.h"
 
 extern char** environ;
 
@@ -20,6 +25,12 @@ EnvMap current_environment() {
 std::string env_value(const EnvMap& env, const std::string& key) {
   const auto it = env.find(key);
   return it == env.end() ? "" : it->second;
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) throw Error(std::string("gethostname: ") + std::strerror(errno));
+  return name;
 }
 
 }  // namespace finetune

@@ -168,7 +168,8 @@ at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& 
   return attention_output_and_mlp(layer, hidden, attn, training);
 }
 
-// attend: (B, 1, T, past + T) bool, or undefined for "every cached key, causally" (see forward_cached).
+// attend: (B, 1, T, past + T), bool (true: attend) or, where the math kernel takes it, additive
+// (0 / -inf); undefined for "every cached key, causally" (see forward_cached).
 at::Tensor CausalLM::layer_forward_cached(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                                           at::Tensor& keys, at::Tensor& values, int64_t past,
                                           const at::Tensor& attend) const {
@@ -195,12 +196,9 @@ at::Tensor CausalLM::layer_forward_cached(const DecoderLayer& layer, const at::T
   }
   q = q.transpose(1, 2);                                     // (B, H, T, D)
   if (attend.defined() && kernels_.variable_length_attention) {
-    // Left-padded rows on the GPU: SDPA's math kernel with the mask. Its backend choice would be
-    // cuDNN too, with a new plan per key length (see above); flash takes no mask.
-    // The kernel adds its mask: SDPA's front end turns a bool mask into 0 / -inf first, so do we.
-    const auto additive = at::zeros(attend.sizes(), q.options()).masked_fill(attend.logical_not(),
-                                                                             -std::numeric_limits<double>::infinity());
-    auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, additive, 0.0, false, std::nullopt,
+    // Left-padded rows on the GPU: SDPA's math kernel with the (additive) mask. Its backend choice
+    // would be cuDNN too, with a new plan per key length (see above); flash takes no mask.
+    auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, attend, 0.0, false, std::nullopt,
                                                                   scale, /*enable_gqa=*/true));  // (B, H, T, D)
     return attention_output_and_mlp(layer, hidden, out.transpose(1, 2).reshape({batch, seq_len, -1}),
                                     /*training=*/false);
@@ -233,6 +231,12 @@ at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tenso
     attend = key_position.le(query_position).unsqueeze(0);               // (1, T, past + T)
     if (key_mask.defined()) attend = attend & key_mask.to(at::kBool).unsqueeze(1);  // (B, T, past + T)
     attend = (attend | key_position.eq(query_position).unsqueeze(0)).unsqueeze(1);  // (B, 1, T, past + T)
+    if (kernels_.variable_length_attention) {
+      // The GPU's masked path calls SDPA's math kernel, which adds its mask: SDPA's front end turns
+      // a bool mask into 0 / -inf first, so do we, once for every layer.
+      attend = at::zeros(attend.sizes(), at::TensorOptions().dtype(dtype_).device(attend.device()))
+                   .masked_fill(attend.logical_not(), -std::numeric_limits<double>::infinity());
+    }
   }
   auto hidden = at::embedding(embed_tokens_, input_ids);  // (B, T, C)
   const auto tables = rope_tables(inv_freq_, position_ids, dtype_);

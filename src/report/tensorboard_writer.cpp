@@ -3,7 +3,6 @@
 #include "finetune/report/tensorboard_writer.h"
 
 #include <fcntl.h>
-#include <limits.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "finetune/launch/environment.h"
 #include "finetune/report/event_proto.h"
 #include "finetune/report/tfrecord.h"
 #include "finetune/util/errors.h"
@@ -27,12 +27,6 @@ constexpr const char* kWriterName = "finetune";
 
 double unix_time_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) throw Error(std::string("gethostname: ") + std::strerror(errno));
-  return name;
 }
 
 std::string tensorboard_run_name(const std::tm& local_time, std::string_view hostname) {

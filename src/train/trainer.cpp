@@ -5,6 +5,7 @@
 
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/ddp/grad_reducer.h"
+#include "finetune/launch/environment.h"
 #include "finetune/report/metrics_scalars.h"
 #include "finetune/report/tensorboard_writer.h"
 #include "finetune/train/device_batch.h"

@@ -9,6 +9,7 @@ import torch
 import transformers
 
 import tiny_models
+from tiny_models import write_jsonl  # noqa: F401 (the tests write prompt files through this module)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -76,12 +77,6 @@ def reference_generate(model, batches, eos_ids, pad_id, **kwargs):
             cut = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
             out.append(row[:cut])
     return out
-
-
-def write_jsonl(path, rows):
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
 
 
 def read_jsonl_lines(text):

@@ -11,6 +11,7 @@
 
 #include "../test_support.h"
 #include "finetune/report/event_proto.h"
+#include "finetune/launch/environment.h"
 #include "finetune/report/tensorboard_writer.h"
 #include "finetune/report/tfrecord.h"
 

@@ -20,8 +20,9 @@ struct ExportConfig {
 };
 
 // Writes the model as `config` says into config.save_path; `base_model_dir` is where the base
-// model's config and tokenizer files are copied from.
-void export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
-                  const std::string& base_model_dir);
+// model's config and tokenizer files are copied from. Returns the GGUF files written (none unless
+// save_method is gguf or save_gguf is set).
+std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
+                                      const std::string& base_model_dir);
 
 }  // namespace finetune

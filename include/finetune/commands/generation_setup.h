@@ -36,6 +36,10 @@ GenerationSession start_generation_session(const Options& options, const EnvMap&
 std::vector<int32_t> chat_prompt_ids(const ChatTemplate& chat_template, const Tokenizer& tokenizer,
                                      const Conversation& conversation);
 
+// One prompt decoded with its text streamed to stdout as it comes (generate/text_streamer.h:
+// whole words and characters, nothing that may start a stop string), then a newline.
+GeneratedText stream_reply(GenerationSession& session, const std::vector<int32_t>& prompt_ids);
+
 // "generate | prefill N tokens in S s (R tokens/s) | decode ..." for stderr.
 std::string generation_summary(const std::string& command, const GenerationStats& stats);
 

@@ -61,11 +61,4 @@ class Generator {
   int64_t decode_steps_ = 0;
 };
 
-// For the demo and other callers holding a model: greedy completions of raw-text prompts (BOS
-// added as the tokenizer's encode does), batched by 8. eos_ids: eos_token_ids(model_dir,
-// tokenizer's eos) (stop_criteria.h); pad_id: pad_token_id_for (commands/run_setup.h).
-std::vector<std::string> greedy_completions(const CausalLM& model, const Tokenizer& tokenizer,
-                                            const std::set<int64_t>& eos_ids, int64_t pad_id,
-                                            const std::vector<std::string>& prompts, int64_t max_new_tokens);
-
 }  // namespace finetune

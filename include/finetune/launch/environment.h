@@ -16,4 +16,7 @@ EnvMap current_environment();
 // The value of `key`, "" when it is not set.
 std::string env_value(const EnvMap& env, const std::string& key);
 
+// This machine's name, gethostname(2), as Python's socket.gethostname(); an Error if it fails.
+std::string host_name();
+
 }  // namespace finetune

@@ -26,7 +26,6 @@ struct ScalarValue {
 
 using WallClock = std::function<double()>;  // seconds since the Unix epoch
 double unix_time_now();
-std::string host_name();  // gethostname(2), as Python's socket.gethostname()
 
 // "Nov23_19-26-51_myhost" from the local time: English month names, as Python's %b in the C locale.
 std::string tensorboard_run_name(const std::tm& local_time, std::string_view hostname);
