@@ -151,6 +151,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.adamw = {options.adam_beta1, options.adam_beta2, options.adam_epsilon, options.weight_decay};
   config.max_grad_norm = options.max_grad_norm;
   config.gradient_checkpointing = options.use_gradient_checkpointing;
+  config.cuda_graphs = options.cuda_graphs;
   config.output_dir = options.output_dir;
   config.ddp_check_consistency_steps = options.ddp_check_consistency_steps;
   config.ddp_bucket_cap_mb = options.ddp_bucket_cap_mb;

@@ -58,6 +58,8 @@ struct GradReducer::State {
   std::mutex mutex;  // hooks may run on autograd's device threads
   bool prepared = false;
   bool sync = true;
+  bool recording = false;
+  std::vector<bool> recorded;  // while recording: the parameters whose gradient landed
   size_t next_bucket = 0;  // buckets before this one are launched
 
   void mark_ready(size_t index);
@@ -71,6 +73,10 @@ struct GradReducer::State {
 void GradReducer::State::mark_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mutex);
   Parameter& parameter = parameters[index];
+  if (recording) {
+    recorded[index] = true;
+    return;
+  }
   if (!prepared) {
     throw Error("GradReducer: gradient of " + parameter.name + " arrived without prepare_for_backward()");
   }
@@ -219,6 +225,30 @@ void GradReducer::finalize() {
 
 void GradReducer::zero_grad() {
   for (auto& bucket : state_->buckets) bucket.buffer.zero_();
+}
+
+void GradReducer::begin_recording() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->recording = true;
+  state_->recorded.assign(state_->parameters.size(), false);
+}
+
+std::vector<bool> GradReducer::end_recording() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->recording = false;
+  return std::move(state_->recorded);
+}
+
+void GradReducer::add_replayed_gradients(const std::vector<bool>& fed) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->prepared) throw Error("GradReducer: replayed gradients without prepare_for_backward()");
+  if (fed.size() != state_->parameters.size()) {
+    throw Error("GradReducer: replayed gradients name " + std::to_string(fed.size()) + " parameters, the reducer has " +
+                std::to_string(state_->parameters.size()));
+  }
+  for (size_t i = 0; i < fed.size(); ++i) {
+    if (fed[i]) state_->parameters[i].got_gradient = true;
+  }
 }
 
 void GradReducer::broadcast_parameters() {

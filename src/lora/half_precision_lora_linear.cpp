@@ -87,9 +87,9 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   const auto& A = adapter.lora_A;
   const auto& B = adapter.lora_B;
   auto cached = adapter.half_precision_operands;
-  if (cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
-      cached->lora_B_impl == B.unsafeGetTensorImpl() && cached->lora_A_version == A._version() &&
-      cached->lora_B_version == B._version()) {
+  const bool same_tensors = cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
+                            cached->lora_B_impl == B.unsafeGetTensorImpl();
+  if (same_tensors && cached->lora_A_version == A._version() && cached->lora_B_version == B._version()) {
     return cached;
   }
   at::NoGradGuard no_grad;
@@ -99,8 +99,17 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   operands->lora_A_version = A._version();
   operands->lora_B_version = B._version();
   operands->dtype = dtype;
-  operands->A_split = split_hi_lo(A, dtype, 0);
-  operands->B_split = split_hi_lo(B, dtype, 1);
+  if (same_tensors) {
+    // Refreshed in place: a CUDA graph that captured these tensors reads them at their addresses
+    // (Note [Graphed micro-steps] in train/micro_step_graphs.h).
+    operands->A_split = cached->A_split;
+    operands->B_split = cached->B_split;
+    operands->A_split.copy_(split_hi_lo(A, dtype, 0));
+    operands->B_split.copy_(split_hi_lo(B, dtype, 1));
+  } else {
+    operands->A_split = split_hi_lo(A, dtype, 0);
+    operands->B_split = split_hi_lo(B, dtype, 1);
+  }
   adapter.half_precision_operands = operands;
   return operands;
 }

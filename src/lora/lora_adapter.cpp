@@ -26,6 +26,10 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool tr
   return (result + lora_delta(*this, x, training)).to(result_dtype);
 }
 
+void LoraAdapter::refresh_derived_tensors(at::ScalarType dtype) const {
+  if (kernels.half_precision_lora && is_half_precision(dtype)) finetune::half_precision_operands(*this, dtype);
+}
+
 std::vector<std::pair<std::string, at::Tensor>> LoraAdapter::named_parameters() const {
   return {{"lora_A.weight", lora_A}, {"lora_B.weight", lora_B}};
 }

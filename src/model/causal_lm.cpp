@@ -254,12 +254,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
   const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
   // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
-  bool layers_draw_random = false;
-  if (checkpoint) {
-    for (const auto& [name, linear] : named_linears()) {
-      layers_draw_random = layers_draw_random || (linear->adapter && linear->adapter->draws_random_numbers());
-    }
-  }
+  const bool layers_draw_random = checkpoint && adapters_draw_random_numbers();
   for (const auto& layer : layers_) {
     if (checkpoint) {
       const DecoderLayer* layer_ptr = &layer;
@@ -274,6 +269,13 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
     }
   }
   return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
+}
+
+bool CausalLM::adapters_draw_random_numbers() const {
+  for (const auto& [name, linear] : named_linears()) {
+    if (linear->adapter && linear->adapter->draws_random_numbers()) return true;
+  }
+  return false;
 }
 
 const at::Tensor& CausalLM::lm_head_weight() const { return lm_head_.defined() ? lm_head_ : embed_tokens_; }

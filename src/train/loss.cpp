@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/data/sample.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -22,9 +23,18 @@ constexpr int64_t kLogitChunkBytes = int64_t{256} << 20;
 // loss SUM with respect to h: (softmax - onehot) cast to the model dtype, times W. Only that
 // (tokens x hidden) gradient is saved; backward scales it by the incoming gradient (1 / global
 // token count). The LM head weight is frozen under LoRA, so it needs no gradient.
+// Row weights travel as a plain struct: autograd ignores them (they take no gradient), and they
+// may be undefined, which a tensor argument of a custom Function may not.
+struct RowWeights {
+  at::Tensor weights;  // undefined, or (N) fp32
+};
+
 struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {
+  // target_weights: undefined, or (N) fp32 of 0/1 -- a 0 row adds nothing to the loss or the gradient
+  // (Note [Graphed micro-steps]: the filler rows that pad a graph's target count).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets) {
+                            const at::Tensor& targets, const RowWeights& row_weights_of_targets) {
+    const at::Tensor& target_weights = row_weights_of_targets.weights;
     auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
     auto grad_hidden = at::empty_like(hidden);  // (N, C)
     const int64_t count = hidden.size(0);
@@ -34,9 +44,15 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
       auto logits = at::linear(hidden.narrow(0, start, n), weight).to(at::kFloat);  // (n, V)
       auto target = targets.narrow(0, start, n).unsqueeze(1);                        // (n, 1)
       auto lse = logits.logsumexp(-1, /*keepdim=*/true);                             // (n, 1)
-      total += (lse - logits.gather(1, target)).sum();
+      auto token_losses = lse - logits.gather(1, target);                             // (n, 1)
       auto grad_logits = logits.sub_(lse).exp_();                                    // softmax, in place
       grad_logits.scatter_add_(1, target, at::full({n, 1}, -1.0, grad_logits.options()));
+      if (target_weights.defined()) {
+        auto row_weights = target_weights.narrow(0, start, n).unsqueeze(1);          // (n, 1)
+        token_losses = token_losses * row_weights;
+        grad_logits.mul_(row_weights);
+      }
+      total += token_losses.sum();
       grad_hidden.narrow(0, start, n).copy_(at::matmul(grad_logits.to(hidden.scalar_type()), weight));
     }
     ctx->save_for_backward({grad_hidden});
@@ -46,7 +62,7 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto grad_hidden = ctx->get_saved_variables()[0];
-    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor()};
+    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -68,11 +84,12 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 }
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
-                              const at::Tensor& target_ids) {
+                              const at::Tensor& target_ids, const at::Tensor& target_weights) {
   auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_positions);  // (N, C)
   if (selected.requires_grad() && at::GradMode::is_enabled()) {
-    return FusedLinearCrossEntropy::apply(selected, model.lm_head_weight(), target_ids);
+    return FusedLinearCrossEntropy::apply(selected, model.lm_head_weight(), target_ids, RowWeights{target_weights});
   }
+  if (target_weights.defined()) throw Error("causal_lm_loss_sum: target weights are for training (the fused loss)");
   // Evaluation: transformers' arithmetic exactly (cross_entropy over upcast logits).
   auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
   const int64_t count = target_positions.size(0);

@@ -12,6 +12,7 @@
 #include "finetune/train/finite_guard.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/loss.h"
+#include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/rng_state.h"
 #include "finetune/train/step_profiler.h"
 #include "finetune/util/errors.h"
@@ -101,6 +102,13 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   ForwardOptions forward_options;
   forward_options.training = true;
   forward_options.gradient_checkpointing = config.gradient_checkpointing;
+  // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
+  std::unique_ptr<MicroStepGraphs> graphs;
+  if (config.cuda_graphs && device.is_cuda() && model.kernel_policy().variable_length_attention &&
+      !model.adapters_draw_random_numbers()) {
+    graphs = std::make_unique<MicroStepGraphs>(model, forward_options, MicroStepGraphsConfig{});
+  }
+  at::Tensor loss_scale;  // undefined: no loss scaling
 
   StepProfiler profiler(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(),
                         device);
@@ -129,10 +137,17 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     auto step_loss_sum = at::zeros({}, f64);
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       reducer.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
-      const auto batch = to_device(micro_batches[i], device, model.kernel_policy().variable_length_attention);
-      auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
-      auto loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
-      (loss_sum / global_tokens).backward();
+      at::Tensor loss_sum;
+      if (graphs && graphs->accepts(micro_batches[i])) {
+        loss_sum = graphs->run(micro_batches[i], global_tokens, loss_scale, reducer);
+      } else {
+        const auto batch = to_device(micro_batches[i], device, model.kernel_policy().variable_length_attention);
+        auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
+        loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
+        auto objective = loss_sum / global_tokens;
+        if (loss_scale.defined()) objective = objective * loss_scale;
+        objective.backward();
+      }
       step_loss_sum += loss_sum.detach().to(at::kDouble);
     }
     reducer.finalize();
@@ -220,6 +235,10 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     }
   }
   if (progress) progress->finish();
+  if (graphs && is_main) {
+    log::info("CUDA graphs: " + std::to_string(graphs->graphs_captured()) + " micro-step shapes captured, " +
+              std::to_string(graphs->replays()) + " replays");
+  }
   finite.check(last_good_state(result.last_checkpoint));
   result.elapsed_s = seconds_since(start);
   const bool final_eval = hooks.evaluate && !every(config.eval_steps, config.total_steps);

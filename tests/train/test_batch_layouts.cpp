@@ -9,6 +9,7 @@
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/device_batch.h"
+#include "finetune/train/graph_batch.h"
 #include "finetune/train/loss.h"
 
 namespace finetune {
@@ -91,6 +92,34 @@ TEST(BatchLayouts, PerSampleLossesAddUpToTheBatchLoss) {
   double separate = 0;
   for (int64_t i = 0; i < 4; ++i) separate += run(*model, collate(data, {i}, 0), false).loss;
   EXPECT_NEAR(run(*model, collate_rows(data, {{0, 1, 2, 3}}, 0), false).loss, separate, 1e-5 * separate);
+}
+
+// Note [Graphed micro-steps]: the graph layout pads the row with a filler sample and the targets
+// with weight-0 rows. On the CPU the filler is a block of its own in the block-diagonal mask (as
+// it is a sequence of its own for flash attention on the GPU): loss and gradients are unchanged.
+TEST(BatchLayouts, GraphLayoutWithFillerGivesTheSameLossAndGradients) {
+  auto model = random_model();
+  const HostBatch flat = flatten(collate(samples(), {0, 1, 2, 3}, 0));
+  const auto unpadded = run(*model, flat, true);
+
+  const GraphBatch padded = graph_batch(flat, /*filler_token_id=*/3);
+  ASSERT_GT(padded.shape.tokens, flat.seq_len);
+  const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
+  std::vector<int64_t> lengths;
+  for (int64_t i = 0; i < padded.shape.samples; ++i) {
+    lengths.push_back(in.cu_seqlens[i + 1].item<int64_t>() - in.cu_seqlens[i].item<int64_t>());
+  }
+  const auto mask = build_attention_mask({lengths}, padded.shape.tokens, at::kCPU);
+  for (auto& [name, tensor] : lora_parameters(*model)) tensor.mutable_grad() = at::Tensor();
+  ForwardOptions options;
+  options.training = true;
+  auto hidden = model->forward_hidden(in.input_ids, in.position_ids, mask, options);
+  auto loss = causal_lm_loss_sum(*model, hidden, in.target_positions, in.target_ids, in.target_weights);
+  loss.backward();
+  LossAndGrads graph_layout{loss.item<double>(), {}};
+  for (auto& [name, tensor] : lora_parameters(*model)) graph_layout.grads.push_back(tensor.grad().clone());
+  EXPECT_GT(unpadded.loss, 0.0);
+  expect_same(graph_layout, unpadded);
 }
 
 }  // namespace

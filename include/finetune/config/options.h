@@ -37,6 +37,7 @@ struct Options {
   double lora_dropout = 0.0;
   std::string bias = "none";
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
+  bool cuda_graphs = true;
   int64_t random_state = 3407;
   bool use_rslora = false;
   bool use_dora = false;             // DoRA adapters (PEFT's use_dora)

@@ -52,6 +52,16 @@ class GradReducer {
   // Zeroes the flat buffers (the grads stay views into them).
   void zero_grad();
 
+  // Note [Graphed micro-steps] (train/micro_step_graphs.h): gradient hooks run while a CUDA graph
+  // of a backward is captured, not when it is replayed. Between begin_recording() and
+  // end_recording() the hooks only note which parameters the backward feeds (no communication,
+  // nothing counted); end_recording() returns that, one flag per parameter.
+  void begin_recording();
+  std::vector<bool> end_recording();
+  // After a replay, within prepare_for_backward() .. finalize(): the parameters it fed (as
+  // end_recording() answered) count as arrived; finalize() reduces their buckets.
+  void add_replayed_gradients(const std::vector<bool>& fed);
+
   // Broadcast parameter values from rank 0 (initial adapter; call once before training), after
   // verifying that every rank holds the same parameter names and shapes (param_verification.h).
   void broadcast_parameters();

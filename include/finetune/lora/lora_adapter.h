@@ -33,6 +33,7 @@ class LoraAdapter : public LinearAdapter {
   bool draws_random_numbers() const override { return dropout > 0; }
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   at::Tensor merged_weight(const Linear& base) const override;
+  void refresh_derived_tensors(at::ScalarType dtype) const override;
 
   // Whether forward(x) runs half_precision_lora_linear.
   bool uses_half_precision_path(const at::Tensor& x, bool training) const;

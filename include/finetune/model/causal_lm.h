@@ -74,6 +74,9 @@ class CausalLM {
   at::Tensor lm_head(const at::Tensor& hidden) const;
   const at::Tensor& lm_head_weight() const;
 
+  // Whether any adapter draws random numbers in its forward (LoRA dropout).
+  bool adapters_draw_random_numbers() const;
+
   // Base parameters, a 4-bit weight counted by its elements.
   int64_t parameter_count() const;
 

@@ -38,6 +38,10 @@ class LinearAdapter {
   virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() const = 0;
   // The base weight with the update folded in, in the base weight's dtype (PEFT's merge).
   virtual at::Tensor merged_weight(const Linear& base) const = 0;
+  // Brings what the adapter derives from its parameters and keeps between forwards up to date for
+  // inputs of `dtype`, in place: a replayed CUDA graph reads those tensors at the addresses it
+  // captured and runs no host code that would refresh them (train/micro_step_graphs.h).
+  virtual void refresh_derived_tensors(at::ScalarType dtype) const {}
 };
 
 struct Linear {

@@ -15,9 +15,11 @@ namespace finetune {
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
 
 // The same, with the trainable positions (flat indices into B*T) and their target ids given
-// (DeviceBatch computes them on the host): no device->host synchronisation.
+// (DeviceBatch computes them on the host): no device->host synchronisation. target_weights
+// (training only): undefined, or (N) fp32 of 0/1 where a 0 marks a filler row that adds nothing
+// (Note [Graphed micro-steps] in train/micro_step_graphs.h).
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
-                              const at::Tensor& target_ids);
+                              const at::Tensor& target_ids, const at::Tensor& target_weights = {});
 
 // Trained positions that go through the LM head at a time: about 256 MiB of fp32 logits, between
 // 64 and 4096 rows (441 rows at Qwen's 152k vocabulary).

@@ -47,6 +47,7 @@ struct TrainerConfig {
   int64_t profile_steps = 3;
   uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
   bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
+  bool cuda_graphs = true;         // replay small micro-steps from CUDA graphs (train/micro_step_graphs.h)
 };
 
 struct TrainerHooks {

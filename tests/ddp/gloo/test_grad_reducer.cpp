@@ -187,6 +187,53 @@ TEST(GradReducer, UnusedParameterIsNamed) {
   }
 }
 
+// Note [Graphed micro-steps]: hooks run while a graph is captured, not when it is replayed. The
+// recorded backward feeds the parameters it names and counts nothing; a replay (here: the same
+// in-place additions a replayed AccumulateGrad makes) is announced with those flags, and
+// finalize() reduces the global sum.
+TEST(GradReducer, RecordedGradientsAreReducedAfterReplays) {
+  run_ranks(3, [&](int rank, Communicator& communicator) {
+    auto parameters = make_parameters();
+    GradReducer reducer(parameters, communicator, small_buckets());
+    const double local = rank + 1;
+    reducer.prepare_for_backward(false);
+    reducer.begin_recording();
+    backward(parameters, local, rank, /*skip=*/{2});  // the "capture" (an eager backward: it adds once)
+    const std::vector<bool> fed = reducer.end_recording();
+    EXPECT_EQ(fed, (std::vector<bool>{true, true, false, true}));
+    for (int replay = 0; replay < 2; ++replay) {
+      reducer.prepare_for_backward(/*sync=*/replay == 1);
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        if (fed[i]) parameters[i].second.grad().add_(coefficient(i, parameters[i].second) * local);
+      }
+      reducer.add_replayed_gradients(fed);
+    }
+    // Parameter 2 never had a gradient: without find_unused_parameters finalize names it.
+    EXPECT_THROW(reducer.finalize(), DistributedError);
+  });
+  run_ranks(3, [&](int rank, Communicator& communicator) {
+    auto parameters = make_parameters();
+    GradReducer reducer(parameters, communicator, small_buckets());
+    const double local = rank + 1;
+    reducer.prepare_for_backward(false);
+    reducer.begin_recording();
+    backward(parameters, local, rank);
+    const std::vector<bool> fed = reducer.end_recording();
+    EXPECT_EQ(fed, std::vector<bool>(4, true));
+    reducer.prepare_for_backward(true);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      parameters[i].second.grad().add_(coefficient(i, parameters[i].second) * local);
+    }
+    reducer.add_replayed_gradients(fed);
+    reducer.finalize();
+    // Two additions of (r + 1) * c_i on every rank, summed over ranks 0..2: 2 * 6 * c_i.
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(parameters[i].second.grad().equal(coefficient(i, parameters[i].second) * 12.0))
+          << parameters[i].first;
+    }
+  });
+}
+
 TEST(GradReducer, FindUnusedParametersReducesZeros) {
   run_ranks(2, [&](int rank, Communicator& communicator) {
     auto parameters = make_parameters();

@@ -1,0 +1,73 @@
+// CUDA graphs of whole training micro-steps, for the small micro-batches where the host is the
+// bottleneck (the seed setting: batch 1, ~200 tokens, ~190 operators per layer issued one by one).
+//
+// Note [Graphed micro-steps]
+// Each micro-step's forward, layer recompute, loss and backward (into the gradient buckets) is
+// captured once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one
+// label-free filler sample, the trained positions to a target bucket with weight-0 rows) and
+// replayed for every later micro-step of that shape: one launch instead of thousands.
+//  - Inputs: one int64 device buffer per shape, filled by one host->device copy before a replay;
+//    the global token count and the loss scale are device scalars the graph reads.
+//  - Gradients: the .grad tensors are views into the reducer's buckets when a graph is captured
+//    (ddp/grad_reducer.h), so each replay's AccumulateGrad adds into them in place. Gradient hooks
+//    run while capturing, not on replay: the reducer records then which parameters the graph
+//    feeds, is told after each replay, and finalize() launches the buckets' all-reduces, in bucket
+//    order on every rank, outside any graph.
+//  - One stream: while this object lives training runs on a side stream (capture needs a
+//    non-default stream; autograd runs each backward op on its forward op's stream).
+//  - One memory pool for all graphs: they run one at a time, and each keeps only its loss output.
+//  - Warm-up: the first micro-steps run the same code without capture, so libraries initialise
+//    lazily (handles, workspaces) outside any capture.
+//  - Exactness: a replay runs the kernels that an eager run of the same padded layout runs, so the
+//    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
+//    deterministic algorithms on). Against the unpadded layout only the summation order of the
+//    weight gradients (over more rows) and the GEMM shapes differ.
+//  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), rows over
+//    max_tokens, the CPU.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include <ATen/ATen.h>
+
+#include "finetune/data/batch.h"
+#include "finetune/ddp/grad_reducer.h"
+#include "finetune/model/causal_lm.h"
+
+namespace finetune {
+
+struct MicroStepGraphsConfig {
+  int64_t max_tokens = 4096;   // rows padded beyond this run eagerly (the host is no bottleneck there)
+  int64_t eager_warmup = 2;    // micro-steps run without capture first
+  bool capture = true;         // false: the same padded micro-steps, eagerly (for tests)
+  int64_t filler_token_id = 0;
+};
+
+class MicroStepGraphs {
+ public:
+  // CUDA builds only; `model` must use variable-length attention (the padded layout needs it).
+  MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config);
+  ~MicroStepGraphs();
+  MicroStepGraphs(const MicroStepGraphs&) = delete;
+  MicroStepGraphs& operator=(const MicroStepGraphs&) = delete;
+
+  // Whether `batch` (the collated micro-batch) is run here rather than eagerly.
+  bool accepts(const HostBatch& batch) const;
+
+  // Forward, loss and backward of `batch`, scaled by 1 / global_tokens (and by loss_scale when
+  // defined): gradients accumulate into the parameters' .grad. Call reducer.prepare_for_backward
+  // first, as for an eager micro-step. Returns the loss sum (fp32 device scalar), valid until the
+  // next call.
+  at::Tensor run(const HostBatch& batch, const at::Tensor& global_tokens, const at::Tensor& loss_scale,
+                 GradReducer& reducer);
+
+  int64_t graphs_captured() const;
+  int64_t replays() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace finetune

@@ -1,0 +1,148 @@
+// MicroStepGraphs on CUDA: Note [Graphed micro-steps] in train/micro_step_graphs.h.
+#include "finetune/train/micro_step_graphs.h"
+
+#include <map>
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "finetune/train/graph_batch.h"
+#include "finetune/train/loss.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+std::string describe(const GraphShape& shape) {
+  return std::to_string(shape.tokens) + " tokens, " + std::to_string(shape.targets) + " targets, " +
+         std::to_string(shape.samples) + " samples";
+}
+
+// The calling stream waits for everything queued on `other` so far.
+void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream& other) {
+  at::cuda::CUDAEvent event;
+  event.record(other);
+  event.block(waiting);
+}
+
+}  // namespace
+
+struct MicroStepGraphs::State {
+  struct Entry {
+    GraphShape shape;
+    at::Tensor inputs;  // int64, graph_batch.h's layout
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    std::vector<bool> fed;  // parameters the captured backward feeds (GradReducer::end_recording)
+    at::Tensor loss_sum;    // the graph's output
+  };
+
+  const CausalLM& model;
+  ForwardOptions forward;
+  MicroStepGraphsConfig config;
+  c10::cuda::CUDAStream caller_stream;
+  c10::cuda::CUDAStream training_stream;
+  at::cuda::MempoolId_t pool;
+  at::Tensor global_tokens;  // fp32 scalar, read by every graph
+  std::vector<const LinearAdapter*> adapters;
+  std::map<GraphShape, Entry> entries;
+  int64_t runs = 0;
+  int64_t captured = 0;
+  int64_t replayed = 0;
+
+  State(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config)
+      : model(model), forward(forward), config(config),
+        caller_stream(c10::cuda::getCurrentCUDAStream(model.device().index())),
+        training_stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, model.device().index())),
+        pool(at::cuda::graph_pool_handle()) {
+    for (const auto& [name, linear] : model.named_linears()) {
+      if (linear->adapter) adapters.push_back(linear->adapter.get());
+    }
+  }
+
+  // The micro-step on an entry's static inputs: what a graph captures, and what runs eagerly.
+  at::Tensor micro_step(const Entry& entry, const at::Tensor& loss_scale) const {
+    const auto in = graph_inputs(entry.inputs, entry.shape);
+    AttentionMask mask;
+    mask.is_causal_only = false;
+    mask.cu_seqlens = in.cu_seqlens;
+    mask.max_seqlen = entry.shape.tokens;  // bounds every sample's length: one launch for any lengths
+    auto hidden = model.forward_hidden(in.input_ids, in.position_ids, mask, forward);
+    auto loss_sum = causal_lm_loss_sum(model, hidden, in.target_positions, in.target_ids, in.target_weights);
+    auto objective = loss_sum / global_tokens;
+    if (loss_scale.defined()) objective = objective * loss_scale;
+    objective.backward();
+    return loss_sum.detach();
+  }
+
+  void capture(Entry& entry, const at::Tensor& loss_scale, GradReducer& reducer) {
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    reducer.begin_recording();
+    try {
+      // Thread-local mode: the NCCL watchdog's event queries on its own thread stay legal.
+      graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      entry.loss_sum = micro_step(entry, loss_scale);
+      graph->capture_end();
+    } catch (const std::exception& e) {
+      reducer.end_recording();
+      throw Error("capturing a CUDA graph of a training micro-step (" + describe(entry.shape) +
+                  ") failed: " + e.what() + " (--cuda_graphs false runs micro-steps without graphs)");
+    }
+    entry.fed = reducer.end_recording();
+    entry.graph = std::move(graph);
+    ++captured;
+  }
+};
+
+MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config)
+    : state_(std::make_unique<State>(model, forward, config)) {
+  if (!model.device().is_cuda() || !model.kernel_policy().variable_length_attention) {
+    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention");
+  }
+  state_->global_tokens = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
+  wait_for(state_->training_stream, state_->caller_stream);
+  c10::cuda::setCurrentCUDAStream(state_->training_stream);
+}
+
+MicroStepGraphs::~MicroStepGraphs() {
+  wait_for(state_->caller_stream, state_->training_stream);
+  c10::cuda::setCurrentCUDAStream(state_->caller_stream);
+}
+
+bool MicroStepGraphs::accepts(const HostBatch& batch) const {
+  return graph_bucket(batch.real_tokens + 1) <= state_->config.max_tokens;
+}
+
+at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& global_tokens,
+                                const at::Tensor& loss_scale, GradReducer& reducer) {
+  State& state = *state_;
+  const GraphBatch padded = graph_batch(flatten(batch), state.config.filler_token_id);
+  auto [it, inserted] = state.entries.try_emplace(padded.shape);
+  State::Entry& entry = it->second;
+  if (inserted) {
+    entry.shape = padded.shape;
+    entry.inputs = at::empty({static_cast<int64_t>(padded.values.size())},
+                             at::TensorOptions().dtype(at::kLong).device(state.model.device()));
+  }
+  auto host = at::from_blob(const_cast<int64_t*>(padded.values.data()), {static_cast<int64_t>(padded.values.size())},
+                            at::TensorOptions().dtype(at::kLong));
+  entry.inputs.copy_(host.pin_memory(), /*non_blocking=*/true);
+  state.global_tokens.copy_(global_tokens);
+
+  const bool eager = !state.config.capture || state.runs < state.config.eager_warmup;
+  ++state.runs;
+  if (eager) return state.micro_step(entry, loss_scale);
+  // After an optimizer step the adapters' derived tensors are refreshed here, on the host, before
+  // the graph reads them (and before a capture, so that it does not capture the refresh).
+  for (const LinearAdapter* adapter : state.adapters) adapter->refresh_derived_tensors(state.model.dtype());
+  if (!entry.graph) state.capture(entry, loss_scale, reducer);
+  entry.graph->replay();
+  reducer.add_replayed_gradients(entry.fed);
+  ++state.replayed;
+  return entry.loss_sum;
+}
+
+int64_t MicroStepGraphs::graphs_captured() const { return state_->captured; }
+int64_t MicroStepGraphs::replays() const { return state_->replayed; }
+
+}  // namespace finetune

@@ -1,0 +1,74 @@
+#include "finetune/train/graph_batch.h"
+
+#include <algorithm>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+int64_t graph_bucket(int64_t count) {
+  if (count < 1) count = 1;
+  int64_t power = 1;
+  while (power * 2 <= count) power *= 2;
+  const int64_t step = std::max<int64_t>(64, power / 8);
+  return (count + step - 1) / step * step;
+}
+
+GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
+  if (flat.rows != 1 || flat.sample_lengths.size() != 1) {
+    throw Error("graph_batch: expects a flattened batch (one row), got " + std::to_string(flat.rows) + " rows");
+  }
+  const int64_t real = flat.seq_len;
+  std::vector<int64_t> positions, targets;
+  for (int64_t t = 0; t + 1 < real; ++t) {
+    const int64_t next = flat.labels[static_cast<size_t>(t + 1)];
+    if (next == kIgnoreIndex) continue;
+    positions.push_back(t);
+    targets.push_back(next);
+  }
+  GraphBatch out;
+  out.shape.tokens = graph_bucket(real + 1);  // at least one filler token: no empty sample
+  out.shape.targets = graph_bucket(static_cast<int64_t>(positions.size()));
+  out.shape.samples = static_cast<int64_t>(flat.sample_lengths[0].size()) + 1;
+  out.trainable_tokens = flat.trainable_tokens;
+  out.real_tokens = flat.real_tokens;
+  const int64_t filler = out.shape.tokens - real;
+  const int64_t padding_targets = out.shape.targets - static_cast<int64_t>(positions.size());
+
+  auto& v = out.values;
+  v.reserve(static_cast<size_t>(2 * out.shape.tokens + 3 * out.shape.targets + out.shape.samples + 1));
+  v.insert(v.end(), flat.input_ids.begin(), flat.input_ids.end());
+  v.insert(v.end(), static_cast<size_t>(filler), filler_token_id);
+  v.insert(v.end(), flat.position_ids.begin(), flat.position_ids.end());
+  for (int64_t t = 0; t < filler; ++t) v.push_back(t);
+  // Weight-0 rows read the filler's last position (any position would do: their weight is 0).
+  v.insert(v.end(), positions.begin(), positions.end());
+  v.insert(v.end(), static_cast<size_t>(padding_targets), out.shape.tokens - 1);
+  v.insert(v.end(), targets.begin(), targets.end());
+  v.insert(v.end(), static_cast<size_t>(padding_targets), 0);
+  v.insert(v.end(), positions.size(), 1);
+  v.insert(v.end(), static_cast<size_t>(padding_targets), 0);
+  v.push_back(0);
+  for (int64_t length : flat.sample_lengths[0]) v.push_back(v.back() + length);
+  v.push_back(out.shape.tokens);
+  return out;
+}
+
+GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape) {
+  int64_t offset = 0;
+  auto take = [&](int64_t count) {
+    auto part = buffer.narrow(0, offset, count);
+    offset += count;
+    return part;
+  };
+  GraphInputs in;
+  in.input_ids = take(shape.tokens).view({1, shape.tokens});
+  in.position_ids = take(shape.tokens).view({1, shape.tokens});
+  in.target_positions = take(shape.targets);
+  in.target_ids = take(shape.targets);
+  in.target_weights = take(shape.targets).to(at::kFloat);
+  in.cu_seqlens = take(shape.samples + 1).to(at::kInt);
+  return in;
+}
+
+}  // namespace finetune

@@ -1,0 +1,61 @@
+// The fixed-shape layout that CUDA graphs of micro-steps replay (train/graph_batch.h).
+#include <gtest/gtest.h>
+
+#include "finetune/data/batch.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/graph_batch.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+TEST(GraphBucket, MultiplesOf64ThenEighthsOfThePowerOfTwo) {
+  const std::vector<std::pair<int64_t, int64_t>> cases = {{0, 64},      {1, 64},      {64, 64},     {65, 128},
+                                                          {200, 256},   {1023, 1024}, {1024, 1024}, {1025, 1152},
+                                                          {2047, 2048}, {2049, 2304}, {4095, 4096}, {4097, 4608}};
+  for (const auto& [count, bucket] : cases) EXPECT_EQ(graph_bucket(count), bucket) << count;
+}
+
+std::vector<Sample> samples() {
+  return {{{5, 6, 7, 8, 9}, {-100, -100, 7, 8, 9}}, {{10, 11, 12}, {10, 11, 12}}, {{20, 21}, {-100, -100}}};
+}
+
+TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
+  const HostBatch flat = flatten(collate(samples(), {0, 1, 2}, 0));
+  const GraphBatch padded = graph_batch(flat, /*filler_token_id=*/3);
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 4}));
+  EXPECT_EQ(padded.trainable_tokens, flat.trainable_tokens);
+  EXPECT_EQ(padded.real_tokens, 10);
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 5});
+
+  const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
+  const std::vector<int64_t> ids = {5, 6, 7, 8, 9, 10, 11, 12, 20, 21};
+  const std::vector<int64_t> positions = {0, 1, 2, 3, 4, 0, 1, 2, 0, 1};
+  for (int64_t t = 0; t < 64; ++t) {
+    EXPECT_EQ(in.input_ids[0][t].item<int64_t>(), t < 10 ? ids[t] : 3) << t;
+    EXPECT_EQ(in.position_ids[0][t].item<int64_t>(), t < 10 ? positions[t] : t - 10) << t;
+  }
+  // The real targets are exactly the ones the eager layout trains on, in its order.
+  const DeviceBatch eager = to_device(flat, at::kCPU);
+  const int64_t real = eager.target_positions.size(0);
+  ASSERT_EQ(real, flat.trainable_tokens);
+  EXPECT_TRUE(in.target_positions.narrow(0, 0, real).equal(eager.target_positions));
+  EXPECT_TRUE(in.target_ids.narrow(0, 0, real).equal(eager.target_ids));
+  EXPECT_TRUE(in.target_weights.narrow(0, 0, real).equal(at::ones({real})));
+  EXPECT_TRUE(in.target_weights.narrow(0, real, 64 - real).equal(at::zeros({64 - real})));
+  EXPECT_TRUE(in.target_positions.narrow(0, real, 64 - real).eq(63).all().item<bool>());
+  EXPECT_TRUE(in.cu_seqlens.equal(at::tensor({0, 5, 8, 10, 64}, at::TensorOptions().dtype(at::kInt))));
+}
+
+TEST(GraphBatch, AFullBucketStillGetsAFillerToken) {
+  std::vector<Sample> one = {{std::vector<int32_t>(64, 9), std::vector<int32_t>(64, 9)}};
+  const GraphBatch padded = graph_batch(flatten(collate(one, {0}, 0)), 0);
+  EXPECT_EQ(padded.shape, (GraphShape{128, 64, 2}));
+}
+
+TEST(GraphBatch, RejectsUnflattenedBatches) {
+  EXPECT_THROW(graph_batch(collate(samples(), {0, 1}, 0), 0), Error);
+}
+
+}  // namespace
+}  // namespace finetune
