@@ -32,6 +32,17 @@ for suite in finetune_base_tests finetune_core_tests; do
   echo "[test] $suite"
   "$BUILD_DIR/$suite" --gtest_brief=1 --gtest_output="json:$REPORTS/$suite.json" || status=1
 done
+# The GPU suite (tests/cuda/): every case needs a GPU, so it runs where nvidia-smi lists one.
+if nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
+  if [ -x "$BUILD_DIR/finetune_cuda_tests" ]; then
+    echo "[test] finetune_cuda_tests"
+    "$BUILD_DIR/finetune_cuda_tests" --gtest_brief=1 --gtest_output="json:$REPORTS/finetune_cuda_tests.json" || status=1
+  else
+    echo "[test] a GPU but no finetune_cuda_tests: this build has no CUDA/NCCL (tests/cuda not run)"
+  fi
+else
+  echo "[test] no GPU: tests/cuda not run (run bench/gpu_cuda_tests.sh on a GPU machine)"
+fi
 # The parsers' fuzzer, a short fixed budget (README: Fuzzing); its own process, so a crash it
 # provokes is reported here rather than taking a suite down.
 if [ -x "$BUILD_DIR/finetune_fuzz" ]; then
