@@ -92,20 +92,39 @@ RunIdentity identity_from(const json& object, const std::string& where) {
 
 json trainer_state_json(const TrainingState& state) {
   const double epoch = static_cast<double>(state.position.epoch);  // HF's fractional epoch is in log_history
-  return {{"global_step", state.global_step},
-          {"max_steps", state.total_steps},
-          {"epoch", epoch},
-          {"train_batch_size", state.identity.per_device_train_batch_size},
-          {"log_history", state.log_history},
-          {"best_metric", nullptr},
-          {"best_model_checkpoint", nullptr},
-          {"finetune",
-           {{"epoch_index", state.position.epoch},
-            {"steps_into_epoch", state.position.steps_into_epoch},
-            {"tokens", state.tokens},
-            {"step_losses", state.step_losses},
-            {"optimizer_steps", state.optimizer.steps},
-            {"run", identity_json(state.identity)}}}};
+  json document = {{"global_step", state.global_step},
+                   {"max_steps", state.total_steps},
+                   {"epoch", epoch},
+                   {"train_batch_size", state.identity.per_device_train_batch_size},
+                   {"log_history", state.log_history},
+                   {"best_metric", nullptr},
+                   {"best_model_checkpoint", nullptr},
+                   {"finetune",
+                    {{"epoch_index", state.position.epoch},
+                     {"steps_into_epoch", state.position.steps_into_epoch},
+                     {"tokens", state.tokens},
+                     {"step_losses", state.step_losses},
+                     {"optimizer_steps", state.optimizer.steps},
+                     {"run", identity_json(state.identity)}}}};
+  if (state.loss_scaler) {  // fp16 runs only (HF's scaler.pt)
+    document["finetune"]["loss_scale"] = state.loss_scaler->scale;
+    document["finetune"]["loss_scale_growth_tracker"] = state.loss_scaler->growth_tracker;
+  }
+  return document;
+}
+
+// Both fields or neither: a bf16 run's checkpoint and older ones have none.
+std::optional<LossScalerState> loss_scaler_from(const json& ours, const std::string& where) {
+  const bool has_scale = ours.contains("loss_scale");
+  if (has_scale != ours.contains("loss_scale_growth_tracker")) {
+    throw Error(where + ": 'loss_scale' and 'loss_scale_growth_tracker' come together, one is missing");
+  }
+  if (!has_scale) return std::nullopt;
+  LossScalerState state{field<double>(ours, "loss_scale", where), field<int64_t>(ours, "loss_scale_growth_tracker", where)};
+  if (!(state.scale > 0) || state.growth_tracker < 0) {
+    throw Error(where + ": loss_scale must be positive and loss_scale_growth_tracker >= 0");
+  }
+  return state;
 }
 
 json read_trainer_state(const std::string& dir) {
@@ -224,6 +243,7 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
   state.tokens = field<int64_t>(ours, "tokens", ours_where);
   state.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
   state.optimizer.steps = field<int64_t>(ours, "optimizer_steps", ours_where);
+  state.loss_scaler = loss_scaler_from(ours, ours_where);
   if (!ours.contains("run")) throw Error(ours_where + ": missing field 'run'");
   state.identity = identity_from(ours.at("run"), ours_where + ".run");
   if (state.global_step < 0 || state.position.epoch < 0 || state.position.steps_into_epoch < 0 ||

@@ -9,7 +9,8 @@ FiniteGuard::FiniteGuard(const at::Device& device)
 
 void FiniteGuard::record(int64_t step, const at::Tensor& loss, const at::Tensor& grad_norm) {
   at::NoGradGuard no_grad;
-  const auto finite = at::isfinite(loss.to(at::kDouble)).logical_and(at::isfinite(grad_norm.to(at::kDouble)));
+  auto finite = at::isfinite(loss.to(at::kDouble));
+  if (grad_norm.defined()) finite = finite.logical_and(at::isfinite(grad_norm.to(at::kDouble)));
   const auto first = first_bad_step_.eq(0).logical_and(finite.logical_not());
   first_bad_step_.copy_(at::where(first, at::scalar_tensor(step, first_bad_step_.options()), first_bad_step_));
 }

@@ -12,6 +12,7 @@
 #include "finetune/train/finite_guard.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/loss.h"
+#include "finetune/train/loss_scaler.h"
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/rng_state.h"
 #include "finetune/train/step_profiler.h"
@@ -59,6 +60,9 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   std::vector<at::Tensor> parameters;
   for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
   const auto optimizer = make_optimizer(config.optim, parameters, config.adamw, model.kernel_policy().fused_adamw);
+  // Note [fp16 loss scaling] (train/loss_scaler.h): fp16 runs only, as HF's fp16=True.
+  std::optional<LossScaler> scaler;
+  if (model.dtype() == at::kHalf) scaler.emplace(LossScalerConfig{}, device);
 
   TrainResult result;
   seed_generators(config.seed);
@@ -71,6 +75,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
     start_step = resume->global_step;
     result.last_checkpoint = resume->source_dir;
     optimizer->load_state(resume->optimizer);
+    if (scaler && resume->loss_scaler) scaler->load_state(*resume->loss_scaler);  // else HF: init_scale
     stream.seek(resume->position.epoch, resume->position.steps_into_epoch);
     log_history = resume->log_history;
     logged_steps = log_history.empty() ? 0 : log_history.back().value("step", int64_t{0});
@@ -108,7 +113,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       !model.adapters_draw_random_numbers()) {
     graphs = std::make_unique<MicroStepGraphs>(model, forward_options, MicroStepGraphsConfig{});
   }
-  at::Tensor loss_scale;  // undefined: no loss scaling
+  const at::Tensor loss_scale = scaler ? scaler->scale() : at::Tensor();  // undefined: no loss scaling
 
   StepProfiler profiler(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(),
                         device);
@@ -151,15 +156,24 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       step_loss_sum += loss_sum.detach().to(at::kDouble);
     }
     reducer.finalize();
+    if (scaler) {
+      std::vector<at::Tensor> grads;
+      for (const auto& p : parameters) grads.push_back(p.grad());
+      scaler->unscale(grads);  // before clipping, as HF's accelerator.clip_grad_norm_
+    }
     grad_norm = clip_grad_norm(parameters, config.max_grad_norm);
-    lr = config.learning_rate * lr_multiplier(config.schedule, step);
-    optimizer->step(lr);
+    // The schedule counts the updates taken: an fp16 step skipped for overflow leaves it (HF).
+    lr = config.learning_rate * lr_multiplier(config.schedule, optimizer->steps_taken());
+    const bool skipped = scaler && scaler->step_was_skipped();
+    if (!skipped) optimizer->step(lr);
+    if (scaler) scaler->update();
     reducer.zero_grad();
 
     communicator.all_reduce(step_loss_sum, "loss of step " + std::to_string(step + 1));
     window_losses.push_back(step_loss_sum / counts[0]);
     window_tokens += counts[1];
-    finite.record(step + 1, window_losses.back(), grad_norm);
+    // A skipped fp16 step's gradient norm is inf / NaN by construction: overflow, not divergence.
+    finite.record(step + 1, window_losses.back(), skipped ? at::Tensor() : grad_norm);
     profiler.after_step(step + 1);
 
     const int64_t done = step + 1;
@@ -210,6 +224,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
       for (const auto& loss : window_losses) state.step_losses.push_back(loss.item<double>());
       state.tokens = result.tokens + static_cast<int64_t>(window_tokens.item<double>());
       state.optimizer = optimizer->state();
+      if (scaler) state.loss_scaler = scaler->state();
       for (const auto& states : gather_generators(capture_generators(device), communicator, device)) {
         state.cpu_rng_states.push_back(states.cpu);
         state.device_rng_states.push_back(states.device);

@@ -179,6 +179,35 @@ TEST(RunCheckpoint, CheckpointsWithoutAnOptimizerNameAreTorchAdamWs) {
   EXPECT_NE(message.find("adamw_8bit"), std::string::npos) << message;
 }
 
+// An fp16 run's loss scale and growth tracker come back exactly; a bf16 run's checkpoint (and
+// every older one) has none and still loads; one field without the other is refused.
+TEST(RunCheckpoint, LossScaleIsKeptForFp16RunsOnly) {
+  Fixture f;
+  TempDir root;
+  auto fp16 = state_for(f, 3);
+  fp16.loss_scaler = LossScalerState{2048.0, 1999};
+  const auto dir = checkpoint_path(root.str(), 3);
+  write_checkpoint(dir, f.model, f.lora, fp16);
+  const auto read = read_training_state(dir, f.trainable);
+  ASSERT_TRUE(read.loss_scaler.has_value());
+  EXPECT_EQ(read.loss_scaler->scale, 2048.0);
+  EXPECT_EQ(read.loss_scaler->growth_tracker, 1999);
+  auto document = nlohmann::json::parse(std::ifstream(dir + "/trainer_state.json"));
+  EXPECT_EQ(document.at("finetune").at("loss_scale"), 2048.0);
+  EXPECT_EQ(document.at("finetune").at("loss_scale_growth_tracker"), 1999);
+
+  const auto bf16_dir = checkpoint_path(root.str(), 4);
+  write_checkpoint(bf16_dir, f.model, f.lora, state_for(f, 4));
+  const auto bf16_document = nlohmann::json::parse(std::ifstream(bf16_dir + "/trainer_state.json"));
+  EXPECT_FALSE(bf16_document.at("finetune").contains("loss_scale"));
+  EXPECT_FALSE(read_training_state(bf16_dir, f.trainable).loss_scaler.has_value());
+
+  document["finetune"].erase("loss_scale_growth_tracker");
+  std::ofstream(dir + "/trainer_state.json") << document.dump();
+  const auto message = testing::error_message([&] { read_training_state(dir, f.trainable); });
+  EXPECT_NE(message.find("loss_scale_growth_tracker"), std::string::npos) << message;
+}
+
 TEST(RunCheckpoint, OnlyCompleteCheckpointsCountAndPruningKeepsTheNewest) {
   Fixture f;
   TempDir root;

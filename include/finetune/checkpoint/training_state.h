@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "finetune/train/loss_scaler.h"
 #include "finetune/train/optimizer.h"
 
 namespace finetune {
@@ -44,6 +46,10 @@ struct TrainingState {
   // Per rank (index = rank): the CPU generator's state and the model device's generator state
   // (equal to the CPU one on a CPU run): LoRA dropout draws from them.
   std::vector<at::Tensor> cpu_rng_states, device_rng_states;
+  // An fp16 run's dynamic loss scale and growth tracker (train/loss_scaler.h; trainer_state.json's
+  // "loss_scale" and "loss_scale_growth_tracker"). Absent for bf16 and fp32 runs and in older
+  // checkpoints: a resumed fp16 run then starts at the initial scale, as HF without scaler.pt.
+  std::optional<LossScalerState> loss_scaler;
   RunIdentity identity;
   std::string source_dir;  // the checkpoint it was read from ("" when captured by the trainer)
 };
