@@ -7,6 +7,9 @@ settings: seed = per-device batch 1, accumulation 4 (Unsloth multi-GPU guide); b
 accumulation 1; best = packing for us (when available), batch 8 for the reference.
 variants: lora = bf16 base; qlora = 4-bit NF4 base (--load_in_4bit; the reference quantizes with
 transformers + bitsandbytes); qlora8 = qlora with 8-bit AdamW on both sides (Unsloth's defaults).
+--peers unsloth,liger also runs the real peers right after ours and the reference, on the same rows and
+setting (bench/peers.py; their wheels: bench/peer_wheels.sh); the table gains ours/peer ratios.
+--dry_run prints every command instead of running it.
 """
 import argparse
 import json
@@ -17,9 +20,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import peers  # noqa: E402
 import shapes  # noqa: E402
 
-SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best": dict(batch=8, accum=1)}
+SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best": dict(batch=8, accum=1),
+            "fast": dict(batch=2, accum=1)}
+# "fast" (ours only): packed rows without layer recompute, as many rows as keep the run within 80 GiB
+# (so it also fits an H100); the 1B shape's "best" already runs without recompute.
+FAST_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 2}
 # "best" for us: packed rows of max_seq_length (2048) tokens, this many rows per micro-batch
 # (the 8B shape keeps one row to stay within its memory target).
 PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1}
@@ -39,7 +47,10 @@ def launcher(n):
     return [] if n == 1 else ["torchrun", "--no-python", "--standalone", f"--nproc_per_node={n}"]
 
 
-def run(cmd, log_path, timeout):
+def run(cmd, log_path, timeout, dry_run=False):
+    if dry_run:
+        print("dry-run:", " ".join(cmd), flush=True)
+        return "", 0.0
     t0 = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout)
@@ -55,6 +66,9 @@ def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
     if setting == "best":
         s = dict(batch=PACKED_ROWS[os.path.basename(model)], accum=1)
         checkpointing = BEST_CHECKPOINTING[os.path.basename(model)]
+    if setting == "fast":
+        s = dict(batch=FAST_ROWS[os.path.basename(model)], accum=1)
+        checkpointing = False
     out = os.path.join(work, f"ours-{os.path.basename(model)}-{setting}-{variant}-{n}" + ("-profile" if profile else ""))
     steps = args.warmup + args.steps if not profile else 6
     cmd = launcher(n) + [args.finetune, "--model_name", model, "--dataset", data, "--max_steps", str(steps),
@@ -63,12 +77,14 @@ def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
                          "--max_seq_length", "2048", "--warmup_steps", "5", "--logging_steps", str(args.warmup),
                          "--output_dir", out, "--overwrite_output_dir", "--dtype", "bfloat16",
                          "--use_gradient_checkpointing", "true" if checkpointing else "false"]
-    if setting == "best":
+    if setting in ("best", "fast"):
         cmd += ["--packing", "true"]
     cmd += VARIANTS[variant][0]
     if profile:  # steps 4-6 after 3 warm-up steps: kernel time breakdown and a Chrome trace
         cmd += ["--profile_start_step", "4", "--profile_steps", "3"]
-        run(cmd, out + ".log", args.timeout)
+        run(cmd, out + ".log", args.timeout, args.dry_run)
+        if args.dry_run:
+            return None
         summary = os.path.join(out, "kernel_summary-rank0.txt")
         name = f"kernel_summary-{os.path.basename(model)}-{setting}-{variant}.txt"
         with open(summary) as src, open(os.path.join(args.out, name), "w") as dst:
@@ -76,7 +92,9 @@ def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
             dst.write(" ".join(cmd) + "\n\n" + text)
         print(f"\n== profile {os.path.basename(model)} {setting} {variant} (1 GPU) ==\n" + text, flush=True)
         return None
-    stdout, wall = run(cmd, out + ".log", args.timeout)
+    stdout, wall = run(cmd, out + ".log", args.timeout, args.dry_run)
+    if args.dry_run:
+        return None
     summary = json.loads(stdout.strip().splitlines()[-1])
     lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     first, last = lines[0], lines[-1]  # exclude the first (warm-up) window
@@ -96,7 +114,9 @@ def reference(args, model, data, setting, n, work, variant="lora"):
     cmd += ["--model", model, "--data", data, "--batch", str(s["batch"]), "--accum", str(s["accum"]),
             "--steps", str(args.ref_steps), "--warmup_steps", "3"] + VARIANTS[variant][1]
     stdout, wall = run(cmd, os.path.join(work, f"ref-{os.path.basename(model)}-{setting}-{variant}-{n}.log"),
-                       args.timeout)
+                       args.timeout, args.dry_run)
+    if args.dry_run:
+        return None
     result = json.loads(stdout.strip().splitlines()[-1])
     result["wall_s"] = wall
     return result
@@ -124,14 +144,30 @@ def main():
                    help="first check a few bf16 training steps against transformers + PEFT (bf16 and fp32)")
     p.add_argument("--profile", action="store_true",
                    help="also profile 3 steps of ours per shape and setting on 1 GPU (kernel time breakdown)")
+    p.add_argument("--peers", default="",
+                   help="comma-separated, run after ours and the reference: " + ", ".join(peers.PEERS))
+    p.add_argument("--peer_quick", action="store_true", help="peers try only their first 'best' configuration")
+    p.add_argument("--peer_warmup", type=int, default=5,
+                   help="peers' warm-up steps before timing (Unsloth compiles parts of its step lazily); "
+                        "then --ref_steps timed steps")
+    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args()
+    peer_names = [name for name in args.peers.split(",") if name]
+    unknown = set(peer_names) - set(peers.PEERS)
+    if unknown:
+        p.error(f"unknown peers {sorted(unknown)}: choose from {', '.join(peers.PEERS)}")
+    if args.dry_run:  # the checks before timing need the models; a dry run lists the timed commands only
+        args.parity = args.train_parity = args.qlora_check = False
     os.makedirs(args.work, exist_ok=True)
     results = []
     for shape in args.shapes.split(","):
         model = os.path.join(args.work, shape)
-        shapes.make_model(shape, model)
         data = os.path.join(args.work, f"{shape}.jsonl")
-        if not os.path.exists(data):
+        if args.dry_run:
+            print(f"dry-run: make {model} and {data}", flush=True)
+        else:
+            shapes.make_model(shape, model)
+        if not args.dry_run and not os.path.exists(data):
             with open(data, "w") as f:
                 for row in shapes.make_rows(4000, shapes.SHAPES[shape][2]["vocab_size"]):
                     f.write(json.dumps(row) + "\n")
@@ -168,14 +204,23 @@ def main():
                 for variant in variants:
                     row = {"shape": shape, "setting": setting, "variant": variant, "gpus": n}
                     row["ours"] = ours(args, model, data, setting, n, args.work, variant=variant)
-                    if not args.skip_reference:
+                    # "fast" is ours only (the reference and the peers have their "best").
+                    if not args.skip_reference and setting != "fast":
                         row["reference"] = reference(args, model, data, setting, n, args.work, variant=variant)
+                    for peer in (peer_names if setting != "fast" else []):
+                        row[peer] = peers.run(peer, model, data, setting, SETTINGS, n, variant, VARIANTS[variant][1],
+                                              args)
+                    if args.dry_run:
+                        continue
                     results.append(row)
                     print(json.dumps(row), flush=True)
                     with open(os.path.join(args.out, "bench-" + args.shapes.replace(",", "_") + ".json"), "w") as f:
                         json.dump(results, f, indent=1)
+    if args.dry_run:
+        return
     print(f"\n{'shape':14} {'setting':7} {'variant':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} "
-          f"{'ratio':>6} {'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}")
+          f"{'ratio':>6} {'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}"
+          + "".join(f" {peer + ' tok/s':>14} {'ours/' + peer:>13} {peer + ' GiB':>12}" for peer in peer_names))
     base, lora = {}, {}
     for r in results:
         lora.setdefault((r["shape"], r["setting"], r["gpus"]), {})[r["variant"]] = r["ours"]["tokens_per_s_per_gpu"]
@@ -190,7 +235,24 @@ def main():
             if r["variant"] != "lora" and "lora" in same else ""
         print(f"{r['shape']:14} {r['setting']:7} {r['variant']:7} {r['gpus']:>4} {o['tokens_per_s_per_gpu']:>15.0f} "
               f"{ref.get('tokens_per_s_per_gpu', float('nan')):>14.0f} {ratio:>6.2f} {o['peak_memory_gib'] or 0:>9.2f} "
-              f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}  scaling {eff:.3f}{vs_lora}")
+              f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}"
+              + "".join(peer_columns(o, r.get(peer, {"error": "not run"})) for peer in peer_names)
+              + f"  scaling {eff:.3f}{vs_lora}")
+    for r in results:  # why a peer has no figures
+        for peer in peer_names:
+            if peer in r and "error" in r[peer]:
+                print(f"{peer} failed on {r['shape']} {r['setting']} {r['variant']} {r['gpus']} GPU: "
+                      f"{r[peer]['error']}")
+
+
+def peer_columns(ours_result, peer_result):
+    """A peer's tokens/s, ours/peer and its peak GiB for the table, or 'failed' (the reason is printed
+    below the table and kept in the JSON)."""
+    if "error" in peer_result:
+        return f" {'failed':>14} {'-':>13} {'-':>12}"
+    speed = peer_result["tokens_per_s_per_gpu"]
+    return (f" {speed:>14.0f} {ours_result['tokens_per_s_per_gpu'] / speed:>13.2f}"
+            f" {peer_result.get('peak_memory_gib') or float('nan'):>12.2f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The reference: a hand-written PyTorch DDP + transformers + PEFT LoRA loop, bf16 base, fp32
 adapters, gradient checkpointing, fused AdamW, token-normalised loss. With --load_in_4bit the base
 is quantized by transformers + bitsandbytes (NF4, double quantization, bf16 compute: QLoRA) and
-PEFT wraps its Linear4bit layers; --optim adamw_8bit uses bitsandbytes' AdamW8bit. Launch with torchrun (or
-plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
+PEFT wraps its Linear4bit layers; --optim adamw_8bit uses bitsandbytes' AdamW8bit. With --liger the same loop
+runs on Liger kernels (a benchmark peer): liger_kernel patches transformers' Llama/Qwen3 classes before the model
+is made (RMSNorm, SwiGLU MLP, RoPE, and the LM head fused with the cross-entropy, so no logits are kept), and the
+loss comes from the model's forward (sum over tokens / num_items_in_batch, the same normalisation). Launch with
+torchrun (or plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
 tokens), optimizer steps/s and peak GPU memory, measured after `--warmup_steps` steps.
 """
 import argparse
@@ -14,6 +17,14 @@ import peft
 import torch
 import torch.distributed as dist
 import transformers
+
+
+def apply_liger(model_dir):
+    """Liger's patch for the model's family, applied to transformers' classes before the model is made."""
+    import liger_kernel.transformers as liger
+    model_type = transformers.AutoConfig.from_pretrained(model_dir).model_type
+    patch = getattr(liger, f"apply_liger_kernel_to_{model_type}")
+    patch(rope=True, rms_norm=True, swiglu=True, cross_entropy=False, fused_linear_cross_entropy=True)
 
 
 def main():
@@ -28,6 +39,7 @@ def main():
     p.add_argument("--max_seq_length", type=int, default=2048)
     p.add_argument("--load_in_4bit", action="store_true")
     p.add_argument("--optim", default="adamw_torch_fused", choices=["adamw_torch_fused", "adamw_8bit"])
+    p.add_argument("--liger", action="store_true", help="Liger kernels: RMSNorm, SwiGLU, RoPE, fused linear CE")
     args = p.parse_args()
 
     world = int(os.environ.get("WORLD_SIZE", 1))
@@ -37,6 +49,8 @@ def main():
     if world > 1:
         dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
     device = torch.device("cuda", local_rank)
+    if args.liger:
+        apply_liger(args.model)
 
     if args.load_in_4bit:
         quantization = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
@@ -92,10 +106,14 @@ def main():
             sync = i == len(batches) - 1
             ctx = ddp.no_sync() if (world > 1 and not sync) else torch.enable_grad()
             with ctx:
-                logits = ddp(input_ids=ids, attention_mask=mask).logits.float()
-                shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
-                loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shifted.reshape(-1),
-                                                         ignore_index=-100, reduction="sum") / count * world
+                if args.liger:  # Liger shifts the labels itself and divides its token sum by the count
+                    loss = ddp(input_ids=ids, attention_mask=mask, labels=labels,
+                               num_items_in_batch=count[0]).loss * world
+                else:
+                    logits = ddp(input_ids=ids, attention_mask=mask).logits.float()
+                    shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+                    loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), shifted.reshape(-1),
+                                                             ignore_index=-100, reduction="sum") / count * world
                 loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -116,10 +134,11 @@ def main():
     if world > 1:
         dist.all_reduce(totals)
     peak = torch.cuda.max_memory_allocated(device) / 2**30
+    extra = {"peak_reserved_gib": torch.cuda.max_memory_reserved(device) / 2**30} if args.liger else {}
     if rank == 0:
-        print(json.dumps({"tool": "reference", "load_in_4bit": args.load_in_4bit, "optim": args.optim, "world": world, "batch": args.batch, "accum": args.accum,
+        print(json.dumps({"tool": "liger" if args.liger else "reference", "load_in_4bit": args.load_in_4bit, "optim": args.optim, "world": world, "batch": args.batch, "accum": args.accum,
                           "tokens_per_s_per_gpu": totals.item() / elapsed / world, "steps_per_s": args.steps / elapsed,
-                          "peak_memory_gib": peak}))
+                          "peak_memory_gib": peak} | extra))
     if world > 1:
         dist.destroy_process_group()
 
