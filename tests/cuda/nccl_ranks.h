@@ -1,13 +1,15 @@
-// Multi-rank NCCL tests inside one test process, as nccl-tests' threads mode: one thread per rank,
-// rank r on GPU r, each with its own TCP store connection and the communicator train builds
-// (make_communicator, backend nccl), used as train uses it: a body that returns is followed by
+// NCCL tests inside one test process, as nccl-tests' threads mode: one thread per rank, rank r on
+// GPU r, each with its own TCP store connection (connect_store, as make_communicator makes it) and
+// the NCCL communicator built on it, used as train uses it: a body that returns is followed by
 // finish(), one that throws by abort(reason). The CPU twin is tests/ddp/ddp_test_helpers.h.
 //
 // Note [NCCL test world]
-// NCCL refuses two ranks on one GPU ("duplicate GPU"), and a world of one is make_communicator's
-// LocalCommunicator, not NCCL (an NcclCommunicator of one rank cannot be built: its PeerMonitor
-// needs a peer). So the collective cases need two or more visible GPUs and skip, saying why, with
-// fewer; the world is every visible GPU.
+// NCCL refuses two ranks on one GPU ("duplicate GPU"), so the world is every visible GPU, one rank
+// each, and that may be one: the communicator is built with make_nccl_communicator, not
+// make_communicator (which gives a world of one the non-NCCL LocalCommunicator). A world of one is
+// still NCCL end to end (unique id through the store, init, the comm stream and its events, the
+// watchdog, finalize), and the closed forms of the collective cases hold for it. Only a case that
+// needs a second rank (a live peer that stalls) needs two GPUs, and skips, saying why, with one.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,21 +24,22 @@
 #include <vector>
 
 #include "../ddp/ddp_test_helpers.h"
+#include "finetune/ddp/backends.h"
 #include "finetune/ddp/communicator.h"
+#include "finetune/ddp/store_bootstrap.h"
 
 namespace finetune::cuda_testing {
 
-constexpr int kMinNcclWorld = 2;  // Note [NCCL test world]
-
 inline int visible_gpus() { return static_cast<int>(c10::cuda::device_count()); }
 
-inline std::string too_few_gpus(int visible) {
-  return "needs " + std::to_string(kMinNcclWorld) + " or more GPUs, " + std::to_string(visible) +
+// For a case that needs `needed` ranks (Note [NCCL test world]).
+inline std::string too_few_gpus(int needed, int visible) {
+  return "needs " + std::to_string(needed) + " or more GPUs, " + std::to_string(visible) +
          " visible (NCCL refuses two ranks on one GPU; Note [NCCL test world] in tests/cuda/nccl_ranks.h)";
 }
 
-// Runs body(rank, communicator) on world_size threads, rank r on cuda:r; returns each rank's
-// exception (or null).
+// Runs body(rank, communicator) on world_size threads (1 included), rank r on cuda:r; returns each
+// rank's exception (or null).
 inline std::vector<std::exception_ptr> run_nccl_ranks_collecting(
     int world_size, double timeout_seconds, const std::function<void(int, Communicator&)>& body) {
   const int port = finetune::testing::free_local_port();
@@ -54,8 +57,9 @@ inline std::vector<std::exception_ptr> run_nccl_ranks_collecting(
         options.peer_monitor.terminate = [rank](const std::string& message) {
           ADD_FAILURE() << "rank " << rank << "'s peer monitor would have ended the process: " << message;
         };
-        auto communicator =
-            make_communicator(finetune::testing::thread_launch_env(rank, world_size, port), device, options);
+        const LaunchEnv launch = finetune::testing::thread_launch_env(rank, world_size, port);
+        const auto store = connect_store(launch, timeout_from_seconds(timeout_seconds));
+        auto communicator = make_nccl_communicator(store, launch, device, options);
         try {
           body(rank, *communicator);
           communicator->finish();

@@ -1,9 +1,9 @@
 // The NCCL communicator (ddp/cuda/nccl_communicator.cpp) in the manner of nccl-tests: every rank
 // checks its result against a closed-form function of the ranks, so a collective is verified
-// without a reference run. Ranks are threads, one per visible GPU (nccl_ranks.h; two or more GPUs
-// for the collectives, Note [NCCL test world]). And the two ways a peer can stall a job, which must
-// end in a DistributedError within the DDP timeout instead of a hang: a peer that never arrives
-// (runs on one GPU) and a live peer that stops joining collectives (two GPUs).
+// without a reference run. Ranks are threads, one per visible GPU, one GPU included (nccl_ranks.h,
+// Note [NCCL test world]). And the two ways a peer can stall a job, which must end in a
+// DistributedError within the DDP timeout instead of a hang: a peer that never arrives (runs on one
+// GPU) and a live peer that stops joining collectives (two GPUs).
 #include <gtest/gtest.h>
 
 #include <c10/cuda/CUDAGuard.h>
@@ -28,8 +28,8 @@ using cuda_testing::run_nccl_ranks_collecting;
 using cuda_testing::visible_gpus;
 using Clock = std::chrono::steady_clock;
 
-#define SKIP_WITHOUT_NCCL_WORLD(world) \
-  if ((world) < cuda_testing::kMinNcclWorld) GTEST_SKIP() << cuda_testing::too_few_gpus(world)
+#define SKIP_WITH_FEWER_GPUS_THAN(needed, visible) \
+  if ((visible) < (needed)) GTEST_SKIP() << cuda_testing::too_few_gpus(needed, visible)
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -46,7 +46,6 @@ std::string label(const std::string& operation, at::ScalarType dtype, int64_t nu
 // integer up to 256).
 TEST(NcclCommunicator, AllReduceSumIsClosedFormOnEveryRankDtypeAndSize) {
   const int world = visible_gpus();
-  SKIP_WITHOUT_NCCL_WORLD(world);
   const std::vector<at::ScalarType> dtypes = {at::kFloat, at::kBFloat16, at::kHalf, at::kDouble, at::kInt, at::kLong};
   const std::vector<int64_t> sizes = {1, 7, 1000, 65537, int64_t{1} << 22};
   const int64_t triangle = int64_t{world} * (world + 1) / 2;
@@ -78,7 +77,6 @@ TEST(NcclCommunicator, AllReduceSumIsClosedFormOnEveryRankDtypeAndSize) {
 // stream after wait() must see the sum. 64 MiB buckets make a missing order visible.
 TEST(NcclCommunicator, AsyncAllReducesOrderWithTheCurrentStreamBothWays) {
   const int world = visible_gpus();
-  SKIP_WITHOUT_NCCL_WORLD(world);
   const int64_t triangle = int64_t{world} * (world + 1) / 2;
   const std::vector<int64_t> sizes = {int64_t{1} << 24, 1000, int64_t{1} << 20, 3};
   run_nccl_ranks(world, [&](int rank, Communicator& communicator) {
@@ -107,7 +105,6 @@ TEST(NcclCommunicator, AsyncAllReducesOrderWithTheCurrentStreamBothWays) {
 // Rank r holds r * 1000 + i % 251; after a broadcast from `root` every rank holds root's values.
 TEST(NcclCommunicator, BroadcastFromEveryRootLeavesTheRootsValues) {
   const int world = visible_gpus();
-  SKIP_WITHOUT_NCCL_WORLD(world);
   run_nccl_ranks(world, [&](int rank, Communicator& communicator) {
     const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
     for (int root = 0; root < world; ++root) {
@@ -137,7 +134,6 @@ TEST(NcclCommunicator, BroadcastFromEveryRootLeavesTheRootsValues) {
 // so a barrier that returns early on any rank sees a count below the world size.
 TEST(NcclCommunicator, BarrierReturnsOnlyAfterEveryRankArrived) {
   const int world = visible_gpus();
-  SKIP_WITHOUT_NCCL_WORLD(world);
   constexpr int kRounds = 3;
   std::array<std::atomic<int>, kRounds> arrived;
   for (auto& count : arrived) count.store(0);
@@ -148,6 +144,26 @@ TEST(NcclCommunicator, BarrierReturnsOnlyAfterEveryRankArrived) {
       communicator.barrier("barrier round " + std::to_string(round));
       EXPECT_EQ(arrived[round].load(), world) << "rank " << rank << " left barrier round " << round << " early";
     }
+  });
+}
+
+// A signal published by rank 0 (as a node's first rank announces a download) reaches every rank,
+// rank 0 itself included. In a world of one no peer can publish, so a wait for a key nobody
+// published is refused at once instead of running out the timeout (there is no peer monitor).
+TEST(NcclCommunicator, SignalFromRankZeroReachesEveryRank) {
+  const int world = visible_gpus();
+  run_nccl_ranks(world, [&](int rank, Communicator& communicator) {
+    if (rank == 0) communicator.publish("weights ready", "/tmp/weights-of-rank-0");
+    EXPECT_EQ(communicator.wait_for("weights ready", "rank 0's weights"), "/tmp/weights-of-rank-0") << "rank " << rank;
+    if (world > 1) return;
+    const auto started = Clock::now();
+    try {
+      communicator.wait_for("never published", "a peer's signal");
+      ADD_FAILURE() << "a wait for a signal nobody published returned in a world of one";
+    } catch (const DistributedError& e) {
+      EXPECT_EQ(std::string(e.what()), "rank 0: waiting for a peer's signal is a wait for no peer (world size 1)");
+    }
+    EXPECT_LT(seconds_since(started), 1.0) << "refused at once, not after the timeout";
   });
 }
 
@@ -183,7 +199,7 @@ TEST(NcclCommunicator, InitWithAPeerThatNeverStartsTimesOut) {
 // is still under way could complete rank 0's stalled barrier.
 TEST(NcclCommunicator, PeerThatStopsJoiningCollectivesIsAbortedAfterTheTimeout) {
   const int visible = visible_gpus();
-  SKIP_WITHOUT_NCCL_WORLD(visible);
+  SKIP_WITH_FEWER_GPUS_THAN(2, visible);  // the stalled peer is a second rank
   constexpr double kTimeout = 2.0;
   std::promise<void> rank0_done;
   const std::shared_future<void> rank0_done_future = rank0_done.get_future().share();

@@ -11,6 +11,11 @@
 // from the watchdog thread can release a collective stuck on a dead peer; see watchdog.h. NCCL
 // itself does not notice a peer that died (within a node its kernels spin): the peer monitor does
 // (Note [Peer heartbeats]) and hands its verdict to the watchdog, which aborts.
+//
+// A world of one rank is legal NCCL (train uses LocalCommunicator for it; the GPU tests build this
+// one on a single GPU): it has no peer to watch, so no peer monitor (which needs one), and a
+// signal can only come from this rank (wait_for answers from what it published, as
+// LocalCommunicator does).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -20,6 +25,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -122,10 +128,13 @@ class NcclCommunicator : public Communicator {
     watchdog_ = std::make_shared<Watchdog>(
         rank_, options, [this] { return async_error(); }, [this] { abort_comm(); });
     // Also keeps the store (on rank 0: its server) alive for as long as the peers may use it.
-    // Assigned under the mutex: the watchdog thread's async_error() reads it.
+    // Assigned under the mutex: the watchdog thread's async_error() reads it. None for a world of
+    // one (see the top): every use below checks.
     std::lock_guard<std::timed_mutex> lock(nccl_mutex_);
-    monitor_ = std::make_unique<PeerMonitor>(store, rank_, world_size_, store_host_rank(launch), monitor_options,
-                                             [this](const std::string& message) { watchdog_->fail(message); });
+    if (world_size_ > 1) {
+      monitor_ = std::make_unique<PeerMonitor>(store, rank_, world_size_, store_host_rank(launch), monitor_options,
+                                               [this](const std::string& message) { watchdog_->fail(message); });
+    }
   }
 
   ~NcclCommunicator() override {
@@ -182,15 +191,21 @@ class NcclCommunicator : public Communicator {
     wait_on_host(*done, what);
   }
 
-  void publish(const std::string& key, const std::string& value) override { signals_.publish(key, value); }
+  void publish(const std::string& key, const std::string& value) override {
+    signals_.publish(key, value);
+    if (monitor_ == nullptr) published_[key] = value;  // a world of one: wait_for answers from here
+  }
   std::string wait_for(const std::string& key, const std::string& what) override {
+    if (monitor_ == nullptr) return published_by_this_rank(key, what);
     return signals_.wait_for(key, what, *monitor_);
   }
 
-  void finish() override { monitor_->finish(); }
+  void finish() override {
+    if (monitor_ != nullptr) monitor_->finish();
+  }
 
   void abort(const std::string& reason) override {
-    monitor_->report_failure(reason);
+    if (monitor_ != nullptr) monitor_->report_failure(reason);
     watchdog_->fail("rank " + std::to_string(rank_) + ": communication aborted");
   }
 
@@ -212,6 +227,14 @@ class NcclCommunicator : public Communicator {
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
     return id;
+  }
+
+  // A world of one: no peer can publish, so waiting for a key this rank did not publish would only
+  // run out the timeout. Refused at once, as LocalCommunicator does.
+  std::string published_by_this_rank(const std::string& key, const std::string& what) const {
+    const auto it = published_.find(key);
+    if (it == published_.end()) throw distributed_error(rank_, "waiting for " + what, "is a wait for no peer (world size 1)");
+    return it->second;
   }
 
   void check_tensor(const at::Tensor& tensor, const std::string& what) const {
@@ -317,7 +340,8 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   std::timed_mutex nccl_mutex_;
   std::shared_ptr<Watchdog> watchdog_;
-  std::unique_ptr<PeerMonitor> monitor_;
+  std::unique_ptr<PeerMonitor> monitor_;  // null in a world of one
+  std::map<std::string, std::string> published_;  // a world of one only: this rank's signals
 };
 
 }  // namespace
