@@ -51,6 +51,7 @@ void AdamW::step(double lr) {
     at::_fused_adamw_(parameters_, grads, exp_avg_, exp_avg_sq_, {}, state_steps_, lr, options_.beta1,
                       options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
                       /*maximize=*/false, std::nullopt, std::nullopt);
+    mark_parameters_updated(parameters_);  // Note [Parameter versions after a step]
     return;
   }
   // torch.optim.adamw._single_tensor_adamw (non-capturable, non-amsgrad), op for op.

@@ -68,6 +68,7 @@ void AdamW8bit::step(double lr) {
   ++step_count_;
   if (kernel_) {
     step_kernel(lr);
+    mark_parameters_updated(parameters_);  // Note [Parameter versions after a step]
   } else {
     step_reference(lr);
   }

@@ -5,7 +5,13 @@
 #include "finetune/train/adamw_8bit.h"
 #include "finetune/util/errors.h"
 
+#include <torch/csrc/autograd/variable.h>
+
 namespace finetune {
+
+void mark_parameters_updated(const std::vector<at::Tensor>& parameters) {
+  for (const auto& parameter : parameters) torch::autograd::impl::bump_version(parameter);
+}
 
 std::vector<StateTensorSpec> optimizer_state_layout(const std::string& optimizer, const at::Tensor& parameter) {
   if (optimizer == kAdamWTorchName) return adamw_state_layout(parameter);

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "../reference/tensor_fixtures.h"
+#include "finetune/lora/half_precision_lora_linear.h"
+#include "finetune/lora/lora_adapter.h"
+#include "finetune/lora/lora_kernels.h"
 #include "finetune/train/adamw.h"
 #include "finetune/util/errors.h"
 
@@ -101,6 +104,30 @@ TEST(AdamW, LoadedStateContinuesBitForBit) {
   auto other_shape = before.state();
   other_shape.parameters[0][1].second = at::zeros({5, 3});
   EXPECT_THROW(after.load_state(other_shape), Error);
+}
+
+// Note [Parameter versions after a step]: ATen's _fused_adamw_ (the CUDA path's optimizer; the
+// CPU has the same operator) writes the parameters without advancing their version counters. The
+// half-precision LoRA operands are cached while lora_A/lora_B keep their versions, so without the
+// bump every forward after the first would read the initial adapter.
+TEST(AdamW, FusedStepRefreshesTheHalfPrecisionLoraOperands) {
+  LoraAdapter adapter;
+  adapter.lora_A = at::randn({4, 8}).requires_grad_(true);
+  adapter.lora_B = at::randn({6, 4}).requires_grad_(true);
+  adapter.lora_A.mutable_grad() = at::randn({4, 8});
+  adapter.lora_B.mutable_grad() = at::randn({6, 4});
+  const auto before = half_precision_operands(adapter, at::kBFloat16);
+  const at::Tensor A_split_before = before->A_split.clone();
+  const int64_t version_before = adapter.lora_A._version();
+  auto optimizer = make_optimizer("adamw_torch", {adapter.lora_A, adapter.lora_B}, AdamWOptions{}, /*fused=*/true);
+  optimizer->step(0.1);
+  EXPECT_GT(adapter.lora_A._version(), version_before);
+  const auto after = half_precision_operands(adapter, at::kBFloat16);
+  EXPECT_FALSE(after->A_split.equal(A_split_before));
+  EXPECT_TRUE(after->A_split.equal(split_hi_lo(adapter.lora_A.detach(), at::kBFloat16, 0)));
+  EXPECT_TRUE(after->B_split.equal(split_hi_lo(adapter.lora_B.detach(), at::kBFloat16, 1)));
+  // Refreshed in place, at the addresses a CUDA graph captured (train/micro_step_graphs.h).
+  EXPECT_EQ(after->A_split.data_ptr(), before->A_split.data_ptr());
 }
 
 }  // namespace

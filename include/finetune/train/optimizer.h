@@ -66,6 +66,14 @@ class Optimizer {
   virtual void load_state(const OptimizerState& state) = 0;
 };
 
+// Note [Parameter versions after a step]
+// Advances the parameters' version counters. Kernels that write parameters outside ATen's
+// in-place operators (ATen's _fused_adamw_, which leaves them unchanged; our 8-bit AdamW kernel)
+// must call this after a step: what is derived from a parameter and cached while its version
+// holds (the half-precision LoRA operands, lora/half_precision_lora_linear.h) would otherwise keep
+// the initial values for the whole run.
+void mark_parameters_updated(const std::vector<at::Tensor>& parameters);
+
 // The optimizer `name` (an optimizer_names() entry) over `parameters`. `fused`
 // (KernelPolicy::fused_adamw, CUDA): one multi-tensor kernel for all parameters.
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<at::Tensor> parameters,
