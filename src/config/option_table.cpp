@@ -222,7 +222,7 @@ std::vector<OptionRow> build_option_table() {
       choice_row("lr_scheduler_type", "training", &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
       int_row("seed", "training", &Options::seed, 0, "seed for data order and dropout"),
       bool_row("cuda_graphs", "training", &Options::cuda_graphs,
-               "on CUDA, replay micro-steps of up to 4096 tokens from CUDA graphs captured once per padded "
+               "on CUDA, replay micro-steps of up to 1024 tokens from CUDA graphs captured once per padded "
                "length (not with lora_dropout)"),
 
       // --- data

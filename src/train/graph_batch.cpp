@@ -14,6 +14,12 @@ int64_t graph_bucket(int64_t count) {
   return (count + step - 1) / step * step;
 }
 
+GraphShape graph_shape(const HostBatch& batch) {
+  int64_t samples = 0;
+  for (const auto& row : batch.sample_lengths) samples += static_cast<int64_t>(row.size());
+  return {graph_bucket(batch.real_tokens + 1), graph_bucket(batch.trainable_tokens), samples + 1};
+}
+
 GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
   if (flat.rows != 1 || flat.sample_lengths.size() != 1) {
     throw Error("graph_batch: expects a flattened batch (one row), got " + std::to_string(flat.rows) + " rows");
@@ -27,9 +33,11 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
     targets.push_back(next);
   }
   GraphBatch out;
-  out.shape.tokens = graph_bucket(real + 1);  // at least one filler token: no empty sample
-  out.shape.targets = graph_bucket(static_cast<int64_t>(positions.size()));
-  out.shape.samples = static_cast<int64_t>(flat.sample_lengths[0].size()) + 1;
+  out.shape = graph_shape(flat);  // at least one filler token: no empty sample
+  if (out.shape.targets != graph_bucket(static_cast<int64_t>(positions.size()))) {
+    throw Error("graph_batch: the batch counts " + std::to_string(flat.trainable_tokens) + " trained positions, its labels " +
+                std::to_string(positions.size()));
+  }
   out.trainable_tokens = flat.trainable_tokens;
   out.real_tokens = flat.real_tokens;
   const int64_t filler = out.shape.tokens - real;

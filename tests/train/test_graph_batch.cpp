@@ -47,6 +47,14 @@ TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
   EXPECT_TRUE(in.cu_seqlens.equal(at::tensor({0, 5, 8, 10, 64}, at::TensorOptions().dtype(at::kInt))));
 }
 
+TEST(GraphBatch, ShapeOfAnyLayoutIsTheShapeOfItsFlattenedBatch) {
+  const auto data = samples();
+  for (const HostBatch& batch : {collate(data, {0, 1, 2}, 0), collate_rows(data, {{0, 1}, {2}}, 0)}) {
+    EXPECT_EQ(graph_shape(batch), graph_batch(flatten(batch), 0).shape);
+  }
+  EXPECT_EQ(graph_shape(collate(data, {0, 1, 2}, 0)), (GraphShape{64, 64, 4}));
+}
+
 TEST(GraphBatch, AFullBucketStillGetsAFillerToken) {
   std::vector<Sample> one = {{std::vector<int32_t>(64, 9), std::vector<int32_t>(64, 9)}};
   const GraphBatch padded = graph_batch(flatten(collate(one, {0}, 0)), 0);

@@ -42,6 +42,10 @@ struct GraphBatch {
   int64_t real_tokens = 0;
 };
 
+// The shape graph_batch gives `batch` once flattened (any layout: flattening keeps its tokens,
+// samples and trained positions).
+GraphShape graph_shape(const HostBatch& batch);
+
 // flat: a flattened batch (rows == 1). filler_token_id: any id of the vocabulary.
 GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id);
 

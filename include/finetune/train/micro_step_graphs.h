@@ -23,7 +23,7 @@
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
 //    weight gradients (over more rows) and the GEMM shapes differ.
 //  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), rows over
-//    max_tokens, the CPU.
+//    max_tokens, new shapes once max_graphs are captured, the CPU.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +38,10 @@
 namespace finetune {
 
 struct MicroStepGraphsConfig {
-  int64_t max_tokens = 4096;   // rows padded beyond this run eagerly (the host is no bottleneck there)
+  // Rows padded beyond this run eagerly: there the GPU's work outlasts the host's issuing, and
+  // packed rows (many samples each) would make nearly every micro-step a new shape to capture.
+  int64_t max_tokens = 1024;
+  int64_t max_graphs = 48;     // shapes first seen after this many captures run eagerly (memory, capture time)
   int64_t eager_warmup = 2;    // micro-steps run without capture first
   bool capture = true;         // false: the same padded micro-steps, eagerly (for tests)
   int64_t filler_token_id = 0;

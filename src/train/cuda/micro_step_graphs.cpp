@@ -110,7 +110,10 @@ MicroStepGraphs::~MicroStepGraphs() {
 }
 
 bool MicroStepGraphs::accepts(const HostBatch& batch) const {
-  return graph_bucket(batch.real_tokens + 1) <= state_->config.max_tokens;
+  const GraphShape shape = graph_shape(batch);
+  if (shape.tokens > state_->config.max_tokens) return false;
+  return state_->entries.count(shape) > 0 ||
+         static_cast<int64_t>(state_->entries.size()) < state_->config.max_graphs;
 }
 
 at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& global_tokens,
