@@ -236,7 +236,7 @@ def main():
         print(f"{r['shape']:14} {r['setting']:7} {r['variant']:7} {r['gpus']:>4} {o['tokens_per_s_per_gpu']:>15.0f} "
               f"{ref.get('tokens_per_s_per_gpu', float('nan')):>14.0f} {ratio:>6.2f} {o['peak_memory_gib'] or 0:>9.2f} "
               f"{ref.get('peak_memory_gib', float('nan')):>8.2f} {o['steps_per_s']:>12.2f}"
-              + "".join(peer_columns(o, r.get(peer, {"error": "not run"})) for peer in peer_names)
+              + "".join(peer_columns(o, r.get(peer)) for peer in peer_names)
               + f"  scaling {eff:.3f}{vs_lora}")
     for r in results:  # why a peer has no figures
         for peer in peer_names:
@@ -247,7 +247,9 @@ def main():
 
 def peer_columns(ours_result, peer_result):
     """A peer's tokens/s, ours/peer and its peak GiB for the table, or 'failed' (the reason is printed
-    below the table and kept in the JSON)."""
+    below the table and kept in the JSON), or '-' where the setting runs no peers ("fast")."""
+    if peer_result is None:
+        return f" {'-':>14} {'-':>13} {'-':>12}"
     if "error" in peer_result:
         return f" {'failed':>14} {'-':>13} {'-':>12}"
     speed = peer_result["tokens_per_s_per_gpu"]
