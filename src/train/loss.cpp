@@ -68,6 +68,13 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 
 }  // namespace
 
+void backward_normalised_loss(const at::Tensor& loss_sum, const at::Tensor& global_tokens,
+                              const at::Tensor& loss_scale) {
+  auto objective = loss_sum / global_tokens;
+  if (loss_scale.defined()) objective = objective * loss_scale;
+  objective.backward();
+}
+
 int64_t logit_chunk_rows(int64_t vocab_size) {
   return std::clamp<int64_t>(kLogitChunkBytes / (vocab_size * static_cast<int64_t>(sizeof(float))), 64, 4096);
 }

@@ -149,9 +149,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
         const auto batch = to_device(micro_batches[i], device, model.kernel_policy().variable_length_attention);
         auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
         loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
-        auto objective = loss_sum / global_tokens;
-        if (loss_scale.defined()) objective = objective * loss_scale;
-        objective.backward();
+        backward_normalised_loss(loss_sum, global_tokens, loss_scale);
       }
       step_loss_sum += loss_sum.detach().to(at::kDouble);
     }

@@ -21,6 +21,11 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights = {});
 
+// The backward pass of a micro-step: loss_sum / global_tokens (Note [Global token normalisation]
+// in train/trainer.h), times loss_scale when it is defined (fp16, train/loss_scaler.h).
+void backward_normalised_loss(const at::Tensor& loss_sum, const at::Tensor& global_tokens,
+                              const at::Tensor& loss_scale);
+
 // Trained positions that go through the LM head at a time: about 256 MiB of fp32 logits, between
 // 64 and 4096 rows (441 rows at Qwen's 152k vocabulary).
 int64_t logit_chunk_rows(int64_t vocab_size);

@@ -69,9 +69,7 @@ struct MicroStepGraphs::State {
     mask.max_seqlen = entry.shape.tokens;  // bounds every sample's length: one launch for any lengths
     auto hidden = model.forward_hidden(in.input_ids, in.position_ids, mask, forward);
     auto loss_sum = causal_lm_loss_sum(model, hidden, in.target_positions, in.target_ids, in.target_weights);
-    auto objective = loss_sum / global_tokens;
-    if (loss_scale.defined()) objective = objective * loss_scale;
-    objective.backward();
+    backward_normalised_loss(loss_sum, global_tokens, loss_scale);
     return loss_sum.detach();
   }
 
