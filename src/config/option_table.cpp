@@ -223,7 +223,7 @@ std::vector<OptionRow> build_option_table() {
       int_row("seed", "training", &Options::seed, 0, "seed for data order and dropout"),
       bool_row("cuda_graphs", "training", &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to 1024 tokens from CUDA graphs captured once per padded "
-               "length (not with lora_dropout)"),
+               "length (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
 
       // --- data
       string_row("dataset", "data", &Options::dataset, true,

@@ -278,6 +278,14 @@ bool CausalLM::adapters_draw_random_numbers() const {
   return false;
 }
 
+bool CausalLM::cuda_graph_safe() const {
+  if (projections_4bit_) return false;
+  for (const auto& [name, linear] : named_linears()) {
+    if (linear->adapter && !linear->adapter->cuda_graph_safe()) return false;
+  }
+  return true;
+}
+
 const at::Tensor& CausalLM::lm_head_weight() const { return lm_head_.defined() ? lm_head_ : embed_tokens_; }
 
 at::Tensor CausalLM::lm_head(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_weight()); }

@@ -110,7 +110,7 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
   // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
   std::unique_ptr<MicroStepGraphs> graphs;
   if (config.cuda_graphs && device.is_cuda() && model.kernel_policy().variable_length_attention &&
-      !model.adapters_draw_random_numbers()) {
+      model.cuda_graph_safe()) {
     graphs = std::make_unique<MicroStepGraphs>(model, forward_options, MicroStepGraphsConfig{});
   }
   const at::Tensor loss_scale = scaler ? scaler->scale() : at::Tensor();  // undefined: no loss scaling

@@ -108,3 +108,29 @@ TEST(LoraModel, AdapterConfigRoundTripsAndRejectsUnsupportedSettings) {
 
 }  // namespace
 }  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// Note [Graphed micro-steps]: only adapters whose capture was verified on a GPU replay from CUDA
+// graphs; the rest train eagerly.
+TEST(LoraModel, CudaGraphsOnlyForPlainLoraOnDenseWeightsWithoutDropout) {
+  auto model_with = [](double dropout, bool dora, bool projections_4bit) {
+    auto model = std::make_unique<CausalLM>(small_config(), at::kFloat, at::kCPU, projections_4bit);
+    LoraConfig lora;
+    lora.r = 4;
+    lora.lora_alpha = 8;
+    lora.lora_dropout = dropout;
+    lora.use_dora = dora;
+    lora.target_modules = {"q_proj", "v_proj"};
+    if (!projections_4bit) attach_lora(*model, lora, 3);
+    return model;
+  };
+  EXPECT_TRUE(model_with(0.0, false, false)->cuda_graph_safe());
+  EXPECT_FALSE(model_with(0.1, false, false)->cuda_graph_safe());
+  EXPECT_FALSE(model_with(0.0, true, false)->cuda_graph_safe());
+  EXPECT_FALSE(model_with(0.0, false, true)->cuda_graph_safe());
+}
+
+}  // namespace
+}  // namespace finetune

@@ -34,6 +34,7 @@ class LoraAdapter : public LinearAdapter {
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   at::Tensor merged_weight(const Linear& base) const override;
   void refresh_derived_tensors(at::ScalarType dtype) const override;
+  bool cuda_graph_safe() const override { return dropout == 0; }
 
   // Whether forward(x) runs half_precision_lora_linear.
   bool uses_half_precision_path(const at::Tensor& x, bool training) const;

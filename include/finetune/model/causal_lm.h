@@ -76,6 +76,10 @@ class CausalLM {
 
   // Whether any adapter draws random numbers in its forward (LoRA dropout).
   bool adapters_draw_random_numbers() const;
+  // Whether training micro-steps may be replayed from CUDA graphs (train/micro_step_graphs.h):
+  // dense base weights and adapters that say so (plain LoRA without dropout). 4-bit weights and
+  // DoRA have not been verified under capture on a GPU and run eagerly.
+  bool cuda_graph_safe() const;
 
   // Base parameters, a 4-bit weight counted by its elements.
   int64_t parameter_count() const;

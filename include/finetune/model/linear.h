@@ -42,6 +42,10 @@ class LinearAdapter {
   // inputs of `dtype`, in place: a replayed CUDA graph reads those tensors at the addresses it
   // captured and runs no host code that would refresh them (train/micro_step_graphs.h).
   virtual void refresh_derived_tensors(at::ScalarType dtype) const {}
+  // Whether micro-steps through this adapter may be captured as CUDA graphs and replayed: no
+  // random draws, nothing kept between forwards but what refresh_derived_tensors refreshes, and a
+  // capture verified on a GPU (tests/cuda). No by default.
+  virtual bool cuda_graph_safe() const { return false; }
 };
 
 struct Linear {

@@ -22,7 +22,8 @@
 //    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
 //    weight gradients (over more rows) and the GEMM shapes differ.
-//  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), rows over
+//  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit base
+//    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), rows over
 //    max_tokens, new shapes once max_graphs are captured, the CPU.
 #pragma once
 
@@ -49,7 +50,8 @@ struct MicroStepGraphsConfig {
 
 class MicroStepGraphs {
  public:
-  // CUDA builds only; `model` must use variable-length attention (the padded layout needs it).
+  // CUDA builds only; `model` must use variable-length attention (the padded layout needs it) and
+  // be cuda_graph_safe().
   MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config);
   ~MicroStepGraphs();
   MicroStepGraphs(const MicroStepGraphs&) = delete;

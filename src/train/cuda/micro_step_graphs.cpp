@@ -94,8 +94,9 @@ struct MicroStepGraphs::State {
 
 MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config)
     : state_(std::make_unique<State>(model, forward, config)) {
-  if (!model.device().is_cuda() || !model.kernel_policy().variable_length_attention) {
-    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention");
+  if (!model.device().is_cuda() || !model.kernel_policy().variable_length_attention || !model.cuda_graph_safe()) {
+    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention and adapters "
+                "that replay safely (CausalLM::cuda_graph_safe)");
   }
   state_->global_tokens = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
   wait_for(state_->training_stream, state_->caller_stream);
