@@ -178,16 +178,7 @@ def main():
             for row in shapes.make_rows(4000, shapes.SHAPES[args.shape][2]["vocab_size"]):
                 f.write(json.dumps(row) + "\n")
     work = os.path.join(args.work, "fp16_check-" + os.path.basename(args.model))
-    os.makedirs(work, exist_ok=True)
-    rows = [json.loads(l) for l in open(args.data)][:args.rows]
-    data = os.path.join(work, "rows.jsonl")
-    with open(data, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    adapter = os.path.join(work, "init_adapter")
-    if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
-        reference_loop.make_init_adapter(args.model, adapter, r=16, alpha=16)
-    initial = load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    rows, data, adapter, initial = reference_loop.parity_inputs(work, args.model, args.data, args.rows)
     # Step 2's certain overflow: the logits' gradient of the scaled loss reaches forced_scale / tokens
     # for a target token of probability ~0 (a random-init model gives every token ~1/vocab).
     per_step = SETTINGS["batch_size"] * SETTINGS["accumulation"]

@@ -39,16 +39,7 @@ def main():
     p.add_argument("--device", default="cuda")
     args = p.parse_args()
     work = os.path.join(args.work, "train_parity-" + os.path.basename(args.model))
-    os.makedirs(work, exist_ok=True)
-    rows = [json.loads(l) for l in open(args.data)][:args.rows]
-    data = os.path.join(work, "rows.jsonl")
-    with open(data, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    adapter = os.path.join(work, "init_adapter")
-    if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
-        reference_loop.make_init_adapter(args.model, adapter, r=16, alpha=16)
-    initial = load_file(os.path.join(adapter, "adapter_model.safetensors"))
+    rows, data, adapter, initial = reference_loop.parity_inputs(work, args.model, args.data, args.rows)
 
     out = os.path.join(work, "ours")
     s = SETTINGS

@@ -4,7 +4,9 @@ Same data order (no shuffling), same micro-batching (right padding), loss normal
 trainable-token count of the whole accumulated batch, torch.optim.AdamW, transformers' schedules,
 torch's clip_grad_norm_. An optimizer step never spans two epochs (as HF's Trainer).
 """
+import json
 import math
+import os
 
 import peft
 import torch
@@ -112,6 +114,24 @@ def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulat
 def lora_state(model):
     """Adapter tensors under the names PEFT saves them with."""
     return {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
+
+
+def parity_inputs(work, model_dir, data_path, rows, r=16, alpha=16):
+    """The inputs of a parity run under `work`: the first `rows` rows of `data_path` as
+    work/rows.jsonl, and a random non-zero initial adapter (make_init_adapter, made once) as
+    work/init_adapter. Returns (rows, data file, adapter dir, the adapter's initial tensors)."""
+    from safetensors.torch import load_file
+    os.makedirs(work, exist_ok=True)
+    with open(data_path) as f:
+        selected = [json.loads(line) for line in f][:rows]
+    data = os.path.join(work, "rows.jsonl")
+    with open(data, "w") as f:
+        for row in selected:
+            f.write(json.dumps(row) + "\n")
+    adapter = os.path.join(work, "init_adapter")
+    if not os.path.exists(os.path.join(adapter, "adapter_config.json")):
+        make_init_adapter(model_dir, adapter, r=r, alpha=alpha)
+    return selected, data, adapter, load_file(os.path.join(adapter, "adapter_model.safetensors"))
 
 
 def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
