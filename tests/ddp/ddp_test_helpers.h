@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <exception>
 #include <functional>
 #include <stdexcept>
@@ -51,8 +53,18 @@ inline LaunchEnv thread_launch_env(int rank, int world_size, int port) {
 }
 
 // Runs body(rank, communicator) on world_size threads; returns each rank's exception (or null).
+// c10d's process-wide flight recorder inserts each process group's status into a map before it
+// takes its lock (FlightRecorder::recordWithResetEnabled, torch 2.11): ranks that are threads of
+// one process race there on their first collectives, and a test crashed in that map under load.
+// The recorder is read once, when the first process group is made: it is switched off before.
+inline void disable_flight_recorder() {
+  static const bool done = [] { return ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1) == 0; }();
+  (void)done;
+}
+
 inline std::vector<std::exception_ptr> run_ranks_collecting(
     int world_size, double timeout_seconds, const std::function<void(int, Communicator&)>& body) {
+  disable_flight_recorder();
   const int port = free_local_port();
   std::vector<std::exception_ptr> errors(world_size);
   std::vector<std::thread> threads;
