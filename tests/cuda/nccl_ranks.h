@@ -15,12 +15,10 @@
 #include <gtest/gtest.h>
 
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <exception>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../ddp/ddp_test_helpers.h"
@@ -42,38 +40,16 @@ inline std::string too_few_gpus(int needed, int visible) {
 // rank's exception (or null).
 inline std::vector<std::exception_ptr> run_nccl_ranks_collecting(
     int world_size, double timeout_seconds, const std::function<void(int, Communicator&)>& body) {
-  const int port = finetune::testing::free_local_port();
-  std::vector<std::exception_ptr> errors(world_size);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world_size; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
+  return finetune::testing::run_ranks_collecting_with(
+      world_size, timeout_seconds, "nccl",
+      [world_size, timeout_seconds](int rank, int port, const CommunicatorOptions& options) {
         const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
-        c10::cuda::CUDAGuard device_guard(device);  // this thread's current device, as LOCAL_RANK's would be
-        CommunicatorOptions options;
-        options.backend = "nccl";
-        options.timeout_seconds = timeout_seconds;
-        // The ranks share this process: a peer monitor must never end it.
-        options.peer_monitor.terminate = [rank](const std::string& message) {
-          ADD_FAILURE() << "rank " << rank << "'s peer monitor would have ended the process: " << message;
-        };
+        c10::cuda::set_device(device.index());  // this rank thread's current device, as LOCAL_RANK's would be
         const LaunchEnv launch = finetune::testing::thread_launch_env(rank, world_size, port);
         const auto store = connect_store(launch, timeout_from_seconds(timeout_seconds));
-        auto communicator = make_nccl_communicator(store, launch, device, options);
-        try {
-          body(rank, *communicator);
-          communicator->finish();
-        } catch (const std::exception& e) {
-          communicator->abort(e.what());
-          throw;
-        }
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return errors;
+        return make_nccl_communicator(store, launch, device, options);
+      },
+      body);
 }
 
 // Like run_nccl_ranks_collecting, but every rank must succeed.

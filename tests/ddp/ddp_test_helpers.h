@@ -12,6 +12,7 @@
 
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -52,7 +53,6 @@ inline LaunchEnv thread_launch_env(int rank, int world_size, int port) {
   return launch;
 }
 
-// Runs body(rank, communicator) on world_size threads; returns each rank's exception (or null).
 // c10d's process-wide flight recorder inserts each process group's status into a map before it
 // takes its lock (FlightRecorder::recordWithResetEnabled, torch 2.11): ranks that are threads of
 // one process race there on their first collectives, and a test crashed in that map under load.
@@ -62,8 +62,17 @@ inline void disable_flight_recorder() {
   (void)done;
 }
 
-inline std::vector<std::exception_ptr> run_ranks_collecting(
-    int world_size, double timeout_seconds, const std::function<void(int, Communicator&)>& body) {
+// Builds rank `rank`'s communicator of a world whose store is on `port`, with `options`.
+using CommunicatorFactory =
+    std::function<std::unique_ptr<Communicator>(int rank, int port, const CommunicatorOptions& options)>;
+
+// Runs body(rank, communicator) on world_size threads, each rank's communicator made by `make`
+// and used as train uses it: a body that returns is followed by finish(), one that throws by
+// abort(reason). Returns each rank's exception (or null).
+inline std::vector<std::exception_ptr> run_ranks_collecting_with(int world_size, double timeout_seconds,
+                                                                 const std::string& backend,
+                                                                 const CommunicatorFactory& make,
+                                                                 const std::function<void(int, Communicator&)>& body) {
   disable_flight_recorder();
   const int port = free_local_port();
   std::vector<std::exception_ptr> errors(world_size);
@@ -72,13 +81,13 @@ inline std::vector<std::exception_ptr> run_ranks_collecting(
     threads.emplace_back([&, rank] {
       try {
         CommunicatorOptions options;
-        options.backend = "gloo";
+        options.backend = backend;
         options.timeout_seconds = timeout_seconds;
         // The ranks share this process: a peer monitor must never end it.
         options.peer_monitor.terminate = [rank](const std::string& message) {
           ADD_FAILURE() << "rank " << rank << "'s peer monitor would have ended the process: " << message;
         };
-        auto communicator = make_communicator(thread_launch_env(rank, world_size, port), at::Device(at::kCPU), options);
+        auto communicator = make(rank, port, options);
         try {
           body(rank, *communicator);
           communicator->finish();
@@ -93,6 +102,17 @@ inline std::vector<std::exception_ptr> run_ranks_collecting(
   }
   for (auto& thread : threads) thread.join();
   return errors;
+}
+
+// Gloo ranks on the CPU (make_communicator).
+inline std::vector<std::exception_ptr> run_ranks_collecting(
+    int world_size, double timeout_seconds, const std::function<void(int, Communicator&)>& body) {
+  return run_ranks_collecting_with(
+      world_size, timeout_seconds, "gloo",
+      [world_size](int rank, int port, const CommunicatorOptions& options) {
+        return make_communicator(thread_launch_env(rank, world_size, port), at::Device(at::kCPU), options);
+      },
+      body);
 }
 
 inline std::string describe(const std::exception_ptr& error) {
