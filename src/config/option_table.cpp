@@ -11,7 +11,7 @@
 #include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
-#include "finetune/train/lr_schedule.h"
+#include "finetune/train/lr_scheduler_names.h"
 #include "finetune/train/optimizer_names.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"

@@ -59,7 +59,7 @@ struct Options {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;        // <= 0 disables clipping
-  std::string lr_scheduler_type = "linear";  // train/lr_schedule.h: lr_scheduler_types()
+  std::string lr_scheduler_type = "linear";  // train/lr_scheduler_names.h: lr_scheduler_types()
   int64_t seed = 3407;
 
   // --- data

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "finetune/report/tensorboard_writer.h"
-#include "finetune/util/metrics.h"
+#include "finetune/report/metrics.h"
 
 namespace finetune {
 

@@ -4,15 +4,10 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
+
+#include "finetune/train/lr_scheduler_names.h"
 
 namespace finetune {
-
-// The schedule names lr_multiplier knows (the option parser reads them from here).
-inline const std::vector<std::string>& lr_scheduler_types() {
-  static const std::vector<std::string> types = {"linear", "cosine", "constant", "constant_with_warmup"};
-  return types;
-}
 
 struct LrSchedule {
   std::string type = "linear";  // one of lr_scheduler_types()

@@ -24,7 +24,7 @@
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/train/optimizer.h"
-#include "finetune/util/metrics.h"
+#include "finetune/report/metrics.h"
 
 namespace finetune {
 

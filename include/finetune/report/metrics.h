@@ -1,5 +1,5 @@
-// Training metrics: OUTPUT_DIR/metrics.jsonl (one JSON object per logged step) and the progress
-// display (a redrawn bar on a terminal, plain lines otherwise).
+// Training metrics: OUTPUT_DIR/metrics.jsonl (one JSON object per logged step); the progress
+// display that shows the same steps is report/progress_reporter.h.
 //
 // metrics.jsonl schema, one object per line:
 //   step         int     optimizer steps completed
@@ -47,19 +47,5 @@ class MetricsWriter {
   std::string path_;
   std::ofstream out_;
 };
-
-class ProgressReporter {
- public:
-  ProgressReporter(int64_t total_steps, bool interactive);
-  void report(const StepMetrics& metrics);  // draws the bar / prints a line
-  void finish();
-
- private:
-  int64_t total_steps_;
-  bool interactive_;
-  bool drawn_ = false;
-};
-
-bool stderr_is_terminal();
 
 }  // namespace finetune
