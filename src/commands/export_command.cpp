@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "finetune/checkpoint/model_export.h"
+#include "finetune/export/model_export.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/commands/run_setup.h"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/checkpoint/adapter_io.h"
-#include "finetune/checkpoint/model_export.h"
+#include "finetune/export/model_export.h"
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
 #include "finetune/commands/banner.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 
 namespace finetune {
 namespace {

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "finetune/checkpoint/merged_export.h"
 #include "finetune/gguf/gguf_file_writer.h"
 #include "finetune/gguf/gguf_tensor_names.h"
 #include "finetune/gguf/gguf_vocab.h"
@@ -79,10 +78,9 @@ std::string gguf_file_path(const std::string& save_path, const std::string& mode
       .string();
 }
 
-void export_gguf(const CausalLM& model, const std::string& base_model_dir, const std::string& model_name,
-                 const std::string& out_path, GgmlType type) {
+void export_gguf(const ModelConfig& config, NamedTensors tensors, const std::string& base_model_dir,
+                 const std::string& model_name, const std::string& out_path, GgmlType type) {
   at::NoGradGuard no_grad;
-  const auto& config = model.config();
   const auto source = (std::filesystem::path(base_model_dir) / "config.json").string();
   const auto arch = gguf_architecture(config, source);
   GgufFileWriter writer;
@@ -93,27 +91,29 @@ void export_gguf(const CausalLM& model, const std::string& base_model_dir, const
   if (const auto rope_freqs = gguf_rope_freqs(config); rope_freqs.defined()) {
     add_tensor(writer, "rope_freqs.weight", rope_freqs, type);
   }
-  auto tensors = merged_named_tensors(model, /*quantize_4bit=*/false);
   std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [name, tensor] : tensors) {
     at::Tensor data = tensor;
     if (const int64_t heads = gguf_permute_heads(arch, config, name); heads > 0) data = gguf_permute_qk(data, heads);
     add_tensor(writer, gguf_tensor_name(name), data, type);
-    tensor = at::Tensor();  // release the merged copy as soon as it is encoded
+    tensor = at::Tensor();  // release this reference as soon as the tensor is encoded
   }
   std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
   writer.write(out_path);
 }
 
-std::vector<std::string> export_gguf_files(const CausalLM& model, const std::string& base_model_dir,
-                                           const std::string& model_name, const std::string& save_path,
-                                           const std::vector<std::string>& quantizations) {
+std::vector<std::string> export_gguf_files(const ModelConfig& config, NamedTensors tensors,
+                                           const std::string& base_model_dir, const std::string& model_name,
+                                           const std::string& save_path, const std::vector<std::string>& quantizations) {
   if (quantizations.empty()) throw UsageError("--quantization: no GGUF type given");
+  std::vector<GgmlType> types;
+  for (const auto& name : quantizations) types.push_back(ggml_type_from_name(name));  // all checked first
   std::vector<std::string> written;
-  for (const auto& name : quantizations) {
-    const auto type = ggml_type_from_name(name);
-    const auto path = gguf_file_path(save_path, model_name, type);
-    export_gguf(model, base_model_dir, model_name, path, type);
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto path = gguf_file_path(save_path, model_name, types[i]);
+    // The last file takes the tensors over, so it can release each one once encoded.
+    export_gguf(config, i + 1 == types.size() ? std::move(tensors) : tensors, base_model_dir, model_name, path,
+                types[i]);
     written.push_back(path);
   }
   return written;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 
 namespace finetune::jinja {
 namespace {

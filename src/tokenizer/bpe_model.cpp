@@ -3,7 +3,7 @@
 #include <functional>
 #include <queue>
 
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {

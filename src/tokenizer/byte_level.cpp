@@ -1,6 +1,6 @@
 #include "finetune/tokenizer/byte_level.h"
 
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 
 namespace finetune {
 

@@ -5,7 +5,7 @@
 #include <iterator>
 #include <vector>
 
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 
 namespace finetune {
 namespace {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/config/options.h"
-#include "finetune/checkpoint/model_export.h"
+#include "finetune/export/model_export.h"
 #include "finetune/checkpoint/training_state.h"
 #include "finetune/data/dataset.h"
 #include "finetune/data/raw_text.h"

@@ -1,17 +1,20 @@
-// --save_method gguf: the model with its adapters merged (checkpoint/merged_export.h's tensors)
-// written as one GGUF v3 file per --quantization type, with the metadata, tensor names, types and
-// bytes that llama.cpp's convert_hf_to_gguf.py writes for the merged_16bit directory of the same
-// model (LlamaModel / Qwen2Model / Qwen3Model): 1-D tensors and norms F32, the rest in the chosen
-// type (Q8_0 rows that are not a multiple of 32 fall back to F16, as the converter does),
+// --save_method gguf: the model's tensors with its adapters merged (the caller merges them once:
+// export/model_export.h) written as one GGUF v3 file per --quantization type, with the metadata,
+// tensor names, types and bytes that llama.cpp's convert_hf_to_gguf.py writes for the
+// merged_16bit directory of the same model (LlamaModel / Qwen2Model / Qwen3Model): 1-D tensors and
+// norms F32, the rest in the chosen type (Q8_0 rows that are not a multiple of 32 fall back to F16, as the converter does),
 // Llama's q/k rows permuted, rope_freqs for Llama-3 rope scaling. general.name is the model
 // directory's name (the converter's title-cased guess and its size label are not reproduced).
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <ATen/ATen.h>
+
+#include "finetune/config/model_config.h"
 #include "finetune/gguf/gguf_quantize.h"
-#include "finetune/model/causal_lm.h"
 
 namespace finetune {
 
@@ -19,14 +22,18 @@ namespace finetune {
 // or a path; its last component is used).
 std::string gguf_file_path(const std::string& save_path, const std::string& model_name, GgmlType type);
 
-// Writes `out_path` atomically. `base_model_dir` holds config.json and the tokenizer files.
-void export_gguf(const CausalLM& model, const std::string& base_model_dir, const std::string& model_name,
-                 const std::string& out_path, GgmlType type);
+// A tensor list in HF names, e.g. the merged model's (checkpoint/merged_export.h).
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// One file per entry of `quantizations` (gguf/quantization_names.h spellings) into `save_path`;
-// returns the paths written.
-std::vector<std::string> export_gguf_files(const CausalLM& model, const std::string& base_model_dir,
-                                           const std::string& model_name, const std::string& save_path,
-                                           const std::vector<std::string>& quantizations);
+// Writes `out_path` atomically from `tensors` (the model's weights with adapters merged, HF
+// names). `base_model_dir` holds config.json and the tokenizer files.
+void export_gguf(const ModelConfig& config, NamedTensors tensors, const std::string& base_model_dir,
+                 const std::string& model_name, const std::string& out_path, GgmlType type);
+
+// One file per entry of `quantizations` (gguf/quantization_names.h spellings) into `save_path`,
+// all from the same `tensors`; returns the paths written.
+std::vector<std::string> export_gguf_files(const ModelConfig& config, NamedTensors tensors,
+                                           const std::string& base_model_dir, const std::string& model_name,
+                                           const std::string& save_path, const std::vector<std::string>& quantizations);
 
 }  // namespace finetune

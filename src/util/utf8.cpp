@@ -1,4 +1,4 @@
-#include "finetune/tokenizer/utf8.h"
+#include "finetune/util/utf8.h"
 
 namespace finetune {
 

@@ -1,4 +1,4 @@
-#include "finetune/checkpoint/model_export.h"
+#include "finetune/export/model_export.h"
 
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/merged_export.h"
@@ -20,7 +20,9 @@ std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& l
                      join(supported_save_methods(), ", ") + ")");
   }
   if (config.save_method != "gguf" && !config.save_gguf) return {};
-  return export_gguf_files(model, base_model_dir, config.base_model_name, config.save_path, config.quantization);
+  at::NoGradGuard no_grad;
+  return export_gguf_files(model.config(), merged_named_tensors(model, /*quantize_4bit=*/false), base_model_dir,
+                           config.base_model_name, config.save_path, config.quantization);
 }
 
 }  // namespace finetune

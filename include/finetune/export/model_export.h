@@ -1,6 +1,8 @@
-// The end-of-training export chosen by --save_method (save_methods.h): the PEFT adapter alone, a
-// full model with the adapter merged (merged_export.h), or GGUF files (gguf/gguf_export.h); with
-// --save_gguf the GGUF files come after a non-GGUF method.
+// The end-of-training export chosen by --save_method (checkpoint/save_methods.h), above the
+// writers it dispatches to: the PEFT adapter alone (checkpoint/adapter_io.h), a full model with
+// the adapter merged (checkpoint/merged_export.h), or GGUF files (gguf/gguf_export.h) of the
+// merged tensors, one merge for every --quantization type; with --save_gguf the GGUF files come
+// after a non-GGUF method.
 #pragma once
 
 #include <string>
