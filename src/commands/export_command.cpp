@@ -1,6 +1,6 @@
 // `finetune export`: model + weights (+ --adapter) -> merged_16bit | merged_4bit | gguf in
 // --save_path, without training (see commands.h). The same export as the end of training
-// (checkpoint/model_export.h), so both write identical files. Prints one JSON line naming them.
+// (export/model_export.h), so both write identical files. Prints one JSON line naming them.
 #include <filesystem>
 #include <iostream>
 
