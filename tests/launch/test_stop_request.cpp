@@ -20,6 +20,8 @@ TEST(StopRequest, FirstSignalIsRecordedNotFatal) {
     EXPECT_STREQ(StopRequest::signal_name(signal_number), signal_number == SIGTERM ? "SIGTERM" : "SIGUSR1");
   }
   StopRequest::reset_for_testing();
+  ::signal(SIGTERM, SIG_DFL);  // the rest of the suite runs with the default actions
+  ::signal(SIGUSR1, SIG_DFL);
 }
 
 TEST(StopRequest, SecondSignalEndsTheProcessAtOnce) {
