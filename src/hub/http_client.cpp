@@ -12,9 +12,6 @@
 namespace finetune {
 namespace {
 
-// Error bodies are kept for the message; a server sending megabytes of them is cut off.
-constexpr size_t kMaxKeptBody = size_t{64} << 20;
-
 // libcurl's process-wide set-up, done once before the first handle (a function-local static:
 // thread-safe, and nothing else in the process changes it).
 void ensure_curl_initialised() {
@@ -27,6 +24,9 @@ struct Transfer {
   HttpResponse response;
   std::exception_ptr sink_error;
   std::FILE* upload = nullptr;
+  int64_t body_bytes = 0;
+  int64_t body_limit = kMaxInMemoryBody;  // the bound of the body being received
+  bool too_large = false;
 };
 
 std::string lower(std::string text) {
@@ -58,6 +58,11 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto& transfer = *static_cast<Transfer*>(user);
   const size_t bytes = size * count;
   const long status = transfer.response.status;
+  transfer.body_bytes += static_cast<int64_t>(bytes);
+  if (transfer.body_limit >= 0 && transfer.body_bytes > transfer.body_limit) {
+    transfer.too_large = true;
+    return 0;
+  }
   if (transfer.sink != nullptr && status >= 200 && status < 300) {
     try {
       return (*transfer.sink)(transfer.response, data, bytes) ? bytes : 0;
@@ -66,7 +71,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
       return 0;
     }
   }
-  if (transfer.response.body.size() < kMaxKeptBody) transfer.response.body.append(data, bytes);
+  transfer.response.body.append(data, bytes);
   return bytes;
 }
 
@@ -88,11 +93,43 @@ TransportError transport_error(CURLcode code, const std::string& url, const char
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING: kind = Kind::Reset, what = "connection reset"; break;
     case CURLE_PARTIAL_FILE: kind = Kind::Truncated, what = "connection closed before the whole body arrived"; break;
+    case CURLE_UNSUPPORTED_PROTOCOL: what = "refused a URL (or a redirect to one) that is not http:// or https://"; break;
     default: what = curl_easy_strerror(code);
   }
   std::string message = what + " (" + url;
   if (detail != nullptr && *detail != '\0') message += ": " + std::string(detail);
   return TransportError(kind, message + ")");
+}
+
+TransportError too_large_error(const HttpRequest& request, CURL* curl, const Transfer& transfer) {
+  curl_off_t announced = -1;
+  curl_easy_getinfo(curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+  std::string what = "the answer is larger than the " + std::to_string(transfer.body_limit) + " bytes expected (";
+  what += announced >= 0 ? "it announced " + std::to_string(announced) + " bytes"
+                         : "more than " + std::to_string(transfer.body_limit) + " arrived";
+  return TransportError(TransportError::Kind::TooLarge, what + "; " + request.url + ")");
+}
+
+TransportError deadline_error(const HttpRequest& request) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", request.deadline_s);
+  return TransportError(TransportError::Kind::Deadline,
+                        "the request did not finish within its deadline of " + std::string(seconds) + " s (" +
+                            request.url + ")");
+}
+
+// Limits every request shares: protocols, redirects, timeouts and the body bound.
+void set_bounds(CURL* curl, const HttpRequest& request, Transfer& transfer) {
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  set_bounds(curl, request, transfer);
+  if (request.deadline_s > 0) {
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(request.deadline_s * 1000)));
+  }
+  if (transfer.sink != nullptr) transfer.body_limit = request.max_body_bytes;
+  if (transfer.body_limit >= 0) {
+    curl_easy_setopt(curl, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(transfer.body_limit));
+  }
 }
 
 }  // namespace
@@ -121,11 +158,7 @@ HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "finetune/0.1");
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
-  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_s * 1000));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(request.stall_timeout_s))));
+  set_bounds(curl, request, transfer);
 
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr, curl_slist_free_all);
   for (const auto& [name, value] : request.headers) {
@@ -160,7 +193,13 @@ HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
 
   const CURLcode code = curl_easy_perform(curl);
   if (transfer.sink_error) std::rethrow_exception(transfer.sink_error);
+  if (transfer.too_large || code == CURLE_FILESIZE_EXCEEDED) throw too_large_error(request, curl, transfer);
   if (code == CURLE_WRITE_ERROR && transfer.sink != nullptr) throw Error("transfer of " + request.url + " stopped");
+  if (code == CURLE_OPERATION_TIMEDOUT && request.deadline_s > 0) {
+    double elapsed = 0;
+    curl_easy_getinfo(curl, CURLINFO_TOTAL_TIME, &elapsed);
+    if (elapsed >= request.deadline_s * 0.95) throw deadline_error(request);
+  }
   if (code != CURLE_OK) throw transport_error(code, request.url, error_text);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &transfer.response.status);
   char* effective = nullptr;
