@@ -4,7 +4,9 @@
 // (names lower-cased), http:// and https:// only (redirects included). Bounded waits: connecting,
 // a transfer that moves no byte for `stall_timeout_s`, and, when `deadline_s` is set, the whole
 // request, fail instead of hanging. Bounded sizes: a body kept in memory stops at
-// kMaxInMemoryBody, a streamed one at `max_body_bytes` when set (both a TransportError TooLarge).
+// kMaxInMemoryBody, a 2xx body streamed to a sink at `max_body_bytes` when set: refused at its
+// Content-Length when that says too much, else once the bytes pass the bound (TransportError
+// TooLarge either way).
 // A failure to talk to the server (DNS, refused, reset, timeout, a body cut short) is a
 // TransportError saying which; an HTTP status is not an error here: the caller reads it.
 #pragma once
