@@ -44,9 +44,8 @@ def test_a_file_size_limit_mid_save_is_reported_and_leaves_no_temporary(setup, t
     probe = tmp_path / "probe"
     run_finetune(train_args(base, train, probe, steps=2, extra=["--save_steps", 1]))
     largest = max(p.stat().st_size for p in (probe / "checkpoint-1").iterdir())
-    others = max(p.stat().st_size for p in probe.iterdir() if p.is_file())
     limit = largest // 2
-    assert others < limit, (others, largest)
+    assert (probe / "metrics.jsonl").stat().st_size < limit  # what is written before the save fits
     out = tmp_path / "out"
     proc = subprocess.run(["prlimit", f"--fsize={limit}", finetune_bin()] +
                           [str(a) for a in train_args(base, train, out, steps=2, extra=["--save_steps", 1])],
@@ -61,7 +60,7 @@ def test_a_file_size_limit_mid_save_is_reported_and_leaves_no_temporary(setup, t
 def test_a_second_run_on_the_same_output_dir_is_refused_naming_the_first(setup, tmp_path):
     root, base, train = setup
     out = tmp_path / "out"
-    first = subprocess.Popen([finetune_bin()] + [str(a) for a in train_args(base, train, out, steps=400)],
+    first = subprocess.Popen([finetune_bin()] + [str(a) for a in train_args(base, train, out, steps=10 ** 7)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lock = out / ".finetune.lock"
