@@ -117,3 +117,19 @@ def test_numbers_beyond_any_model_or_option_are_named(setup, tmp_path):
     args[args.index("--dataset") + 1] = f"{train},{train}"
     error = one_error(run_finetune(args, check=False), 2)
     assert "--dataset_weights" in error and "1e+308" in error and "0" * 30 not in error, error
+
+
+def test_a_read_only_output_dir_is_named_with_the_reason(setup, tmp_path):
+    """--output_dir on a read-only file system (a read-only tmpfs in a mount namespace of its own):
+    the error carries errno's text, from the run lock, the first file the run creates there."""
+    root, base, train = setup
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    args = [finetune_bin()] + [str(a) for a in train_args(base, train, mount, steps=1)]
+    script = 'mount -t tmpfs -o ro tmpfs "$0" && exec "$@"'
+    proc = subprocess.run(["unshare", "--mount", "sh", "-c", script, str(mount)] + args, capture_output=True,
+                          text=True, timeout=120)
+    if "[error]" not in proc.stderr and proc.returncode != 0:
+        pytest.skip(f"no mount namespace here (unshare --mount: {proc.stderr.strip()[-200:]})")
+    error = one_error(proc, 1)
+    assert str(mount) in error and "Read-only file system" in error, error
