@@ -72,8 +72,9 @@ std::string RepoCache::snapshot_file(const std::string& commit, const std::strin
 
 void RepoCache::link_snapshot_file(const std::string& commit, const std::string& path, const std::string& etag) const {
   const fs::path pointer = snapshot_file(commit, path);
+  const fs::path blob = blob_path(etag);  // checked before anything is created
   make_directories(pointer.parent_path());
-  const fs::path target = fs::path(blob_path(etag)).lexically_relative(pointer.parent_path());
+  const fs::path target = blob.lexically_relative(pointer.parent_path());
   const fs::path temporary = pointer.string() + ".tmp-link-" + std::to_string(::getpid());
   std::error_code ec;
   fs::remove(temporary, ec);

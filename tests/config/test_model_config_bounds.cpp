@@ -30,7 +30,7 @@ std::string refusal(const json& changes) {
 }
 
 TEST(ModelConfigBounds, RealModelSizesAreAccepted) {
-  EXPECT_NO_THROW(model_config_from_json(llama_with({}), "/m/config.json"));  // Llama-3.1-8B
+  EXPECT_NO_THROW(model_config_from_json(llama_with(json::object()), "/m/config.json"));  // Llama-3.1-8B
   // Llama-3.1-405B: 126 layers, hidden 16384, 53248 intermediate
   EXPECT_NO_THROW(model_config_from_json(
       llama_with({{"hidden_size", 16384}, {"intermediate_size", 53248}, {"num_hidden_layers", 126},
