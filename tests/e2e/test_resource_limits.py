@@ -107,6 +107,8 @@ def test_numbers_beyond_any_model_or_option_are_named(setup, tmp_path):
         shutil.copytree(base, model)
         config = json.loads((model / "config.json").read_text())
         config[field] = value
+        if field in config.get("rope_parameters", {}):  # transformers 5 spells it inside
+            config["rope_parameters"][field] = value
         (model / "config.json").write_text(json.dumps(config))
         error = one_error(run_finetune(train_args(model, train, tmp_path / "out", steps=1), check=False), 1)
         assert f"{model}/config.json" in error and f'"{field}"' in error and needle in error, error
