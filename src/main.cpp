@@ -1,6 +1,7 @@
 // finetune: LoRA/SFT fine-tuning of Hugging Face causal LMs on LibTorch.
 // main() parses the command, dispatches to an action (train/commands.h wires the stages), and is
 // the one place that catches errors: usage errors exit 2, everything else exits 1.
+#include <csignal>
 #include <iostream>
 
 #include "finetune/config/options.h"
@@ -10,6 +11,9 @@
 
 int main(int argc, char** argv) {
   using namespace finetune;
+  // A file-size limit (ulimit -f) then fails the write with EFBIG, which the writers report as an
+  // error naming the file, instead of killing the process silently mid-save.
+  std::signal(SIGXFSZ, SIG_IGN);
   log::configure(0, 1);
   try {
     const auto env = current_environment();

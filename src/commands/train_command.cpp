@@ -12,6 +12,8 @@
 #include "finetune/export/model_export.h"
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
+#include "finetune/util/run_lock.h"
+#include "finetune/config/hf_hub.h"
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/run_setup.h"
@@ -111,6 +113,10 @@ int run_train(const Options& options, const EnvMap& env) {
     fetch_hub_inputs_per_node(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup, true),
                               launch, *communicator);
     const auto data_splits = resolve_data_splits(data_setup, env);  // a wrong split fails before the model loads
+    check_outputs_apart_from_model(
+        {run_directory.output_dir, export_setup.save_model ? export_setup.export_config.save_path : "", source.model_name,
+         resolve_model_dir(source.model_name, env, source.revision), hub_cache_root(env)});
+    const auto run_lock = launch.rank == 0 ? std::make_unique<RunLock>(run_directory.output_dir) : nullptr;
     prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
     if (launch.rank == 0 && export_setup.save_model) {
       create_output_directory(export_setup.export_config.save_path, "--save_path");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
@@ -301,6 +302,7 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   read_sliding_window(fields, family, config);
   config.quantization = read_quantization(fields, source);
   config.raw = config_json;
+  validate_model_config_bounds(config, source);
   return config;
 }
 
@@ -316,6 +318,45 @@ void check_sequence_length(const ModelConfig& config, int64_t max_seq_length) {
                      std::to_string(*config.sliding_window) +
                      " tokens only, which finetune does not implement; use --max_seq_length <= " +
                      std::to_string(*config.sliding_window));
+  }
+}
+
+// Note [Config bounds]
+// The sizes in config.json decide what is allocated before any weight is read; a hostile or
+// mistyped value (num_hidden_layers 1e9, vocab_size 2^40) would end in std::bad_alloc or
+// LibTorch's bare allocation message. Each is bounded by what any released model uses, with
+// room to spare, and the total parameter count by 2^40 (a trillion): past that, an error naming
+// the file and the field.
+void validate_model_config_bounds(const ModelConfig& config, const std::string& source) {
+  const auto bound = [&](const char* field, int64_t value, int64_t most) {
+    if (value > most) {
+      throw Error(source + ": field \"" + field + "\": " + std::to_string(value) +
+                  " is beyond what finetune builds (at most " + std::to_string(most) + ")");
+    }
+  };
+  bound("vocab_size", config.vocab_size, int64_t{1} << 24);
+  bound("hidden_size", config.hidden_size, int64_t{1} << 16);
+  bound("intermediate_size", config.intermediate_size, int64_t{1} << 20);
+  bound("num_hidden_layers", config.num_hidden_layers, 1024);
+  bound("num_attention_heads", config.num_attention_heads, 1024);
+  bound("num_key_value_heads", config.num_key_value_heads, 1024);
+  bound("head_dim", config.head_dim, 4096);
+  bound("max_position_embeddings", config.max_position_embeddings, int64_t{1} << 24);
+  const double layer = 2.0 * config.hidden_size * config.head_dim *
+                           static_cast<double>(config.num_attention_heads + config.num_key_value_heads) +
+                       3.0 * config.hidden_size * static_cast<double>(config.intermediate_size);
+  const double parameters = static_cast<double>(config.num_hidden_layers) * layer +
+                            2.0 * static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
+  if (parameters > std::ldexp(1.0, 40)) {
+    throw Error(source + ": its sizes (vocab_size, hidden_size, intermediate_size, num_hidden_layers, heads) make " +
+                "about " + std::to_string(static_cast<int64_t>(parameters / 1e9)) +
+                " billion parameters, beyond what finetune builds (at most 2^40)");
+  }
+  if (!(config.rope_theta > 0) || !std::isfinite(config.rope_theta)) {
+    std::ostringstream theta;
+    theta << config.rope_theta;
+    throw Error(source + ": field \"rope_theta\": " + theta.str() + " is not a positive finite number (RoPE divides by "
+                "powers of it)");
   }
 }
 

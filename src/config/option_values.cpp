@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "finetune/util/text.h"
@@ -51,6 +52,9 @@ double parse_float(const std::string& text, const Interval& interval) {
   const double value = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(value))
     throw BadValue(expected + ", got " + in_quotes(text));
+  // The options end up in 32-bit floats (optimizer and model tensors).
+  if (std::fabs(value) > std::numeric_limits<float>::max())
+    throw BadValue(expected + ", got " + in_quotes(text) + ", beyond a 32-bit float's range (about 3.4e38)");
   if (!interval.contains(value)) throw BadValue(expected + ", got " + in_quotes(text));
   return value;
 }

@@ -2,6 +2,7 @@
 #include "finetune/data/dataset_mixture.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "finetune/data/sampler.h"
 #include "finetune/util/errors.h"
@@ -17,8 +18,9 @@ TokenizedDataset mix_datasets(std::vector<TokenizedDataset> parts, const std::ve
   for (size_t d = 0; d < parts.size(); ++d) {
     const double weight = weights[d];
     if (!std::isfinite(weight) || weight < 0 || weight > 1e6) {
-      throw UsageError("--dataset_weights: weight " + std::to_string(d + 1) + " must be between 0 and 1e6, got " +
-                       std::to_string(weight));
+      char shown[32];  // %g: 1e+308, not std::to_string's 309 digits
+      std::snprintf(shown, sizeof shown, "%g", weight);
+      throw UsageError("--dataset_weights: weight " + std::to_string(d + 1) + " must be between 0 and 1e6, got " + shown);
     }
     std::vector<Sample>& samples = parts[d].samples;
     const auto rows = static_cast<int64_t>(samples.size());

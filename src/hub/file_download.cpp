@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "finetune/config/hf_hub.h"
 #include "finetune/util/log.h"
 
 namespace finetune {
@@ -65,32 +66,78 @@ class PartFile {
   std::unique_ptr<std::FILE, decltype(&std::fclose)> file_;
 };
 
+// The error for a body longer than the HEAD announced (the partial file is then removed).
+TransportError longer_than_announced(const RemoteFileInfo& file, int64_t received) {
+  return TransportError(TransportError::Kind::TooLarge,
+                        "the download makes the file at least " + std::to_string(received) + " bytes, larger than the " +
+                            std::to_string(file.size) + " bytes the hub announced for it");
+}
+
 // One GET of what the .incomplete file lacks. Returns when the server sent all it meant to;
-// throws TransportError when the connection failed midway (the bytes received stay).
+// throws TransportError when the connection failed midway (the bytes received stay), or TooLarge
+// as soon as the file would grow past the announced size.
 void fetch_rest(const HubSettings& settings, const RepoRef& repo, const RemoteFileInfo& file,
                 const std::string& incomplete, std::atomic<int64_t>& bytes_done, const std::atomic<bool>& stop) {
   const int64_t have = file_size_or_zero(incomplete);
-  if (file.size >= 0 && have >= file.size) return;
+  if (have >= file.size) return;
   HttpRequest request = hub_request(settings, "GET", file.download_url);
   request.follow_redirects = true;
   request.stall_timeout_s = settings.download_timeout_s;
+  request.deadline_s = download_deadline_s(settings, file.size - have);
+  request.max_body_bytes = file.size;  // a 206 sends less; a 200 (Range ignored) the whole file
   request.headers.emplace_back("Accept-Encoding", "identity");
   if (have > 0) request.headers.emplace_back("Range", "bytes=" + std::to_string(have) + "-");
   std::unique_ptr<PartFile> part;
-  const auto response = http_request(request, [&](const HttpResponse& head, const char* data, size_t size) {
-    if (stop.load()) return false;
-    if (!part) {
-      const bool start_over = head.status != 206;  // a server that ignored Range sends it all again
-      if (start_over && have > 0) bytes_done -= have;
-      part = std::make_unique<PartFile>(incomplete, start_over);
-    }
-    part->write(data, size);
-    bytes_done += static_cast<int64_t>(size);
-    return true;
-  });
+  int64_t file_bytes = 0;  // the size the .incomplete file has now
+  HttpResponse response;
+  try {
+    response = http_request(request, [&](const HttpResponse& head, const char* data, size_t size) {
+      if (stop.load()) return false;
+      if (!part) {
+        const bool start_over = head.status != 206;  // a server that ignored Range sends it all again
+        if (start_over && have > 0) bytes_done -= have;
+        file_bytes = start_over ? 0 : have;
+        part = std::make_unique<PartFile>(incomplete, start_over);
+      }
+      file_bytes += static_cast<int64_t>(size);
+      if (file_bytes > file.size) throw longer_than_announced(file, file_bytes);
+      part->write(data, size);
+      bytes_done += static_cast<int64_t>(size);
+      return true;
+    });
+  } catch (const TransportError& e) {
+    if (e.kind != TransportError::Kind::TooLarge || file_bytes > file.size) throw;
+    // the transfer's own bound (max_body_bytes) stopped it
+    throw TransportError(e.kind, "the download is larger than the " + std::to_string(file.size) +
+                                     " bytes the hub announced for it: " + e.what());
+  }
   if (part) part->close();
   if (response.status == 416) return;  // nothing left to send: the size check decides
   if (response.status < 200 || response.status >= 300) throw_for_status(response, settings, repo, file.path);
+}
+
+// Throws unless the HEAD's answer can name files in the cache: a commit id (40 lowercase hex,
+// the one asked for), an ETag usable as a file name, a size, an http(s) location.
+void check_file_info(const RepoRef& repo, const std::string& asked_commit, const RemoteFileInfo& info) {
+  const std::string what = repo.describe(info.path) + ": the hub answered ";
+  if (!is_commit_hash(info.commit)) {
+    throw Error(what + "the commit id (X-Repo-Commit) '" + info.commit +
+                "', which is not 40 lowercase hex digits; refusing to write it into the cache");
+  }
+  if (is_commit_hash(asked_commit) && info.commit != asked_commit) {
+    throw Error(what + "commit " + info.commit + " for a request of commit " + asked_commit);
+  }
+  if (!is_safe_blob_name(info.etag)) {
+    throw Error(what + "the ETag '" + info.etag + "', which is not usable as a blob file name; the file cannot be "
+                "cached as huggingface_hub caches it");
+  }
+  if (info.size < 0) {
+    throw Error(what + "no size (X-Linked-Size or Content-Length); as huggingface_hub, finetune does not download a "
+                "file of unknown size");
+  }
+  if (info.download_url.rfind("http://", 0) != 0 && info.download_url.rfind("https://", 0) != 0) {
+    throw Error(what + "a redirect to '" + info.download_url + "', which is not an http:// or https:// URL");
+  }
 }
 
 }  // namespace
@@ -100,7 +147,7 @@ RemoteFileInfo fetch_file_info(const HubSettings& settings, const RepoRef& repo,
   std::string url = resolve_url(settings, repo, commit, path);
   HttpResponse response;
   for (int hop = 0;; ++hop) {
-    HttpRequest request = hub_request(settings, "HEAD", url);
+    HttpRequest request = metadata_request(settings, "HEAD", url);
     request.headers.emplace_back("Accept-Encoding", "identity");
     try {
       response = http_request(request);
@@ -124,18 +171,15 @@ RemoteFileInfo fetch_file_info(const HubSettings& settings, const RepoRef& repo,
   info.size = header_size(response, "x-linked-size");
   if (info.size < 0) info.size = header_size(response, "content-length");
   info.download_url = is_redirect(response.status) ? response.header("location") : url;
-  if (info.etag.empty() || info.etag.find('/') != std::string::npos || info.etag.find("..") != std::string::npos) {
-    throw Error(repo.describe(path) + ": the server sent no usable ETag ('" + info.etag +
-                "'), so the file cannot be cached as huggingface_hub caches it");
-  }
   if (info.commit.empty()) info.commit = commit;
+  check_file_info(repo, commit, info);
   return info;
 }
 
 bool blob_cached(const RepoCache& cache, const RemoteFileInfo& file) {
   std::error_code ec;
   const auto blob = cache.blob_path(file.etag);
-  return fs::is_regular_file(blob, ec) && (file.size < 0 || file_size_or_zero(blob) == file.size);
+  return fs::is_regular_file(blob, ec) && file_size_or_zero(blob) == file.size;
 }
 
 void download_file(const HubSettings& settings, const RepoRef& repo, const RepoCache& cache,
@@ -151,17 +195,18 @@ void download_file(const HubSettings& settings, const RepoRef& repo, const RepoC
       try {
         fetch_rest(settings, repo, file, incomplete, bytes_done, stop);
         const int64_t have = file_size_or_zero(incomplete);
-        if (file.size < 0 || have == file.size) break;
-        if (have > file.size) {
-          std::error_code ec;
-          fs::remove(incomplete, ec);
-          throw Error(repo.describe(file.path) + ": received " + std::to_string(have) + " bytes, more than the " +
-                      std::to_string(file.size) + " the hub announced; the partial file was removed");
-        }
+        if (have == file.size) break;
+        if (have > file.size) throw longer_than_announced(file, have);
         throw TransportError(TransportError::Kind::Truncated, "the connection ended after " + std::to_string(have) +
                                                                   " of " + std::to_string(file.size) + " bytes");
       } catch (const TransportError& e) {
-        if (stop.load() || attempt == kDownloadAttempts) throw_transport(e, repo, file.path);
+        if (e.kind == TransportError::Kind::TooLarge) {
+          std::error_code ec;
+          fs::remove(incomplete, ec);
+          throw_transport(TransportError(e.kind, std::string(e.what()) + "; the partial file was removed"), repo,
+                          file.path);
+        }
+        if (stop.load() || attempt == kDownloadAttempts || !worth_retrying(e)) throw_transport(e, repo, file.path);
         log::warn(repo.describe(file.path) + ": " + e.what() + "; resuming (attempt " + std::to_string(attempt + 1) +
                   " of " + std::to_string(kDownloadAttempts) + ")");
       }

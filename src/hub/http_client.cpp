@@ -12,9 +12,6 @@
 namespace finetune {
 namespace {
 
-// Error bodies are kept for the message; a server sending megabytes of them is cut off.
-constexpr size_t kMaxKeptBody = size_t{64} << 20;
-
 // libcurl's process-wide set-up, done once before the first handle (a function-local static:
 // thread-safe, and nothing else in the process changes it).
 void ensure_curl_initialised() {
@@ -27,7 +24,30 @@ struct Transfer {
   HttpResponse response;
   std::exception_ptr sink_error;
   std::FILE* upload = nullptr;
+  bool head = false;          // a HEAD request: its Content-Length describes a body not sent
+  int64_t sink_limit = -1;    // the bound of a body streamed to the sink (HttpRequest::max_body_bytes)
+  int64_t body_bytes = 0;     // of the current response
+  int64_t body_limit = 0;     // the bound that stopped it, when too_large
+  int64_t announced = -1;     // its Content-Length, when that is what was too large
+  bool too_large = false;
 };
+
+bool is_success(long status) { return status >= 200 && status < 300; }
+
+// The bound of the current response's body: the caller's for what goes to the sink, else what is
+// kept in memory.
+int64_t current_limit(const Transfer& transfer) {
+  const bool to_sink = transfer.sink != nullptr && is_success(transfer.response.status);
+  return to_sink ? transfer.sink_limit : kMaxInMemoryBody;
+}
+
+// Stops the transfer (the callback's return value) once a body is over its bound.
+size_t refuse(Transfer& transfer, int64_t limit, int64_t announced) {
+  transfer.too_large = true;
+  transfer.body_limit = limit;
+  transfer.announced = announced;
+  return 0;
+}
 
 std::string lower(std::string text) {
   std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
@@ -40,6 +60,7 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or a 100 Continue)
     transfer.response.headers.clear();
+    transfer.body_bytes = 0;
     const auto space = line.find(' ');
     transfer.response.status = space == std::string::npos ? 0 : std::strtol(line.c_str() + space + 1, nullptr, 10);
     return size * count;
@@ -49,7 +70,15 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
     std::string value = line.substr(colon + 1);
     const auto first = value.find_first_not_of(" \t");
     value = first == std::string::npos ? "" : value.substr(first);
-    transfer.response.headers[lower(line.substr(0, colon))] = value;
+    const std::string name = lower(line.substr(0, colon));
+    transfer.response.headers[name] = value;
+    // A length over the bound is refused before the body (as CURLOPT_MAXFILESIZE_LARGE would, but
+    // only for the body it bounds: a redirect's or an error's may be longer).
+    const int64_t limit = current_limit(transfer);
+    if (name == "content-length" && limit >= 0 && !transfer.head) {
+      const long long length = std::strtoll(value.c_str(), nullptr, 10);
+      if (length > limit) return refuse(transfer, limit, length);
+    }
   }
   return size * count;
 }
@@ -58,7 +87,10 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto& transfer = *static_cast<Transfer*>(user);
   const size_t bytes = size * count;
   const long status = transfer.response.status;
-  if (transfer.sink != nullptr && status >= 200 && status < 300) {
+  transfer.body_bytes += static_cast<int64_t>(bytes);
+  const int64_t limit = current_limit(transfer);
+  if (limit >= 0 && transfer.body_bytes > limit) return refuse(transfer, limit, -1);
+  if (transfer.sink != nullptr && is_success(status)) {
     try {
       return (*transfer.sink)(transfer.response, data, bytes) ? bytes : 0;
     } catch (...) {
@@ -66,7 +98,7 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
       return 0;
     }
   }
-  if (transfer.response.body.size() < kMaxKeptBody) transfer.response.body.append(data, bytes);
+  transfer.response.body.append(data, bytes);
   return bytes;
 }
 
@@ -88,11 +120,41 @@ TransportError transport_error(CURLcode code, const std::string& url, const char
     case CURLE_SEND_ERROR:
     case CURLE_GOT_NOTHING: kind = Kind::Reset, what = "connection reset"; break;
     case CURLE_PARTIAL_FILE: kind = Kind::Truncated, what = "connection closed before the whole body arrived"; break;
+    case CURLE_UNSUPPORTED_PROTOCOL: what = "refused a URL (or a redirect to one) that is not http:// or https://"; break;
     default: what = curl_easy_strerror(code);
   }
   std::string message = what + " (" + url;
   if (detail != nullptr && *detail != '\0') message += ": " + std::string(detail);
   return TransportError(kind, message + ")");
+}
+
+TransportError too_large_error(const HttpRequest& request, const Transfer& transfer) {
+  std::string what = "the answer is larger than the " + std::to_string(transfer.body_limit) + " bytes expected (";
+  what += transfer.announced >= 0 ? "its Content-Length is " + std::to_string(transfer.announced)
+                                  : "more arrived";
+  return TransportError(TransportError::Kind::TooLarge, what + "; " + request.url + ")");
+}
+
+TransportError deadline_error(const HttpRequest& request) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", request.deadline_s);
+  return TransportError(TransportError::Kind::Deadline,
+                        "the request did not finish within its deadline of " + std::string(seconds) + " s (" +
+                            request.url + ")");
+}
+
+// Limits every request shares: protocols, redirects and timeouts (body bounds: on_header, on_body).
+void set_bounds(CURL* curl, const HttpRequest& request) {
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
+  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_s * 1000));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(request.stall_timeout_s))));
+  if (request.deadline_s > 0) {
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, std::max(1L, static_cast<long>(request.deadline_s * 1000)));
+  }
 }
 
 }  // namespace
@@ -111,6 +173,8 @@ HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
   CURL* curl = handle.get();
   Transfer transfer;
   if (sink) transfer.sink = &sink;
+  transfer.sink_limit = request.max_body_bytes;
+  transfer.head = request.method == "HEAD";
   char error_text[CURL_ERROR_SIZE] = {0};
 
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
@@ -121,11 +185,7 @@ HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_USERAGENT, "finetune/0.1");
-  curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, request.follow_redirects ? 1L : 0L);
-  curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 10L);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(request.connect_timeout_s * 1000));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(std::ceil(request.stall_timeout_s))));
+  set_bounds(curl, request);
 
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr, curl_slist_free_all);
   for (const auto& [name, value] : request.headers) {
@@ -160,7 +220,13 @@ HttpResponse http_request(const HttpRequest& request, const BodySink& sink) {
 
   const CURLcode code = curl_easy_perform(curl);
   if (transfer.sink_error) std::rethrow_exception(transfer.sink_error);
+  if (transfer.too_large) throw too_large_error(request, transfer);
   if (code == CURLE_WRITE_ERROR && transfer.sink != nullptr) throw Error("transfer of " + request.url + " stopped");
+  if (code == CURLE_OPERATION_TIMEDOUT && request.deadline_s > 0) {
+    double elapsed = 0;
+    curl_easy_getinfo(curl, CURLINFO_TOTAL_TIME, &elapsed);
+    if (elapsed >= request.deadline_s * 0.95) throw deadline_error(request);
+  }
   if (code != CURLE_OK) throw transport_error(code, request.url, error_text);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &transfer.response.status);
   char* effective = nullptr;

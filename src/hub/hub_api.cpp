@@ -46,8 +46,18 @@ HttpRequest hub_request(const HubSettings& settings, const std::string& method, 
   return request;
 }
 
+HttpRequest metadata_request(const HubSettings& settings, const std::string& method, const std::string& url) {
+  HttpRequest request = hub_request(settings, method, url);
+  request.deadline_s = metadata_deadline_s(settings);
+  return request;
+}
+
+bool worth_retrying(const TransportError& error) {
+  return error.kind != TransportError::Kind::Deadline && error.kind != TransportError::Kind::TooLarge;
+}
+
 RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo) {
-  HttpRequest request = hub_request(settings, "GET", api_url(settings, repo));
+  HttpRequest request = metadata_request(settings, "GET", api_url(settings, repo));
   request.follow_redirects = true;  // a renamed repo answers with a redirect to its new name
   HttpResponse response;
   try {
@@ -122,7 +132,10 @@ void throw_for_status(const HttpResponse& response, const HubSettings& settings,
 }
 
 void throw_transport(const TransportError& error, const RepoRef& repo, const std::string& file) {
-  throw TransportError(error.kind, repo.describe(file) + ": " + error.what());
+  const std::string rule = error.kind == TransportError::Kind::Deadline
+                               ? " (deadlines follow HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT: see the README)"
+                               : "";
+  throw TransportError(error.kind, repo.describe(file) + ": " + error.what() + rule);
 }
 
 }  // namespace finetune

@@ -40,6 +40,13 @@ std::string token_file(const EnvMap& env) {
 
 }  // namespace
 
+double metadata_deadline_s(const HubSettings& settings) { return kDeadlineFactor * settings.metadata_timeout_s; }
+
+double download_deadline_s(const HubSettings& settings, int64_t size) {
+  return kDeadlineFactor * settings.download_timeout_s +
+         static_cast<double>(std::max<int64_t>(size, 0)) / kSlowestDownloadBytesPerSecond;
+}
+
 HubSettings hub_settings_from(const EnvMap& env, const std::string& hub_token_option) {
   HubSettings settings;
   if (auto endpoint = env_value(env, "HF_ENDPOINT"); !endpoint.empty()) {

@@ -78,6 +78,32 @@ std::string char_of(const Value& value) {
   return out;
 }
 
+// Widths and precisions past this are a template error, not a gigabyte string (literal or '*').
+constexpr int64_t kMaxFieldNumber = 100000;
+
+int64_t checked_field_number(int64_t number, const char* what) {
+  if (number > kMaxFieldNumber || number < -kMaxFieldNumber) {
+    throw RenderFailure(std::string(what) + " too big: " + std::to_string(number) + " (at most " +
+                        std::to_string(kMaxFieldNumber) + ")");
+  }
+  return number;
+}
+
+// The width or precision at format[i]: '*' takes the next argument, else decimal digits (none:
+// nullopt). Either way bounded by checked_field_number; `i` moves past it.
+template <class Take>
+std::optional<int64_t> field_number(const std::string& format, size_t& i, Take& take, const char* what) {
+  if (i < format.size() && format[i] == '*') {
+    ++i;
+    return checked_field_number(integer_of(take(), 'd'), what);
+  }
+  std::optional<int64_t> number;
+  while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
+    number = checked_field_number(number.value_or(0) * 10 + (format[i++] - '0'), what);
+  }
+  return number;
+}
+
 }  // namespace
 
 std::string python_percent_format(const std::string& format, const Value& args, bool escape_values) {
@@ -120,29 +146,15 @@ std::string python_percent_format(const std::string& format, const Value& args, 
     }
     std::string flags;
     while (i < format.size() && std::string("-+ #0").find(format[i]) != std::string::npos) flags += format[i++];
-    std::optional<int64_t> width;
-    if (i < format.size() && format[i] == '*') {
-      width = integer_of(take(), 'd');
-      ++i;
-    } else {
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
-        width = width.value_or(0) * 10 + (format[i++] - '0');
-        if (*width > 100000) throw RenderFailure("width too big");
-      }
+    std::optional<int64_t> width = field_number(format, i, take, "width");
+    if (width && *width < 0) {  // Python: a negative '*' width left-justifies
+      flags += '-';
+      width = -*width;
     }
     std::optional<int64_t> precision;
     if (i < format.size() && format[i] == '.') {
       ++i;
-      precision = 0;
-      if (i < format.size() && format[i] == '*') {
-        precision = integer_of(take(), 'd');
-        ++i;
-      } else {
-        while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i]))) {
-          precision = *precision * 10 + (format[i++] - '0');
-          if (*precision > 100000) throw RenderFailure("precision too big");
-        }
-      }
+      precision = std::max<int64_t>(field_number(format, i, take, "precision").value_or(0), 0);
     }
     while (i < format.size() && (format[i] == 'h' || format[i] == 'l' || format[i] == 'L')) ++i;
     if (i >= format.size()) throw RenderFailure("incomplete format");

@@ -5,6 +5,8 @@
 // for_each_dataset_row.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -192,6 +194,62 @@ TEST(ParquetRows, VisitorExceptionsPassThroughUnchanged) {
                                     }),
                Stop);
   EXPECT_EQ(visited, 1);
+}
+
+// pyarrow's one-row file {"text": ["hi"]} (snappy, no dictionary, no statistics) with its data
+// page header patched: uncompressed_page_size 12 -> 2^31 - 1 (compressed_page_size 14 -> 10, so
+// the page still ends where the column chunk does). Arrow allocated 2 GiB for it before finding
+// the snappy data corrupt.
+std::string huge_page_parquet() {
+  const std::string hex =
+      "50415231150015feffffff0f15142c15021500150615061c0000000c2c0200000002010200000068691504192c350018"
+      "06736368656d61150200150c250218047465787425004c1c0000001602191c191c26001c150c19250600191804746578"
+      "7415021602163e16422608491c150015001502003c1604190619260002000000163e1602260816420028207061727175"
+      "65742d6370702d6172726f772076657273696f6e2032362e302e31191c1c0000008800000050415231";
+  std::string bytes;
+  for (size_t i = 0; i < hex.size(); i += 2) bytes += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return bytes;
+}
+
+// Address space in use now (/proc/self/statm: pages).
+int64_t virtual_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t total_pages = 0;
+  statm >> total_pages;
+  return total_pages * sysconf(_SC_PAGESIZE);
+}
+
+// Note [Parquet memory bound]: the reader refuses the page's 2 GiB before allocating it. Checked as
+// `prlimit --as` would: in a child process whose address space may grow by 512 MiB only, the read
+// ends in the bound's error, not in an allocation failure.
+TEST(ParquetRows, PageSizesBeyondTheFileAreRefusedBeforeAllocating) {
+  const testing::TempDir dir("parquet");
+  dir.write("huge_page.parquet", huge_page_parquet());
+  const std::string path = dir.file("huge_page.parquet");
+  expect_contains(error_message([&] { read_rows(path); }),
+                  {path, "cannot read the rows from row 0", "the file's sizes ask for more than the 256 MiB"});
+  const int64_t limit = virtual_bytes() + (int64_t{512} << 20);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit address_space{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+    int code = 3;
+    if (::setrlimit(RLIMIT_AS, &address_space) == 0) {
+      try {
+        for_each_parquet_row(path, [](int64_t, const ordered_json&) {});
+        code = 4;
+      } catch (const Error& e) {
+        code = std::string(e.what()).find("finetune allows") != std::string::npos ? 0 : 1;
+      } catch (const std::bad_alloc&) {
+        code = 2;
+      }
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: another error, 2: std::bad_alloc, 3: no setrlimit, 4: no error";
 }
 
 TEST(ParquetRows, DatasetFilesReadParquetWithRowLocations) {

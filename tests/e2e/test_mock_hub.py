@@ -247,6 +247,39 @@ def test_fault_times_delay_and_log_reset(hub, hub_root):
     assert httpx.get(url).status_code == 200
 
 
+def test_hostile_answers(hub, hub_root):
+    """The hostile faults tests/e2e/test_hostile_hub.py sends the binary, as documented."""
+    commit = make_repo(hub_root, "model", "org/tiny", MODEL_FILES)
+    url = f"{hub.url}/org/tiny/resolve/main/config.json"
+    post_control(hub, "faults", {"headers": {"config.json": {"X-Repo-Commit": "../../..", "ETag": '"a/b"'}}})
+    head = httpx.head(url)
+    assert (head.headers["X-Repo-Commit"], head.headers["ETag"]) == ("../../..", '"a/b"')
+    assert httpx.head(url).headers["X-Repo-Commit"] == commit  # fired once
+
+    post_control(hub, "faults", {"siblings": {"/api/models/org/tiny": ["/etc/passwd"]}})
+    names = [s["rfilename"] for s in httpx.get(f"{hub.url}/api/models/org/tiny").json()["siblings"]]
+    assert names == sorted(MODEL_FILES) + ["/etc/passwd"]
+
+    post_control(hub, "faults", {"oversize_body": {"config.json": 100000}})
+    with httpx.stream("GET", url) as response:
+        assert "content-length" not in response.headers
+        assert len(response.read()) == 100000
+
+    post_control(hub, "faults", {"endless_body": {"/api/models": True}})
+    with httpx.stream("GET", f"{hub.url}/api/models/org/tiny") as response:
+        received = 0
+        for chunk in response.iter_bytes():
+            received += len(chunk)
+            if received > 1 << 20:
+                break
+        assert received > 1 << 20 and "content-length" not in response.headers
+
+    post_control(hub, "faults", {"trickle_seconds": {"config.json": 0.05}})
+    with httpx.stream("GET", url) as response:
+        first = next(response.iter_raw(1))
+        assert len(first) == 1 and response.headers["content-length"] == str(len(MODEL_FILES["config.json"]))
+
+
 def test_range_requests_on_resolve(hub, hub_root):
     make_repo(hub_root, "model", "org/tiny", MODEL_FILES)
     url = f"{hub.url}/org/tiny/resolve/main/config.json"

@@ -1,5 +1,6 @@
 #include "fuzz_targets.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <stdexcept>
@@ -178,6 +179,26 @@ void run_chat_template(const std::string& input, const std::string&) {
   }
 }
 
+// Python's % operator in a template (jinja/python_format.cpp): "FORMAT\0ARGS", ARGS a JSON array
+// (rendered as a tuple of its first 12 values), object (a mapping) or anything else (one value).
+void run_percent_format(const std::string& input, const std::string&) {
+  const size_t split = input.find('\0');
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  context["fmt"] = input.substr(0, split);
+  context["a"] = split == std::string::npos
+                     ? nlohmann::ordered_json()
+                     : nlohmann::ordered_json::parse(input.substr(split + 1), nullptr, false);
+  if (context["a"].is_discarded()) context["a"] = nullptr;
+  std::string tuple;
+  if (context["a"].is_array() && !context["a"].empty()) {
+    for (size_t i = 0; i < std::min<size_t>(context["a"].size(), 12); ++i) tuple += "a[" + std::to_string(i) + "], ";
+  }
+  jinja::TemplateOptions options;
+  options.max_output_bytes = 1 << 20;
+  const std::string source = tuple.empty() ? "{{ fmt % a }}" : "{{ fmt % (" + tuple + ") }}";
+  jinja::Template(source, "fuzzed format", options).render(context);
+}
+
 const std::vector<std::string> kTokenizerWords = {
     "\"type\"", "\"BPE\"", "\"Sequence\"", "\"Split\"", "\"ByteLevel\"", "\"NFC\"", "\"TemplateProcessing\"",
     "\"Regex\"", "\"String\"", "\"Isolated\"", "\"Removed\"", "\"vocab\"", "\"merges\"", "\"added_tokens\"",
@@ -258,6 +279,12 @@ const std::vector<FuzzTarget> kTargets = {
       ".split(", ".items()", "|dictsort", "|indent(", "strftime_now('%Y')", " if ", " else ", " not in ",
       "none", "true", "'", "\"", "(", ")", "[", "]"},
      run_chat_template},
+    {"percent_format", "Python's % formatting in a template ('FORMAT' % (args...), % mapping, % value)",
+     percent_format_seeds,
+     {"%", "%*", ".*", "%(", ")s", "%-*", "%0*", "%#", "%+", "% ", "%.", "s", "d", "i", "f", "e", "g", "x", "o", "c",
+      "r", "a", "%%", "2147483647", "9223372036854775807", "-9223372036854775808", "1e308", "100000", "100001",
+      "-100001", "[", "]", "{", "}", ",", "\"k\"", std::string(1, '\0')},
+     run_percent_format},
 };
 
 }  // namespace

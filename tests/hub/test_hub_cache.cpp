@@ -168,6 +168,36 @@ TEST_F(RepoCacheFiles, FileLockIsExclusiveAndReleased) {
   EXPECT_TRUE(try_lock());
 }
 
+TEST(RepoCache, SafeBlobNames) {
+  for (const std::string& good : {kEtag, std::string("abc"), std::string("a1b2-c3"), std::string("x_y.z+w=")})
+    EXPECT_TRUE(is_safe_blob_name(good)) << good;
+  for (const std::string& bad : {std::string(""), std::string("."), std::string(".."), std::string("../x"),
+                                std::string("a/b"), std::string("/abs"), std::string(".hidden"), std::string("a\\b"),
+                                std::string("a b"), std::string("a\0b", 3), std::string(256, 'a')})
+    EXPECT_FALSE(is_safe_blob_name(bad)) << bad;
+}
+
+// Names from a server's answer that would reach outside the repo's folder: each is refused before
+// any path is built, so nothing is created anywhere.
+TEST_F(RepoCacheFiles, HostileNamesAreRefusedBeforeAnyFileIsWritten) {
+  const fs::path root = dir_.path() / "a" / "b" / "hub";
+  const RepoCache cache(root.string(), model_repo());
+  const auto refused = [](auto&& action, const std::string& part) {
+    testing::expect_contains(testing::error_message(action), {part, "refusing"});
+  };
+  refused([&] { cache.link_snapshot_file("../../..", "config.json", kEtag); }, "is not a commit id");
+  refused([&] { cache.link_snapshot_file("0123456789ABCDEF0123456789abcdef01234567", "config.json", kEtag); },
+          "is not a commit id");
+  refused([&] { cache.link_snapshot_file(kCommit, "../../../../config.json", kEtag); }, "not a path inside a repo");
+  refused([&] { cache.link_snapshot_file(kCommit, "/etc/passwd", kEtag); }, "not a path inside a repo");
+  refused([&] { cache.link_snapshot_file(kCommit, "config.json", "../../../x"); }, "not a safe blob file name");
+  refused([&] { cache.blob_path("a/b"); }, "not a safe blob file name");
+  refused([&] { cache.lock_path("../x"); }, "not a safe blob file name");
+  refused([&] { cache.write_ref("../../../main", kCommit); }, "not a safe ref name");
+  refused([&] { cache.write_ref("main", "../x"); }, "is not a commit id");
+  EXPECT_FALSE(fs::exists(dir_.path() / "a"));
+}
+
 TEST(RepoCache, NormalizeEtag) {
   EXPECT_EQ(normalize_etag("\"" + kEtag + "\""), kEtag);
   EXPECT_EQ(normalize_etag("W/\"" + kEtag + "\""), kEtag);

@@ -39,6 +39,16 @@ TEST(HubSettings, Defaults) {
   EXPECT_EQ(settings.max_workers, 8);
 }
 
+// The rule the README states: metadata within 6 x HF_HUB_ETAG_TIMEOUT, a download within
+// 6 x HF_HUB_DOWNLOAD_TIMEOUT + its size at 64 KiB/s.
+TEST(HubSettings, DeadlinesFollowTheTimeouts) {
+  const HubSettings settings = hub_settings_from({{"HF_HUB_ETAG_TIMEOUT", "0.5"}, {"HF_HUB_DOWNLOAD_TIMEOUT", "2"}}, "");
+  EXPECT_DOUBLE_EQ(metadata_deadline_s(settings), 3.0);
+  EXPECT_DOUBLE_EQ(download_deadline_s(settings, 0), 12.0);
+  EXPECT_DOUBLE_EQ(download_deadline_s(settings, 64 * 1024 * 10), 22.0);
+  EXPECT_DOUBLE_EQ(download_deadline_s(settings, int64_t{16} << 30), 12.0 + 262144.0);  // 16 GiB: about 3 days
+}
+
 TEST(HubSettings, EndpointLosesTrailingSlashes) {
   EXPECT_EQ(hub_settings_from({{"HF_ENDPOINT", "https://hf-mirror.com/"}}, "").endpoint, "https://hf-mirror.com");
   EXPECT_EQ(hub_settings_from({{"HF_ENDPOINT", "http://127.0.0.1:8080//"}}, "").endpoint, "http://127.0.0.1:8080");

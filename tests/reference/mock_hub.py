@@ -72,6 +72,16 @@ POST /_mock/faults   {"drop_after_bytes": {"<substring>": N}, "delay_seconds": {
      sends file bytes (resolve of a regular file, or /_cdn/): headers announce the full length, only
      N body bytes are sent, then the connection is closed. delay_seconds sleeps before answering;
      status answers that code with {"error": "injected fault"}.
+     Hostile answers, for clients that must not trust the server (same matching and `times`):
+       "headers": {"<substring>": {"Name": "value", ...}}   these headers replace the answer's own
+                  (any method; e.g. X-Repo-Commit "../../..", an ETag with slashes);
+       "siblings": {"<substring>": ["name", ...]}   extra file names in a repo info listing;
+       "oversize_body": {"<substring>": N}   a GET answers its usual status and headers but N bytes
+                  of body, without Content-Length (ended by closing the connection);
+       "endless_body": {"<substring>": true}   a GET answers 200 and bytes without end, without
+                  Content-Length, until the client hangs up;
+       "trickle_seconds": {"<substring>": S}   a GET's body (usual headers) goes one byte every S
+                  seconds.
 POST /_mock/reset_faults   drops pending faults.
 GET  /_mock/log            JSON list, one entry per request so far: {"method", "path" (raw, with
                            query), "host", "range", "authorization" (header value or null),
@@ -100,7 +110,8 @@ LFS_MIN_SIZE = 1024
 LFS_EXTENSIONS = (".safetensors", ".parquet", ".bin", ".pth")
 REPO_TYPE_DIRS = {"model": "models", "dataset": "datasets"}
 REPO_TYPES_BY_PLURAL = {plural: singular for singular, plural in REPO_TYPE_DIRS.items()}
-FAULT_KINDS = ("drop_after_bytes", "delay_seconds", "status")
+FAULT_KINDS = ("drop_after_bytes", "delay_seconds", "status", "headers", "siblings", "oversize_body", "endless_body",
+               "trickle_seconds")
 COMMIT_ID = re.compile(r"[0-9a-f]{40}")
 SHA256_ID = re.compile(r"[0-9a-f]{64}")
 RANGE = re.compile(r"bytes=(\d*)-(\d*)")
@@ -419,18 +430,61 @@ class HubHandler(BaseHTTPRequestHandler):
 
     def _send(self, status, body, headers=None, content_type="application/json", send_only=None):
         """Answer with a correct Content-Length; `send_only` bytes of the body, then close (a fault)."""
+        headers = {**(headers or {}), **self._take_fault("headers", {})}
+        body_fault = self._take_body_fault() if self.command == "GET" else None
+        if body_fault is not None and body_fault[0] == "endless_body":
+            status = 200
         self._status = status
         self.send_response(status)
-        for name, value in (headers or {}).items():
+        for name, value in headers.items():
             self.send_header(name, value)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        if body_fault is None or body_fault[0] == "trickle_seconds":
+            self.send_header("Content-Length", str(len(body)))
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command == "HEAD":
             return
+        if body_fault is not None:
+            return self._send_hostile_body(body_fault, body)
         self.wfile.write(body if send_only is None else body[:send_only])
         if send_only is not None:
             self.close_connection = True
+
+    def _take_fault(self, kind, default=None):
+        value = self.hub.faults.take(kind, self.path)
+        if value is None:
+            return default
+        self._fired.append(kind)
+        return value
+
+    def _take_body_fault(self):
+        for kind in ("oversize_body", "endless_body", "trickle_seconds"):
+            value = self._take_fault(kind)
+            if value is not None:
+                return kind, value
+        return None
+
+    def _send_hostile_body(self, fault, body):
+        """Writes until done or until the client hangs up (BrokenPipe ends the handler)."""
+        kind, value = fault
+        self.close_connection = True
+        if kind == "trickle_seconds":
+            for i in range(len(body)):
+                self.wfile.write(body[i:i + 1])
+                self.wfile.flush()
+                time.sleep(float(value))
+        elif kind == "oversize_body":
+            chunk = b"x" * 65536
+            for start in range(0, int(value), len(chunk)):
+                self.wfile.write(chunk[:int(value) - start])
+        else:
+            chunk = b"0," * 32768
+            self.wfile.write(b"[")
+            while True:
+                self.wfile.write(chunk)
 
     def _send_json(self, status, obj, headers=None, content_type="application/json"):
         self._send(status, json.dumps(obj).encode(), headers, content_type)
@@ -563,6 +617,7 @@ class HubHandler(BaseHTTPRequestHandler):
         commit, record = self._open_commit(route, repo, revision)
         with_blobs = params.get("blobs", "").lower() in ("1", "true")
         siblings = [self._sibling(path, sha256, with_blobs) for path, sha256 in sorted(record["files"].items())]
+        siblings += self._hostile_siblings()
         info = {
             "id": route.repo_id, "author": route.repo_id.split("/")[0],
             "sha": commit, "lastModified": record["date"], "createdAt": repo["created_at"], "private": False,
@@ -581,6 +636,13 @@ class HubHandler(BaseHTTPRequestHandler):
         if described["lfs"]:
             sibling["lfs"] = described["lfs"]
         return sibling
+
+    def _hostile_siblings(self):
+        extra = self.hub.faults.take("siblings", self.path)
+        if extra is None:
+            return []
+        self._fired.append("siblings")
+        return [{"rfilename": name} for name in extra]
 
     def _tree(self, route, query, rest, params):
         repo = self._open_repo(route, query)

@@ -83,6 +83,29 @@ TEST(TemplateLimits, HugeRangesAndLoopsFailFast) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+// '%*s' and '%.*s' take their width from an argument: bounded like a literal width (issue 30: a
+// width of 10**9 took 2.3 GB, 2**63-1 rendered nothing), negative ones as Python reads them.
+TEST(TemplateLimits, StarWidthAndPrecisionAreBoundedLikeLiteralOnes) {
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(error_message("{{ '%*s' % (1000000000, 'a') }}"), "width too big: 1000000000 (at most 100000)");
+  EXPECT_EQ(error_message("{{ '%*d' % (9223372036854775807, 1) }}"),
+            "width too big: 9223372036854775807 (at most 100000)");
+  EXPECT_EQ(error_message("{{ '%*d' % (-9223372036854775807, 1) }}"),
+            "width too big: -9223372036854775807 (at most 100000)");
+  EXPECT_EQ(error_message("{{ '%.*f' % (1000000000, 1.5) }}"), "precision too big: 1000000000 (at most 100000)");
+  EXPECT_EQ(error_message("{{ '%1000000000s' % 'a' }}"), "width too big: 1000000 (at most 100000)");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  const auto render = [](const std::string& source) {
+    return Template(source, "chat template").render(nlohmann::ordered_json::object()).text;
+  };
+  // as Python: "%*s" % (-5, "a") == "a    ", a negative precision is 0
+  EXPECT_EQ(render("{{ '[%*s]' % (-5, 'a') }}"), "[a    ]");
+  EXPECT_EQ(render("{{ '[%*d]' % (4, 7) }}"), "[   7]");
+  EXPECT_EQ(render("{{ '[%.*s]' % (-1, 'abc') }}"), "[]");
+  EXPECT_EQ(render("{{ '[%.*f]' % (-1, 1.5) }}"), "[2]");
+  EXPECT_EQ(render("{{ ('[%*s]' % (100000, ''))|length }}"), "100002");
+}
+
 TEST(TemplateLimits, OutputSizeIsBounded) {
   TemplateOptions options;
   options.max_output_bytes = 1000;

@@ -74,4 +74,9 @@ void check_sequence_length(const ModelConfig& config, int64_t max_seq_length);
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source);
 ModelConfig load_model_config(const std::string& model_dir);  // reads MODEL_DIR/config.json
 
+// Error naming `source` and the field when a size is beyond any real model's (Note [Config bounds]
+// in model_config.cpp) or rope_theta is not a positive finite number; model_config_from_json
+// calls it before anything is allocated from the config.
+void validate_model_config_bounds(const ModelConfig& config, const std::string& source);
+
 }  // namespace finetune

@@ -1,8 +1,12 @@
 // HTTP(S) through libcurl, as the hub client needs it: one request at a time per call, the
 // response body either in memory or streamed to a sink, redirects followed only when asked (the
 // hub's resolve answers a redirect whose headers matter), every header of the last response kept
-// (names lower-cased). Bounded waits: connecting, and a transfer that moves no byte for
-// `stall_timeout_s`, fail instead of hanging.
+// (names lower-cased), http:// and https:// only (redirects included). Bounded waits: connecting,
+// a transfer that moves no byte for `stall_timeout_s`, and, when `deadline_s` is set, the whole
+// request, fail instead of hanging. Bounded sizes: a body kept in memory stops at
+// kMaxInMemoryBody, a 2xx body streamed to a sink at `max_body_bytes` when set: refused at its
+// Content-Length when that says too much, else once the bytes pass the bound (TransportError
+// TooLarge either way).
 // A failure to talk to the server (DNS, refused, reset, timeout, a body cut short) is a
 // TransportError saying which; an HTTP status is not an error here: the caller reads it.
 #pragma once
@@ -19,7 +23,9 @@
 namespace finetune {
 
 struct TransportError : Error {
-  enum class Kind { Dns, Connect, Timeout, Reset, Truncated, Other };
+  // Deadline (the request's overall deadline passed) and TooLarge (a body over its bound) are not
+  // worth retrying: the same server answers the same way again.
+  enum class Kind { Dns, Connect, Timeout, Reset, Truncated, Deadline, TooLarge, Other };
   TransportError(Kind kind, const std::string& message) : Error(message), kind(kind) {}
   Kind kind;
 };
@@ -33,7 +39,12 @@ struct HttpRequest {
   bool follow_redirects = false;  // follow 3xx (relative or absolute) up to 10 hops
   double connect_timeout_s = 10;
   double stall_timeout_s = 10;    // abort when no byte moves for this long
+  double deadline_s = 0;          // > 0: abort when the whole request takes longer
+  int64_t max_body_bytes = -1;    // >= 0: abort a streamed body longer than this (Content-Length or bytes seen)
 };
+
+// The most bytes of a body kept in memory (JSON answers, error bodies).
+inline constexpr int64_t kMaxInMemoryBody = int64_t{64} << 20;
 
 struct HttpResponse {
   long status = 0;

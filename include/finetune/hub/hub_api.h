@@ -39,6 +39,13 @@ std::string resolve_url(const HubSettings& settings, const RepoRef& repo, const 
 
 // A request with the token (when there is one) and the metadata timeout.
 HttpRequest hub_request(const HubSettings& settings, const std::string& method, const std::string& url);
+// hub_request bounded as a metadata request: the metadata deadline (hub_settings.h), and a body
+// kept in memory (at most kMaxInMemoryBody).
+HttpRequest metadata_request(const HubSettings& settings, const std::string& method, const std::string& url);
+
+// Whether a download is tried again (resuming) after this failure: not after a deadline or an
+// oversized answer, which the same server repeats.
+bool worth_retrying(const TransportError& error);
 
 // Throws when the answer is not repo info, or names a file that is not a plain repo-relative path
 // (absolute, with "." or ".." parts, empty parts or a backslash): it would land outside the cache.

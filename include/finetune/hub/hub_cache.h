@@ -7,6 +7,10 @@
 //   <root>/.locks/models--ORG--NAME/<etag>.lock           held while a blob is being written
 // A blob appears under its final name only complete (rename of the checked .incomplete file), and
 // a snapshot entry only after its blob, so a killed download never leaves a file looking complete.
+// Every name here may come from a server's answer (ETag, X-Repo-Commit, a listing), so each is
+// checked before any path is built from it: an ETag must be a plain file name (is_safe_blob_name),
+// a commit 40 lowercase hex digits, a file path or ref repo-relative without "." or ".." parts,
+// and the joined path must stay inside the repo's cache folder; anything else is an Error.
 #pragma once
 
 #include <string>
@@ -48,6 +52,9 @@ class FileLock {
  private:
   int fd_ = -1;
 };
+
+// An ETag usable as a file name under blobs/: 1 to 255 of [A-Za-z0-9._+=-], not starting with '.'.
+bool is_safe_blob_name(const std::string& etag);
 
 // The cache's spelling of an ETag: without W/ and quotes.
 std::string normalize_etag(const std::string& etag);

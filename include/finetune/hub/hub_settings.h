@@ -7,8 +7,14 @@
 //   cache     HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (config/hf_hub.h)
 //   timeouts  HF_HUB_ETAG_TIMEOUT (metadata requests) and HF_HUB_DOWNLOAD_TIMEOUT (a download that
 //             moves no byte for that long), 10 s each as in huggingface_hub
+//   deadlines what bounds a request whatever the server does (a byte every few seconds, an
+//             endless body): metadata requests (repo info, HEAD) end within
+//             kDeadlineFactor x HF_HUB_ETAG_TIMEOUT with a body of at most 64 MiB; a download within
+//             kDeadlineFactor x HF_HUB_DOWNLOAD_TIMEOUT + size / kSlowestDownloadBytesPerSecond,
+//             and never with more bytes than the HEAD announced.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "finetune/launch/environment.h"
@@ -25,6 +31,12 @@ struct HubSettings {
   double download_timeout_s = 10;
   int max_workers = 8;  // files downloaded at once (huggingface_hub's snapshot_download default)
 };
+
+inline constexpr double kDeadlineFactor = 6;
+inline constexpr double kSlowestDownloadBytesPerSecond = 64 * 1024;
+
+double metadata_deadline_s(const HubSettings& settings);
+double download_deadline_s(const HubSettings& settings, int64_t size);
 
 HubSettings hub_settings_from(const EnvMap& env, const std::string& hub_token_option);
 
