@@ -39,6 +39,13 @@ def namespaces_unavailable():
     return None
 
 
+def _runs(pid, executable):
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(executable)
+    except OSError:
+        return False  # gone meanwhile
+
+
 class Node:
     def __init__(self, index, namespace, interface, hosts_file):
         self.index = index                    # 1-based
@@ -53,10 +60,12 @@ class Node:
         return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "--mount", "sh", "-c", _ENTER_NODE,
                 str(self.hosts_file), self.hostname] + [str(a) for a in argv]
 
-    def pids(self, exclude=()):
-        """PIDs of every process in this node's network namespace, but those in `exclude`."""
+    def pids(self, exclude=(), executable=None):
+        """PIDs of every process in this node's network namespace but those in `exclude`; only those
+        running `executable` (a path) when given."""
         result = _ip("netns", "pids", self.namespace, check=False)
-        return [int(p) for p in result.stdout.split() if int(p) not in exclude]
+        pids = [int(p) for p in result.stdout.split() if int(p) not in exclude]
+        return [p for p in pids if executable is None or _runs(p, executable)]
 
     def kill_all(self, exclude=()):
         """SIGKILL to every process of the node (but `exclude`), as a power loss would; returns how
@@ -75,18 +84,23 @@ class Node:
         _ip("-n", self.namespace, "link", "set", self.interface, "down")
         return self.kill_all(exclude)
 
-    def power_on(self):
-        """The link back up (after power_off)."""
+    def power_on(self, timeout=10):
+        """The link back up (after power_off), waiting until it carries traffic (LOWER_UP)."""
         _ip("-n", self.namespace, "link", "set", self.interface, "up")
+        deadline = time.monotonic() + timeout
+        while "LOWER_UP" not in _ip("-n", self.namespace, "link", "show", self.interface).stdout:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.interface} in {self.namespace} not up after {timeout} s")
+            time.sleep(0.05)
 
-    def wait_empty(self, timeout, exclude=()):
-        """True once no process (but `exclude`) is left in the namespace, False after `timeout` seconds."""
+    def wait_empty(self, timeout, exclude=(), executable=None):
+        """True once no process (of `pids`' choice) is left in the namespace, False after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not self.pids(exclude):
+            if not self.pids(exclude, executable):
                 return True
             time.sleep(0.05)
-        return not self.pids(exclude)
+        return not self.pids(exclude, executable)
 
 
 class TwoNodes:
