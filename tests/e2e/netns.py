@@ -11,6 +11,7 @@ private /etc/hosts (bind-mounted over the real one, which stays untouched). Addr
 inside the namespaces created here: no traffic leaves them.
 """
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,6 +29,9 @@ def _ip(*args, check=True):
 
 def namespaces_unavailable():
     """None when this process may create network namespaces, else why not (for a skip message)."""
+    for tool in ("ip", "unshare"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` is not installed"
     probe = f"ftprobe{os.getpid()}"
     try:
         result = _ip("netns", "add", probe, check=False)
