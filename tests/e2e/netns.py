@@ -10,6 +10,7 @@ only the veth and a loopback of its own, the UTS namespace its host name, the mo
 private /etc/hosts (bind-mounted over the real one, which stays untouched). Addresses live only
 inside the namespaces created here: no traffic leaves them.
 """
+import itertools
 import os
 import shutil
 import signal
@@ -115,6 +116,11 @@ class TwoNodes:
         tag = f"ft{os.getpid() % 100000}"
         self.hosts_file = work_dir / "hosts"
         self.nodes = [Node(i, f"{tag}n{i}", f"{tag}v{i}", self.hosts_file) for i in (1, 2)]
+        self._ports = itertools.count(29401)
+
+    def fresh_port(self):
+        """A port no job here used yet: the namespaces are ours, so nothing else listens on them."""
+        return next(self._ports)
 
     def __enter__(self):
         try:

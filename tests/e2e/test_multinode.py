@@ -19,6 +19,7 @@ skipped, with the reason printed, where namespaces cannot be created.
 import json
 import re
 import select
+import shlex
 import subprocess
 import sys
 import time
@@ -172,23 +173,13 @@ class NodeJob:
             process.wait(timeout=30)
 
 
-class Port:
-    """A fresh port per job: the namespaces are ours, so nothing else listens on them."""
-    next = 29400
-
-    @classmethod
-    def take(cls):
-        cls.next += 1
-        return cls.next
-
-
 def node_env(cache_root, node, **extra):
     """A clean environment (no launcher variables of the caller) with this node's own hub cache."""
     return clean_env(HF_HUB_CACHE=cache_root / node.hostname, **extra)
 
 
 def start_torchrun(job, cluster, hub, cache_root, args, per_node):
-    port = Port.take()
+    port = cluster.fresh_port()
     for node in cluster.nodes:
         argv = [torchrun_path(), "--nnodes", 2, "--node_rank", node.index - 1, "--nproc_per_node", per_node,
                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{cluster.nodes[0].address}:{port}",
@@ -201,10 +192,8 @@ def rsh_agent(cluster, directory):
     """OpenMPI's plm_rsh_agent: called as `AGENT [ssh options] HOST COMMAND...`, it runs COMMAND
     through a shell on the node whose address is HOST (entering its namespace), as ssh would."""
     path = directory / "netns_rsh.sh"
-    cases = "".join(
-        f'  {n.address}|{n.hostname}) exec ip netns exec {n.namespace} unshare --uts --mount sh -c '
-        f'\'mount --bind "$0" /etc/hosts && hostname "$1" && shift && exec "$@"\' '
-        f'{n.hosts_file} {n.hostname} sh -c "$*" ;;\n' for n in cluster.nodes)
+    cases = "".join(f'  {n.address}|{n.hostname}) exec {shlex.join(n.command(["sh", "-c"]))} "$*" ;;\n'
+                    for n in cluster.nodes)
     path.write_text("#!/bin/sh\n"
                     'while [ "${1#-}" != "$1" ]; do shift; done  # ssh options, if any\n'
                     'host=$1; shift\n'
@@ -238,7 +227,7 @@ def expand_first_host(nodelist):
 
 def start_slurm(job, cluster, hub, cache_root, args, per_node):
     nodelist = "node[1-2]"
-    port = Port.take()
+    port = cluster.fresh_port()
     tasks = 2 * per_node
     for node in cluster.nodes:
         for local in range(per_node):
