@@ -6,6 +6,7 @@
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/store_bootstrap.h"
+#include "finetune/launch/environment.h"
 #include "finetune/util/log.h"
 
 namespace finetune {
@@ -75,8 +76,9 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const a
     throw UsageError("distributed backend 'nccl' requested but this build has no CUDA/NCCL support");
   }
 
-  log::info("rank " + std::to_string(launch.rank) + "/" + std::to_string(launch.world_size) + ": " + backend +
-            " rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
+  log::info("rank " + std::to_string(launch.rank) + "/" + std::to_string(launch.world_size) + " (local " +
+            std::to_string(launch.local_rank) + "/" + std::to_string(launch.local_world_size) + " on " + host_name() +
+            "): " + backend + " rendezvous at " + launch.master_addr + ":" + std::to_string(launch.master_port) +
             (launch.use_agent_store ? " (torchrun agent store)" : ""));
   auto store = connect_store(launch, timeout);
   if (backend == "nccl") return make_nccl_communicator(store, launch, device, options);

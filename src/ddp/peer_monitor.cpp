@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/store_liveness.h"
 #include "finetune/util/log.h"
 
 namespace finetune {
@@ -389,6 +390,11 @@ PeerMonitor::PeerMonitor(const c10::intrusive_ptr<c10d::Store>& store, int rank,
   state_->store = store;
   try {
     state_->connection = store->clone();
+    // A store host that vanishes with its machine must fail our calls too: Note [Vanished store host].
+    const auto bounded = bound_store_silence(*state_->connection, state_->options.limit);
+    log::debug("rank " + std::to_string(rank) + ": " + std::to_string(bounded.size()) +
+               " connection(s) to the rendezvous store give up after " + seconds_text(state_->options.limit) +
+               " unacknowledged");
   } catch (const std::exception& e) {
     throw distributed_error(rank, "connecting the peer monitor to the rendezvous store",
                             "failed: " + first_line(e.what()));

@@ -8,10 +8,10 @@ Use it as a module::
     with MockHub(root, tokens=("hf_test_token",)) as hub:
         ...  # hub.url is "http://127.0.0.1:<port>"
 
-or as a program (prints exactly one line ``READY http://127.0.0.1:<port>`` once listening, then
+or as a program (prints exactly one line ``READY http://<host>:<port>`` once listening, then
 serves until SIGTERM/SIGINT)::
 
-    python tests/reference/mock_hub.py --root DIR [--port 0] [--tokens hf_a,hf_b]
+    python tests/reference/mock_hub.py --root DIR [--host 127.0.0.1] [--port 0] [--tokens hf_a,hf_b]
 
 Storage layout (under ROOT; `make_repo` writes it, uploads extend it, every request re-reads it)
 ------------------------------------------------------------------------------------------------
@@ -85,7 +85,8 @@ POST /_mock/faults   {"drop_after_bytes": {"<substring>": N}, "delay_seconds": {
 POST /_mock/reset_faults   drops pending faults.
 GET  /_mock/log            JSON list, one entry per request so far: {"method", "path" (raw, with
                            query), "host", "range", "authorization" (header value or null),
-                           "status", "faults" (names of the faults that fired)}
+                           "status", "faults" (names of the faults that fired), "client" (the
+                           client's IP address)}
 POST /_mock/reset_log      clears the log.
 """
 
@@ -396,7 +397,7 @@ class HubHandler(BaseHTTPRequestHandler):
             self.hub.log.append({
                 "method": self.command, "path": self.path, "host": self.headers.get("Host"),
                 "range": self.headers.get("Range"), "authorization": self.headers.get("Authorization"),
-                "status": self._status, "faults": self._fired,
+                "status": self._status, "faults": self._fired, "client": self.client_address[0],
             })
 
     def _guarded(self, handler, *args):
@@ -882,23 +883,23 @@ class _Server(ThreadingHTTPServer):
 
 
 class MockHub:
-    """The mock Hub over the storage at `root`, on 127.0.0.1.
+    """The mock Hub over the storage at `root`, on `host` (127.0.0.1 unless told).
 
     `tokens`: the valid bearer tokens. `port`: 0 picks a free one. `cdn_host`: the host name used in
-    the absolute redirect to LFS content; it must name 127.0.0.1 but differ from it, so that clients
+    the absolute redirect to LFS content; it must name `host` but differ from it, so that clients
     treat it as the separate CDN host it stands for.
     """
 
-    def __init__(self, root, tokens=DEFAULT_TOKENS, port=0, cdn_host="localhost"):
+    def __init__(self, root, tokens=DEFAULT_TOKENS, port=0, cdn_host="localhost", host="127.0.0.1"):
         self.store = Store(root)
         self.tokens = frozenset(tokens)
         self.faults = FaultBook()
         self.log = RequestLog()
         self.write_lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", port), HubHandler)
+        self._server = _Server((host, port), HubHandler)
         self._server.hub = self
         self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.cdn_url = f"http://{cdn_host}:{self.port}"
         self._thread = None
 
@@ -939,12 +940,13 @@ def _exit_cleanly(signum, frame):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Mock Hugging Face Hub server (see the module docstring).")
     parser.add_argument("--root", required=True, help="storage directory (make_repo layout)")
-    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1; 0 picks a free one")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=0, help="port on --host; 0 picks a free one")
     parser.add_argument("--tokens", default=",".join(DEFAULT_TOKENS), help="comma-separated valid tokens")
     parser.add_argument("--cdn-host", default="localhost", help="host name of the LFS redirect target")
     args = parser.parse_args(argv)
     hub = MockHub(args.root, tokens=[t for t in args.tokens.split(",") if t], port=args.port,
-                  cdn_host=args.cdn_host)
+                  cdn_host=args.cdn_host, host=args.host)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     print(f"READY {hub.start()}", flush=True)
     try:

@@ -16,7 +16,9 @@
 //     (Communicator::abort), and its peers report "rank 1 exited with an error: ..." at their next
 //     read, without waiting for the limit;
 //   - notices the store host: rank 0 hosts the store (unless torchrun's agent does), so when rank 0
-//     dies the next store call of every other rank fails: "rank 0 is gone (...)", at once.
+//     dies the next store call of every other rank fails: "rank 0 is gone (...)", at once; when
+//     its whole machine vanishes (no FIN or RST ever comes), within kHeartbeatLimit of the first
+//     unanswered request (Note [Vanished store host] in store_liveness.h).
 // On a verdict the monitor calls `on_lost` (the communicator aborts: ncclCommAbort releases the
 // stuck kernels) and the main thread raises the verdict at its next collective; if the main thread
 // has not handled it within kPeerLossExitGrace (busy in a long step, or blocked in a transfer that
