@@ -2,6 +2,8 @@
 """Does utf8proc's NFC give the same results as the references finetune's own NFC tables follow?
 
 Usage: $FINETUNE_PYTHON tests/reference/compare_nfc_utf8proc.py [--library libutf8proc.so.2]
+Needs the utf8proc runtime (Debian: apt-get install libutf8proc2; not a build dependency: the
+build keeps its own tables, see the README's library table).
 
 Issue 24 item 12 asks to replace src/tokenizer/unicode_nfc*.cpp (tables generated from Python's
 unicodedata) by a packaged Unicode library, utf8proc, if it gives identical results on the
