@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "finetune/data/rank_assignment.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -39,16 +40,13 @@ std::vector<std::vector<std::vector<int64_t>>> MicroBatchStream::packed_micro_ba
     for (int64_t index : order) shuffled.push_back(std::move(rows[static_cast<size_t>(index)]));
     rows = std::move(shuffled);
   }
-  const size_t world = static_cast<size_t>(config_.sampler.world_size);
-  if (config_.sampler.drop_last) {
-    rows.resize(rows.size() / world * world);
-  } else {
-    for (size_t i = 0; rows.size() % world != 0; ++i) rows.push_back(rows[i % rows.size()]);
-  }
+  // Note [One rule for ranks]: the rows are dealt like the sampler deals samples.
+  rows = rank_share(rows, config_.sampler.world_size, config_.sampler.rank,
+                    config_.sampler.drop_last ? RankPadding::drop_remainder : RankPadding::wrap_around);
   std::vector<std::vector<std::vector<int64_t>>> batches;
-  for (size_t i = static_cast<size_t>(config_.sampler.rank); i < rows.size(); i += world) {
+  for (auto& row : rows) {
     if (batches.empty() || static_cast<int64_t>(batches.back().size()) == config_.batch_size) batches.emplace_back();
-    batches.back().push_back(rows[i]);
+    batches.back().push_back(std::move(row));
   }
   if (config_.sampler.drop_last && !batches.empty() && static_cast<int64_t>(batches.back().size()) < config_.batch_size) {
     batches.pop_back();

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 
+#include "finetune/data/rank_assignment.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -58,21 +59,9 @@ std::vector<int64_t> rank_indices(const SamplerConfig& config, int64_t epoch) {
   }
   if (config.num_samples < 0) throw Error("sampler: negative num_samples " + std::to_string(config.num_samples));
   const int64_t n = config.num_samples;
-  const int64_t world = config.world_size;
-  std::vector<int64_t> order = config.shuffle ? epoch_permutation(n, config.seed, epoch) : identity_order(n);
-
-  if (config.drop_last) {
-    order.resize(static_cast<size_t>(n / world * world));
-  } else if (n > 0) {
-    // Like torch's DistributedSampler: wrap around to the start (repeatedly if n < world).
-    const int64_t total = (n + world - 1) / world * world;
-    for (int64_t i = n; i < total; ++i) order.push_back(order[static_cast<size_t>((i - n) % n)]);
-  }
-
-  std::vector<int64_t> mine;
-  mine.reserve(order.size() / world + 1);
-  for (size_t position = config.rank; position < order.size(); position += world) mine.push_back(order[position]);
-  return mine;
+  const std::vector<int64_t> order = config.shuffle ? epoch_permutation(n, config.seed, epoch) : identity_order(n);
+  return rank_share(order, config.world_size, config.rank,
+                    config.drop_last ? RankPadding::drop_remainder : RankPadding::wrap_around);
 }
 
 std::vector<std::vector<int64_t>> micro_batches(const std::vector<int64_t>& indices, int64_t batch_size,

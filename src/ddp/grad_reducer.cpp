@@ -64,6 +64,8 @@ struct GradReducer::State {
 
   void mark_ready(size_t index);
   void launch_ready_buckets_in_order();
+  std::vector<std::vector<int>> ranks_without_gradient();
+  void throw_if_unused(const std::vector<std::vector<int>>& missed) const;
   std::string bucket_description(size_t b) const {
     return "gradient all-reduce of bucket " + std::to_string(b) + " (" + std::to_string(buckets[b].parameters.size()) +
            " parameters, first " + parameters[buckets[b].parameters.front()].name + ")";
@@ -100,6 +102,52 @@ void GradReducer::State::launch_ready_buckets_in_order() {
     bucket.work = communicator.all_reduce_async(bucket.buffer, bucket_description(next_bucket));
     ++next_bucket;
   }
+}
+
+// Note [Every rank decides the same]: per parameter, the ranks where it got no gradient since the
+// last finalize(), the same answer on every rank. An all-gather through all_reduce: each rank fills
+// its own row. Issued after the bucket all-reduces, in the same order on every rank; a single
+// process needs no collective.
+std::vector<std::vector<int>> GradReducer::State::ranks_without_gradient() {
+  const int world_size = communicator.world_size();
+  const int rank = communicator.rank();
+  const int64_t count = static_cast<int64_t>(parameters.size());
+  std::vector<std::vector<int>> missed(parameters.size());
+  if (parameters.empty()) return missed;  // the same on every rank (verify_params_across_processes)
+  if (world_size == 1) {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      if (!parameters[i].got_gradient) missed[i].push_back(rank);
+    }
+    return missed;
+  }
+  at::Tensor unused = at::zeros({world_size, count}, at::TensorOptions().dtype(at::kFloat));  // (world, P)
+  auto row = unused.accessor<float, 2>()[rank];
+  for (int64_t i = 0; i < count; ++i) row[i] = parameters[static_cast<size_t>(i)].got_gradient ? 0.0f : 1.0f;
+  at::Tensor on_device = unused.to(parameters.front().tensor.device());
+  communicator.all_reduce(on_device, "used-parameter bitmap all-reduce");
+  const at::Tensor host = on_device.cpu();
+  const auto table = host.accessor<float, 2>();
+  for (int r = 0; r < world_size; ++r) {
+    for (int64_t i = 0; i < count; ++i) {
+      if (table[r][i] != 0.0f) missed[static_cast<size_t>(i)].push_back(r);
+    }
+  }
+  return missed;
+}
+
+void GradReducer::State::throw_if_unused(const std::vector<std::vector<int>>& missed) const {
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (missed[i].empty()) continue;
+    std::vector<std::string> ranks;
+    for (int r : missed[i]) ranks.push_back(std::to_string(r));
+    unused.push_back(parameters[i].name + " (on rank " + join(ranks, ", ") + ")");
+  }
+  if (unused.empty()) return;
+  throw distributed_error(communicator.rank(), "gradient reduction",
+                          "found " + std::to_string(unused.size()) + " parameter(s) that received no gradient: " +
+                              join(unused, ", ") +
+                              " (not part of the loss? enable find_unused_parameters to reduce zeros for them)");
 }
 
 GradReducer::GradReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, Communicator& communicator,
@@ -177,6 +225,14 @@ void GradReducer::prepare_for_backward(bool sync) {
   }
 }
 
+// Note [Every rank decides the same]
+// Whether a parameter went unused is decided from the all-reduced used-parameter bitmap (c10d's
+// rule), never from one rank's own flags: a rank that decided alone would throw while its peers
+// wait in the bucket all-reduces, released only by an abort. So every rank first finishes the
+// same collectives (each unused parameter contributes zeros, so its bucket can be reduced), then
+// all-reduces the bitmap (one row per rank: who missed what), and all reach the same verdict:
+// with find_unused_parameters the zeros stand (a mixture-of-experts expert that no token reached
+// still takes part), without it every rank throws the same error naming the parameters and ranks.
 void GradReducer::finalize() {
   State& state = *state_;
   std::lock_guard<std::mutex> lock(state.mutex);
@@ -184,18 +240,6 @@ void GradReducer::finalize() {
   if (!state.sync) {
     throw Error("GradReducer: finalize() after a no_sync micro-step; call prepare_for_backward(true) before the "
                 "last micro-step's backward");
-  }
-  const int rank = state.communicator.rank();
-
-  std::vector<std::string> unused;
-  for (const auto& parameter : state.parameters) {
-    if (!parameter.got_gradient) unused.push_back(parameter.name);
-  }
-  if (!unused.empty() && !state.options.find_unused_parameters) {
-    throw distributed_error(rank, "gradient reduction",
-                            "found " + std::to_string(unused.size()) + " parameter(s) that received no gradient: " +
-                                join(unused, ", ") +
-                                " (not part of the loss? enable find_unused_parameters to reduce zeros for them)");
   }
   // Note [Gradients are views into bucket buffers]: the reduction only reaches .grad through the view.
   for (const auto& parameter : state.parameters) {
@@ -206,7 +250,7 @@ void GradReducer::finalize() {
     }
   }
   for (auto& parameter : state.parameters) {
-    if (!parameter.got_gradient) parameter.grad_view.zero_();  // find_unused_parameters: contribute zeros
+    if (!parameter.got_gradient) parameter.grad_view.zero_();  // unused here: contribute zeros
     if (!parameter.ready) {
       // Unused here, or its gradient came in an earlier no_sync micro-step only.
       parameter.ready = true;
@@ -214,6 +258,7 @@ void GradReducer::finalize() {
     }
   }
   state.launch_ready_buckets_in_order();
+  const std::vector<std::vector<int>> missed = state.ranks_without_gradient();
   for (auto& bucket : state.buckets) {
     bucket.work->wait();
     bucket.work.reset();
@@ -221,6 +266,7 @@ void GradReducer::finalize() {
   state.prepared = false;
   state.next_bucket = 0;
   for (auto& parameter : state.parameters) parameter.got_gradient = false;
+  if (!state.options.find_unused_parameters) state.throw_if_unused(missed);
 }
 
 void GradReducer::zero_grad() {

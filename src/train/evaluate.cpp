@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "finetune/data/batch.h"
+#include "finetune/data/rank_assignment.h"
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
@@ -47,10 +48,9 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
 
 double evaluate_across_ranks(const CausalLM& model, const std::vector<Sample>& samples, Communicator& communicator,
                              int64_t batch_size, int64_t pad_token_id) {
-  std::vector<int64_t> shard;
-  for (int64_t i = communicator.rank(); i < static_cast<int64_t>(samples.size()); i += communicator.world_size()) {
-    shard.push_back(i);
-  }
+  // Note [One rule for ranks], unpadded: every sample is scored exactly once.
+  const std::vector<int64_t> shard = rank_positions(static_cast<int64_t>(samples.size()), communicator.world_size(),
+                                                    communicator.rank(), RankPadding::none);
   const auto local = evaluate(model, samples, shard, batch_size, pad_token_id);
   auto sums = at::tensor({local.loss_sum, static_cast<double>(local.tokens)}, at::TensorOptions().dtype(at::kDouble))
                   .to(model.device());

@@ -2,8 +2,8 @@
 // epoch after epoch.
 // Without packing a micro-batch is batch_size samples (DistributedSampler semantics). With
 // packing the whole epoch order (shared by all ranks) is packed into rows of at most
-// max_seq_length tokens, the rows are dealt to ranks round-robin (padded by wrapping to a
-// multiple of the world size, like the sampler), and a micro-batch is batch_size rows: every rank
+// max_seq_length tokens, the rows are dealt to ranks by the sampler's rule (Note [One rule for
+// ranks] in rank_assignment.h: round-robin, padded by wrapping to a multiple of the world size), and a micro-batch is batch_size rows: every rank
 // gets the same number of nearly full rows, so ranks stay balanced in tokens. An optimizer step never spans two epochs: the last step of an epoch takes
 // the micro-batches that are left (as HF's Trainer does). Every rank has the same number of
 // micro-batches per epoch (the sampler pads), so ranks always agree on the step structure.

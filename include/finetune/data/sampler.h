@@ -1,10 +1,10 @@
 // Which samples go into which micro-batch on which rank. Pure functions, LibTorch-free.
 //
 // DistributedSampler semantics: one permutation per epoch from (seed, epoch), identical on every
-// rank; padded (by wrapping around) to a multiple of world_size, or truncated with drop_last;
-// rank r takes positions r, r + world, r + 2*world, ... so ranks see disjoint samples and the
-// union over ranks of one step's micro-batches is exactly what one process with world x batch
-// would see.
+// rank, dealt to the ranks by the one rank rule (Note [One rule for ranks], rank_assignment.h):
+// padded by wrapping around to a multiple of world_size, or truncated with drop_last; rank r takes
+// positions r, r + world, r + 2*world, ... so ranks see disjoint samples and the union over ranks
+// of one step's micro-batches is exactly what one process with world x batch would see.
 #pragma once
 
 #include <cstdint>

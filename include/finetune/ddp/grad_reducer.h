@@ -12,8 +12,12 @@
 //    every rank issues collectives in the same order, overlapping the rest of backward.
 //  - prepare_for_backward(sync=false) is no_sync: hooks only accumulate (gradient accumulation
 //    micro-steps communicate nothing).
-//  - finalize() launches what is left, waits via events (no device-wide sync), and reports any
-//    parameter that got no gradient (unless find_unused_parameters, which then all-reduces zeros).
+//  - finalize() launches what is left (a parameter that got no gradient contributes zeros), waits
+//    via events, then all-reduces the used-parameter bitmap so that every rank reaches the same
+//    verdict (Note [Every rank decides the same], c10d's rule): without find_unused_parameters a
+//    parameter that got no gradient on any rank is an error on every rank, naming it and those
+//    ranks; with it the zeros stand. With several ranks the bitmap is read on the host: one small
+//    collective and one host sync per optimizer step.
 #pragma once
 
 #include <cstdint>

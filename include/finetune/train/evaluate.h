@@ -24,7 +24,7 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
                     int64_t batch_size, int64_t pad_token_id, const std::string& dump_logits_path = "");
 
 // The mean token loss over every sample, scored across the ranks: rank r takes rows r, r+world,
-// ... (each row exactly once) and the (loss sum, token count) pairs are all-reduced. Every rank
+// ... (each row exactly once: Note [One rule for ranks] without padding) and the (loss sum, token count) pairs are all-reduced. Every rank
 // must call it (it is a collective) and gets the same value.
 double evaluate_across_ranks(const CausalLM& model, const std::vector<Sample>& samples, Communicator& communicator,
                              int64_t batch_size, int64_t pad_token_id);

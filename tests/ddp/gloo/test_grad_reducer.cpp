@@ -163,29 +163,34 @@ TEST(GradReducer, HooksFireInNestedBackwardOfCheckpointing) {
   });
 }
 
+// Note [Every rank decides the same]: the verdict comes from the all-reduced bitmap, so every rank
+// throws the same error itself (none relays another's abort), naming the parameter and the ranks
+// that missed it, also when only one rank missed it.
 TEST(GradReducer, UnusedParameterIsNamed) {
-  const auto errors = run_ranks_collecting(2, 20, [&](int rank, Communicator& communicator) {
-    auto parameters = make_parameters();
-    GradReducer reducer(parameters, communicator, small_buckets());
-    reducer.prepare_for_backward(true);
-    backward(parameters, 1.0, rank, /*skip=*/{1});
-    reducer.finalize();
-  });
-  for (int rank = 0; rank < 2; ++rank) {
-    ASSERT_TRUE(errors[rank]) << rank;
-    const std::string message = describe(errors[rank]);
-    // Each rank names the parameter itself, or (when the other rank's abort reaches it first, still
-    // inside its backward) relays the other rank's error, which names it.
-    const std::string found = "gradient reduction found 1 parameter(s) that received no gradient: layers.0.lora_B";
-    const std::string own = "rank " + std::to_string(rank) + ": " + found;
-    const std::string relayed = "rank " + std::to_string(1 - rank) + " exited with an error: rank " +
-                                std::to_string(1 - rank) + ": " + found;
-    EXPECT_TRUE(message.find(own) != std::string::npos || message.find(relayed) != std::string::npos) << message;
-    try {
-      std::rethrow_exception(errors[rank]);
-    } catch (const DistributedError&) {
-    } catch (...) {
-      ADD_FAILURE() << "not a DistributedError: " << message;
+  for (const bool both_ranks_skip : {true, false}) {
+    SCOPED_TRACE(both_ranks_skip ? "both ranks skip it" : "only rank 1 skips it");
+    const auto errors = run_ranks_collecting(2, 20, [&](int rank, Communicator& communicator) {
+      auto parameters = make_parameters();
+      GradReducer reducer(parameters, communicator, small_buckets());
+      reducer.prepare_for_backward(true);
+      std::vector<size_t> skip;
+      if (both_ranks_skip || rank == 1) skip.push_back(1);
+      backward(parameters, 1.0, rank, skip);
+      reducer.finalize();
+    });
+    const std::string missed_on = both_ranks_skip ? "rank 0, 1" : "rank 1";
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(errors[rank]) << rank;
+      const std::string message = describe(errors[rank]);
+      EXPECT_EQ(message, "rank " + std::to_string(rank) +
+                             ": gradient reduction found 1 parameter(s) that received no gradient: layers.0.lora_B (on " +
+                             missed_on + ") (not part of the loss? enable find_unused_parameters to reduce zeros for them)");
+      try {
+        std::rethrow_exception(errors[rank]);
+      } catch (const DistributedError&) {
+      } catch (...) {
+        ADD_FAILURE() << "not a DistributedError: " << message;
+      }
     }
   }
 }
@@ -250,6 +255,26 @@ TEST(GradReducer, FindUnusedParametersReducesZeros) {
     for (size_t i = 0; i < parameters.size(); ++i) {
       const at::Tensor expected = i == 1 ? at::zeros({5}, kFloat) : coefficient(i, parameters[i].second) * 3.0;
       EXPECT_TRUE(parameters[i].second.grad().equal(expected)) << parameters[i].first;
+    }
+  });
+}
+
+// A mixture-of-experts expert that no token of this rank reached: the rank contributes zeros (its
+// stale values never leak) and the sum is the other rank's gradient.
+TEST(GradReducer, FindUnusedParametersReducesZerosFromTheRankThatMissedIt) {
+  run_ranks(2, [&](int rank, Communicator& communicator) {
+    auto parameters = make_parameters();
+    GradReducerOptions options = small_buckets();
+    options.find_unused_parameters = true;
+    GradReducer reducer(parameters, communicator, options);
+    if (rank == 0) parameters[1].second.grad().fill_(100.0);  // stale on the rank that misses it
+    reducer.prepare_for_backward(true);
+    backward(parameters, rank + 1.0, rank, /*skip=*/rank == 0 ? std::vector<size_t>{1} : std::vector<size_t>{});
+    reducer.finalize();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const double ranks_sum = i == 1 ? 2.0 : 3.0;  // rank 1's scale only, or 1 + 2
+      EXPECT_TRUE(parameters[i].second.grad().equal(coefficient(i, parameters[i].second) * ranks_sum))
+          << parameters[i].first;
     }
   });
 }

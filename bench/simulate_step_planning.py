@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Expected per-step efficiency of the literal rank rule and of the balanced step planner, at 2, 4,
+8 and 16 ranks, by simulation (issue 25, item 5: machines with more than 2 GPUs are not at hand).
+
+Usage: python3 bench/simulate_step_planning.py [--steps 2000] [--batch 1] [--accumulation 4]
+                                              [--max_seq_length 2048] [--seed 0]
+
+Efficiency of one step = mean over ranks of a rank's cost / its maximum: the fraction of the
+ranks' time that is not spent waiting for the slowest rank. The cost model and both plans mirror
+src/data/step_planner.cpp (plan_step_literal, plan_step_balanced, step_plan_efficiency) with its
+default constants; tests/data/test_step_planner.cpp asserts the C++ planner's efficiency on a
+fixed sample. Length distributions (log-normal, clipped to [1, max_seq_length]):
+  - bench: median 200, sigma 0.6 (bench/bench.py's synthetic rows);
+  - alpaca-shaped: median 160, sigma 0.75 -- ASSUMED, not fitted: alpaca-cleaned and a Llama-3
+    tokenizer were not available where this was written; refit with --alpaca MEDIAN SIGMA.
+Pure Python, no dependencies.
+"""
+import argparse
+import math
+import random
+
+PER_TOKEN = 1.0
+PER_SQUARED_TOKEN = 2e-5
+PER_MICRO_BATCH = 64.0
+
+
+def item_cost(tokens):
+    return PER_TOKEN * tokens + PER_SQUARED_TOKEN * tokens * tokens
+
+
+def form_micro_batches(share, lengths, budget):
+    """First-fit decreasing by tokens (ties: the earlier item); `share` ascending."""
+    batches, used = [], []
+    for position in sorted(share, key=lambda p: -lengths[p]):  # sorted() is stable
+        for b in range(len(batches)):
+            if used[b] + lengths[position] <= budget:
+                batches[b].append(position)
+                used[b] += lengths[position]
+                break
+        else:
+            batches.append([position])
+            used.append(lengths[position])
+    return batches
+
+
+def share_cost(share, lengths, budget):
+    return sum(item_cost(lengths[p]) for p in share) + PER_MICRO_BATCH * len(form_micro_batches(share, lengths, budget))
+
+
+def improve_once(shares, costs, lengths, budget):
+    high = max(range(len(costs)), key=lambda r: (costs[r], -r))
+    low = min(range(len(costs)), key=lambda r: (costs[r], r))
+    if high == low:
+        return False
+    best = costs[high] * (1.0 - 1e-12)
+    found = None
+
+    def consider(high_share, low_share):
+        nonlocal best, found
+        high_cost, low_cost = share_cost(high_share, lengths, budget), share_cost(low_share, lengths, budget)
+        if max(high_cost, low_cost) < best:
+            best = max(high_cost, low_cost)
+            found = (high_share, low_share, high_cost, low_cost)
+
+    for moved in shares[high]:
+        rest_high = [p for p in shares[high] if p != moved]
+        consider(rest_high, sorted(shares[low] + [moved]))
+        for back in shares[low]:
+            consider(sorted(rest_high + [back]), sorted([p for p in shares[low] if p != back] + [moved]))
+    if found is None:
+        return False
+    shares[high], shares[low], costs[high], costs[low] = found
+    return True
+
+
+def plan_balanced(lengths, world, budget):
+    order = sorted(range(len(lengths)), key=lambda p: -item_cost(lengths[p]))
+    shares, load = [[] for _ in range(world)], [0.0] * world
+    for position in order:
+        rank = min(range(world), key=lambda r: (load[r], r))
+        shares[rank].append(position)
+        load[rank] += item_cost(lengths[position])
+    shares = [sorted(share) for share in shares]
+    costs = [share_cost(share, lengths, budget) for share in shares]
+    for _ in range(4 * len(lengths) + 4):
+        if not improve_once(shares, costs, lengths, budget):
+            break
+    return [form_micro_batches(share, lengths, budget) for share in shares]
+
+
+def plan_literal(lengths, world, batch):
+    plan = []
+    for rank in range(world):
+        mine = list(range(rank, len(lengths), world))
+        plan.append([mine[i:i + batch] for i in range(0, len(mine), batch)])
+    return plan
+
+
+def efficiency(plan, lengths):
+    costs = [sum(PER_MICRO_BATCH + sum(item_cost(lengths[p]) for p in batch) for batch in batches if batch)
+             for batches in plan]
+    return sum(costs) / len(costs) / max(costs) if max(costs) > 0 else 1.0
+
+
+def log_normal_lengths(rng, count, median, sigma, max_length):
+    return [min(max(1, round(median * math.exp(sigma * rng.gauss(0.0, 1.0)))), max_length) for _ in range(count)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=1, help="per_device_train_batch_size")
+    parser.add_argument("--accumulation", type=int, default=4, help="gradient_accumulation_steps")
+    parser.add_argument("--max_seq_length", type=int, default=2048)
+    parser.add_argument("--alpaca", type=float, nargs=2, default=(160.0, 0.75), metavar=("MEDIAN", "SIGMA"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    distributions = {"bench (median 200, sigma 0.6)": (200.0, 0.6),
+                     f"alpaca-shaped (median {args.alpaca[0]:g}, sigma {args.alpaca[1]:g}, assumed)": tuple(args.alpaca)}
+    budget = args.batch * args.max_seq_length
+    print(f"per step: ranks x {args.batch} x {args.accumulation} samples; token budget {budget}; "
+          f"{args.steps} steps; cost = tokens + {PER_SQUARED_TOKEN:g} tokens^2 + {PER_MICRO_BATCH:g} per micro-batch")
+    print("| lengths | ranks | literal | balanced | balanced micro-batches/rank |")
+    print("|---|---|---|---|---|")
+    for name, (median, sigma) in distributions.items():
+        for world in (2, 4, 8, 16):
+            rng = random.Random(args.seed * 1000 + world)
+            literal = balanced = micro_batches = 0.0
+            for _ in range(args.steps):
+                lengths = log_normal_lengths(rng, world * args.batch * args.accumulation, median, sigma,
+                                             args.max_seq_length)
+                literal += efficiency(plan_literal(lengths, world, args.batch), lengths)
+                plan = plan_balanced(lengths, world, budget)
+                balanced += efficiency(plan, lengths)
+                micro_batches += len(plan[0])
+            n = args.steps
+            print(f"| {name} | {world} | {literal / n:.3f} | {balanced / n:.3f} | {micro_batches / n:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

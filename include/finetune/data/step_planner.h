@@ -1,0 +1,68 @@
+// Step planning: one optimizer step's work items across all ranks -> for each rank, its
+// micro-batches. Pure functions, LibTorch-free (issue 25, item 1; not wired into training yet).
+//
+// The input is exactly what the literal rule (Note [One rule for ranks], rank_assignment.h) deals
+// out for one step: world x batch x accumulation samples, or packed rows. With the loss normalised
+// by the global count of trained tokens, the optimizer step depends only on which items form the
+// step, not on which rank or micro-batch computes them; so the planner is free to move items.
+//
+// plan_step_balanced balances a cost model per rank (tokens, attention's quadratic term, a cost
+// per micro-batch): longest-processing-time-first over the ranks, then moves and swaps of single
+// items from the most to the least loaded rank while that lowers the maximum. A rank's items form
+// micro-batches by a token budget (first-fit decreasing, padding-free), with the default budget
+// per_device_train_batch_size x max_seq_length: no micro-batch holds more tokens than the literal
+// schedule's largest could. Ranks get the same number of micro-batches (trailing ones may be empty:
+// zero weight, the rank still takes part in the step's collectives). Deterministic: ties go to the
+// earlier item and the lower rank, so every rank computes the same plan from the same input.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace finetune {
+
+// A unit the planner places whole: a sample, or a packed row (later: samples that must stay
+// together, such as a preference pair).
+struct StepItem {
+  int64_t tokens = 0;          // padding-free tokens
+  int64_t squared_tokens = 0;  // sum over its samples of length^2 (attention's quadratic term)
+};
+
+StepItem sample_step_item(int64_t length);
+StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths);
+
+// Cost of a rank's share in token-equivalents. Defaults: not yet calibrated from a GPU profile;
+// derived from issue 25's Qwen3-8B figures (one micro-step of ~200 tokens ~61 ms, ~800 tokens
+// ~200 ms: ~0.23 ms per token plus ~15 ms, i.e. ~64 tokens, per micro-batch) and the ratio of the
+// causal attention FLOPs to the linear FLOPs of an 8B model (~2e-5 per token of context).
+struct StepCostModel {
+  double per_token = 1.0;
+  double per_squared_token = 2e-5;
+  double per_micro_batch = 64.0;
+  double item_cost(const StepItem& item) const;
+};
+
+// rank -> micro-batches -> positions into the step's item list. Every rank has as many
+// micro-batches; an empty one has zero weight.
+using StepPlan = std::vector<std::vector<std::vector<int64_t>>>;
+
+struct StepPlannerConfig {
+  int world_size = 1;
+  int64_t token_budget = 2048;  // most tokens in one micro-batch: per_device_train_batch_size x max_seq_length
+  StepCostModel cost;
+};
+
+// Balanced plan (see above). Throws when an item alone exceeds the token budget.
+StepPlan plan_step_balanced(const std::vector<StepItem>& items, const StepPlannerConfig& config);
+
+// Today's rule in the same shape: item i on rank i % world, micro-batches of batch_size items,
+// ranks padded with empty micro-batches to the same count.
+StepPlan plan_step_literal(const std::vector<StepItem>& items, int world_size, int64_t batch_size);
+
+// A rank's cost: its items plus per_micro_batch for each non-empty micro-batch.
+double rank_step_cost(const std::vector<std::vector<int64_t>>& micro_batches, const std::vector<StepItem>& items,
+                      const StepCostModel& cost);
+// Mean over ranks of rank_step_cost divided by its maximum (1 = perfectly balanced).
+double step_plan_efficiency(const StepPlan& plan, const std::vector<StepItem>& items, const StepCostModel& cost);
+
+}  // namespace finetune

@@ -1,0 +1,185 @@
+// The step planner (see step_planner.h).
+#include "finetune/data/step_planner.h"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "finetune/data/rank_assignment.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+using Positions = std::vector<int64_t>;
+
+// First-fit decreasing by tokens (ties: the earlier item) into micro-batches of at most `budget`
+// tokens; `positions` is ascending.
+std::vector<Positions> form_micro_batches(Positions positions, const std::vector<StepItem>& items, int64_t budget) {
+  std::stable_sort(positions.begin(), positions.end(), [&](int64_t a, int64_t b) {
+    return items[static_cast<size_t>(a)].tokens > items[static_cast<size_t>(b)].tokens;
+  });
+  std::vector<Positions> batches;
+  std::vector<int64_t> used;
+  for (int64_t position : positions) {
+    const int64_t tokens = items[static_cast<size_t>(position)].tokens;
+    size_t b = 0;
+    while (b < batches.size() && used[b] + tokens > budget) ++b;
+    if (b == batches.size()) {
+      batches.emplace_back();
+      used.push_back(0);
+    }
+    batches[b].push_back(position);
+    used[b] += tokens;
+  }
+  return batches;
+}
+
+double share_cost(const Positions& share, const std::vector<StepItem>& items, const StepPlannerConfig& config) {
+  double cost = 0;
+  for (int64_t position : share) cost += config.cost.item_cost(items[static_cast<size_t>(position)]);
+  return cost + config.cost.per_micro_batch * static_cast<double>(form_micro_batches(share, items, config.token_budget).size());
+}
+
+// Longest processing time first: the costliest item to the least loaded rank (ties: lower rank).
+std::vector<Positions> assign_longest_first(const std::vector<StepItem>& items, const StepPlannerConfig& config) {
+  Positions order(items.size());
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return config.cost.item_cost(items[static_cast<size_t>(a)]) > config.cost.item_cost(items[static_cast<size_t>(b)]);
+  });
+  std::vector<Positions> shares(static_cast<size_t>(config.world_size));
+  std::vector<double> load(shares.size(), 0.0);
+  for (int64_t position : order) {
+    const size_t rank = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    shares[rank].push_back(position);
+    load[rank] += config.cost.item_cost(items[static_cast<size_t>(position)]);
+  }
+  for (auto& share : shares) std::sort(share.begin(), share.end());
+  return shares;
+}
+
+Positions without(const Positions& share, int64_t position) {
+  Positions rest;
+  for (int64_t p : share) {
+    if (p != position) rest.push_back(p);
+  }
+  return rest;
+}
+
+Positions with(Positions share, int64_t position) {
+  share.insert(std::upper_bound(share.begin(), share.end(), position), position);
+  return share;
+}
+
+// One move or swap of single items between the costliest and the cheapest rank, the one that
+// lowers their larger cost most; false when none lowers it.
+bool improve_once(std::vector<Positions>& shares, std::vector<double>& costs, const std::vector<StepItem>& items,
+                  const StepPlannerConfig& config) {
+  const size_t high = static_cast<size_t>(std::max_element(costs.begin(), costs.end()) - costs.begin());
+  const size_t low = static_cast<size_t>(std::min_element(costs.begin(), costs.end()) - costs.begin());
+  if (high == low) return false;
+  double best = costs[high] * (1.0 - 1e-12);
+  bool found = false;
+  Positions best_high, best_low;
+  double best_high_cost = 0, best_low_cost = 0;
+  const auto consider = [&](Positions high_share, Positions low_share) {
+    const double high_cost = share_cost(high_share, items, config);
+    const double low_cost = share_cost(low_share, items, config);
+    if (std::max(high_cost, low_cost) < best) {
+      best = std::max(high_cost, low_cost);
+      found = true;
+      best_high = std::move(high_share), best_low = std::move(low_share);
+      best_high_cost = high_cost, best_low_cost = low_cost;
+    }
+  };
+  for (int64_t moved : shares[high]) {
+    consider(without(shares[high], moved), with(shares[low], moved));
+    for (int64_t back : shares[low]) {
+      consider(with(without(shares[high], moved), back), with(without(shares[low], back), moved));
+    }
+  }
+  if (!found) return false;
+  shares[high] = std::move(best_high), shares[low] = std::move(best_low);
+  costs[high] = best_high_cost, costs[low] = best_low_cost;
+  return true;
+}
+
+void check_config(const std::vector<StepItem>& items, const StepPlannerConfig& config) {
+  if (config.world_size < 1) throw Error("step planner: world_size must be >= 1, got " + std::to_string(config.world_size));
+  if (config.token_budget < 1) throw Error("step planner: token budget must be >= 1, got " + std::to_string(config.token_budget));
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].tokens < 0 || items[i].tokens > config.token_budget) {
+      throw Error("step planner: item " + std::to_string(i) + " has " + std::to_string(items[i].tokens) +
+                  " tokens, outside [0, token budget " + std::to_string(config.token_budget) + "]");
+    }
+  }
+}
+
+void pad_to_equal_counts(StepPlan& plan) {
+  size_t most = 0;
+  for (const auto& batches : plan) most = std::max(most, batches.size());
+  for (auto& batches : plan) batches.resize(most);
+}
+
+}  // namespace
+
+StepItem sample_step_item(int64_t length) { return {length, length * length}; }
+
+StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths) {
+  StepItem item;
+  for (int64_t length : sample_lengths) {
+    item.tokens += length;
+    item.squared_tokens += length * length;
+  }
+  return item;
+}
+
+double StepCostModel::item_cost(const StepItem& item) const {
+  return per_token * static_cast<double>(item.tokens) + per_squared_token * static_cast<double>(item.squared_tokens);
+}
+
+StepPlan plan_step_balanced(const std::vector<StepItem>& items, const StepPlannerConfig& config) {
+  check_config(items, config);
+  std::vector<Positions> shares = assign_longest_first(items, config);
+  std::vector<double> costs;
+  for (const auto& share : shares) costs.push_back(share_cost(share, items, config));
+  const size_t max_rounds = 4 * items.size() + 4;
+  for (size_t round = 0; round < max_rounds && improve_once(shares, costs, items, config); ++round) {
+  }
+  StepPlan plan;
+  for (const auto& share : shares) plan.push_back(form_micro_batches(share, items, config.token_budget));
+  pad_to_equal_counts(plan);
+  return plan;
+}
+
+StepPlan plan_step_literal(const std::vector<StepItem>& items, int world_size, int64_t batch_size) {
+  Positions positions(items.size());
+  std::iota(positions.begin(), positions.end(), int64_t{0});
+  StepPlan plan = literal_step_assignment(positions, world_size, batch_size);
+  pad_to_equal_counts(plan);
+  return plan;
+}
+
+double rank_step_cost(const std::vector<std::vector<int64_t>>& micro_batches, const std::vector<StepItem>& items,
+                      const StepCostModel& cost) {
+  double total = 0;
+  for (const auto& batch : micro_batches) {
+    if (!batch.empty()) total += cost.per_micro_batch;
+    for (int64_t position : batch) total += cost.item_cost(items.at(static_cast<size_t>(position)));
+  }
+  return total;
+}
+
+double step_plan_efficiency(const StepPlan& plan, const std::vector<StepItem>& items, const StepCostModel& cost) {
+  if (plan.empty()) return 1.0;
+  double sum = 0, most = 0;
+  for (const auto& batches : plan) {
+    const double rank_cost = rank_step_cost(batches, items, cost);
+    sum += rank_cost;
+    most = std::max(most, rank_cost);
+  }
+  return most > 0 ? sum / static_cast<double>(plan.size()) / most : 1.0;
+}
+
+}  // namespace finetune
