@@ -39,7 +39,7 @@ TrainerConfig trainer_config(const std::string& output_dir) {
 
 // One run's inputs: a fresh tiny model with LoRA dropout (the generators matter), the samples and
 // a world of one.
-struct Run {
+struct TrainingRun {
   TempDir output{"trainer"};
   std::unique_ptr<CausalLM> model = testing::tiny_lora_model(/*lora_dropout=*/0.2);
   NamedTensors trainable = lora_parameters(*model);
@@ -62,14 +62,14 @@ void expect_equal_tensors(const std::vector<at::Tensor>& a, const std::vector<at
 }
 
 TEST(Trainer, ResumingFromItsStateTrainsBitwiseWhatTheUninterruptedRunTrains) {
-  Run uninterrupted;
+  TrainingRun uninterrupted;
   const auto full = Trainer(*uninterrupted.model, uninterrupted.trainable, uninterrupted.stream,
                             *uninterrupted.communicator, uninterrupted.config, uninterrupted.objective)
                         .train({});
   ASSERT_EQ(full.step_losses.size(), 4u);
 
   // The same run with a checkpoint at step 2 (kept in memory); saving changes nothing.
-  Run saving;
+  TrainingRun saving;
   saving.config.save_steps = 2;
   std::optional<TrainingState> saved;
   std::vector<at::Tensor> saved_adapter;
@@ -88,7 +88,7 @@ TEST(Trainer, ResumingFromItsStateTrainsBitwiseWhatTheUninterruptedRunTrains) {
   EXPECT_EQ(with_save.last_checkpoint, "memory-2");
 
   // A new process: fresh model and components, the checkpoint's adapter and state loaded.
-  Run resumed;
+  TrainingRun resumed;
   {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
@@ -105,7 +105,7 @@ TEST(Trainer, ResumingFromItsStateTrainsBitwiseWhatTheUninterruptedRunTrains) {
 }
 
 TEST(Trainer, StateSurvivesALoadIntoAFreshTrainer) {
-  Run first;
+  TrainingRun first;
   first.config.total_steps = 3;
   Trainer trainer(*first.model, first.trainable, first.stream, *first.communicator, first.config, first.objective);
   trainer.train({});
@@ -119,7 +119,7 @@ TEST(Trainer, StateSurvivesALoadIntoAFreshTrainer) {
   ASSERT_EQ(state.generators.size(), 1u);
   EXPECT_FALSE(state.loss_scaler.has_value());  // fp32: no loss scaling
 
-  Run second;
+  TrainingRun second;
   Trainer fresh(*second.model, second.trainable, second.stream, *second.communicator, second.config,
                 second.objective);
   fresh.load_state(state);
@@ -143,7 +143,7 @@ TEST(Trainer, StateSurvivesALoadIntoAFreshTrainer) {
 // Note [Global token normalisation]: the logged loss of a step of two micro-batches is the summed
 // cross-entropy over both, divided by the step's trained tokens.
 TEST(Trainer, StepLossIsTheCrossEntropyOverShiftedLabelsPerGlobalToken) {
-  Run run;
+  TrainingRun run;
   run.model = testing::tiny_lora_model(/*lora_dropout=*/0.0);  // a deterministic forward to compare with
   run.trainable = lora_parameters(*run.model);
   run.config.total_steps = 1;
@@ -168,7 +168,7 @@ TEST(Trainer, StepLossIsTheCrossEntropyOverShiftedLabelsPerGlobalToken) {
 }
 
 TEST(Trainer, ASaveHookNeedsACheckpointDirectory) {
-  Run run;
+  TrainingRun run;
   TrainerHooks hooks;
   hooks.save_checkpoint = [](const std::string&, TrainingState) {};
   Trainer trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective);
