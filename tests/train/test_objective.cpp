@@ -1,12 +1,10 @@
 // The objective seam (train/objective.h): CausalLmObjective's loss is the plain cross-entropy over
-// the shifted labels, its normaliser the trained tokens; row weights scale rows; forward_backward
-// back-propagates loss_sum / normaliser (x loss scale).
+// the shifted labels, its normaliser the trained tokens; row weights scale their rows.
 #include <gtest/gtest.h>
 
 #include "finetune/data/batch.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
-#include "finetune/train/micro_step.h"
 #include "finetune/train/objective.h"
 #include "trainer_test_model.h"
 
@@ -58,27 +56,6 @@ TEST(CausalLmObjective, RowWeightsScaleTheirRows) {
   EXPECT_NEAR(objective.loss_sum(*model, inputs, training()).item<double>(), 2 * plain, 1e-5 * plain);
   inputs.targets.weights = at::zeros({rows}, at::kFloat);
   EXPECT_EQ(objective.loss_sum(*model, inputs, training()).item<double>(), 0.0);
-}
-
-TEST(MicroStep, ForwardBackwardPropagatesTheScaledNormalisedLoss) {
-  const HostBatch host = collate(testing::tiny_samples(3), {0, 1, 2}, 0);
-  const CausalLmObjective objective;
-  auto grads_of = [&](const at::Tensor& normaliser, const at::Tensor& scale, double* loss) {
-    auto model = testing::tiny_lora_model();
-    const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
-    *loss = forward_backward(*model, micro_batch_inputs(batch), training(), objective, normaliser, scale).item<double>();
-    std::vector<at::Tensor> grads;
-    for (const auto& [name, tensor] : lora_parameters(*model)) grads.push_back(tensor.grad().clone());
-    return grads;
-  };
-  double loss_a = 0, loss_b = 0;
-  const auto a = grads_of(at::scalar_tensor(10.0, at::kFloat), at::Tensor(), &loss_a);
-  const auto b = grads_of(at::scalar_tensor(20.0, at::kFloat), at::scalar_tensor(4.0, at::kFloat), &loss_b);
-  EXPECT_EQ(loss_a, loss_b);  // the returned loss sum is unscaled and unnormalised
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::allclose(b[i], a[i] * 2.0, 1e-5, 1e-7)) << i;  // x 4 / 2
-  }
 }
 
 }  // namespace

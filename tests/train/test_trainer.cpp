@@ -1,4 +1,4 @@
-// The trainer on the CPU with a tiny model: its components' state() / load_state() round trips,
+// The trainer on the CPU with a tiny model: its state() / load_state() round trip,
 // a run resumed from a state trains bit for bit what the uninterrupted run trains, and a step's
 // logged loss is the plain cross-entropy over shifted labels divided by the global token count.
 #include <gtest/gtest.h>
@@ -173,81 +173,6 @@ TEST(Trainer, ASaveHookNeedsACheckpointDirectory) {
   hooks.save_checkpoint = [](const std::string&, TrainingState) {};
   Trainer trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective);
   EXPECT_THROW(trainer.train(hooks), Error);
-}
-
-TEST(LogWindow, StateRestoresTheOpenWindowAndTheHistory) {
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  LogWindow window(at::kCPU);
-  for (double loss : {1.5, 2.5}) window.add_step(at::scalar_tensor(loss, f64), at::scalar_tensor(10.0, f64));
-  StepMetrics line;
-  line.step = 2;
-  const auto logged = window.close(line);
-  EXPECT_EQ(logged.loss, 2.0);
-  EXPECT_EQ(logged.tokens, 20);
-  window.add_step(at::scalar_tensor(4.0, f64), at::scalar_tensor(7.0, f64));
-  const MetricsState state = window.state();
-  EXPECT_EQ(state.step_losses, (std::vector<double>{1.5, 2.5, 4.0}));
-  EXPECT_EQ(state.tokens, 27);
-  ASSERT_EQ(state.log_history.size(), 1u);
-
-  LogWindow restored(at::kCPU);
-  restored.load_state(state);
-  EXPECT_EQ(restored.logged_step_losses(), (std::vector<double>{1.5, 2.5}));
-  EXPECT_EQ(restored.logged_tokens(), 20);
-  for (LogWindow* w : {&window, &restored}) w->add_step(at::scalar_tensor(5.0, f64), at::scalar_tensor(3.0, f64));
-  line.step = 4;
-  const auto a = window.close(line), b = restored.close(line);
-  EXPECT_EQ(a.loss, 4.5);
-  EXPECT_EQ(b.loss, a.loss);
-  EXPECT_EQ(b.tokens, 30);
-  EXPECT_EQ(restored.history().size(), 2u);
-}
-
-TEST(TrainingGenerators, StateRestoresTheDraws) {
-  auto communicator = make_communicator(LaunchEnv{}, at::kCPU, CommunicatorOptions{});
-  TrainingGenerators generators(at::kCPU, *communicator, 3);
-  const auto first = at::rand({4});
-  TrainingGenerators reseeded(at::kCPU, *communicator, 3);
-  EXPECT_TRUE(at::equal(at::rand({4}), first));  // seeded when built
-  const auto state = generators.state();
-  ASSERT_EQ(state.size(), 1u);
-  const auto next = at::rand({4});
-  generators.load_state(state);
-  EXPECT_TRUE(at::equal(at::rand({4}), next));
-  // States of another world size are not this rank's: the generators stay as they are.
-  const auto two_ranks = std::vector<GeneratorStates>{state[0], state[0]};
-  const auto before = generators.state();
-  generators.load_state(two_ranks);
-  EXPECT_TRUE(at::equal(generators.state()[0].cpu, before[0].cpu));
-}
-
-TEST(DataPosition, SeekingToAStreamsPositionContinuesItsSteps) {
-  const auto samples = testing::tiny_samples(10);
-  MicroBatchStream stream(samples, stream_config());
-  for (int i = 0; i < 4; ++i) stream.next_step();
-  const DataPosition position = data_position(stream);
-  EXPECT_EQ(position.epoch, 1);
-  EXPECT_EQ(position.steps_into_epoch, 1);
-  MicroBatchStream resumed(samples, stream_config());
-  seek_data_position(resumed, position);
-  const auto want = stream.next_step(), got = resumed.next_step();
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].input_ids, want[i].input_ids);
-}
-
-TEST(TrainingState, SamplesFingerprintSeesEveryTokenAndLabel) {
-  const std::vector<Sample> samples = {{{1, 2, 3}, {-100, 2, 3}}, {{4, 5}, {4, 5}}};
-  const auto fingerprint = samples_fingerprint(samples);
-  EXPECT_EQ(fingerprint.size(), 16u);
-  EXPECT_EQ(samples_fingerprint(samples), fingerprint);
-  auto changed = samples;
-  changed[1].input_ids[1] = 6;
-  EXPECT_NE(samples_fingerprint(changed), fingerprint);
-  changed = samples;
-  changed[0].labels[1] = -100;
-  EXPECT_NE(samples_fingerprint(changed), fingerprint);
-  EXPECT_NE(samples_fingerprint({samples[1], samples[0]}), fingerprint);
-  EXPECT_NE(samples_fingerprint({{{1, 2}, {-100, 2}}, {{3, 4, 5}, {3, 4, 5}}}), fingerprint);  // other boundaries
 }
 
 }  // namespace
