@@ -61,14 +61,38 @@ T field(const json& object, const char* key, const std::string& where) {
   }
 }
 
+json data_identity_json(const DataIdentity& data) {
+  return {{"dataset", data.dataset},
+          {"samples", data.samples},
+          {"samples_fingerprint", data.samples_fingerprint},
+          {"max_seq_length", data.max_seq_length},
+          {"packing", data.packing},
+          {"group_by_length", data.group_by_length},
+          {"shuffle", data.shuffle}};
+}
+
+DataIdentity data_identity_from(const json& object, const std::string& where) {
+  DataIdentity data;
+  data.dataset = field<std::string>(object, "dataset", where);
+  data.samples = field<int64_t>(object, "samples", where);
+  data.samples_fingerprint = field<std::string>(object, "samples_fingerprint", where);
+  data.max_seq_length = field<int64_t>(object, "max_seq_length", where);
+  data.packing = field<bool>(object, "packing", where);
+  data.group_by_length = field<bool>(object, "group_by_length", where);
+  data.shuffle = field<bool>(object, "shuffle", where);
+  return data;
+}
+
 json identity_json(const RunIdentity& identity) {
-  return {{"base_model", identity.base_model},
-          {"adapter_config", identity.adapter_config},
-          {"world_size", identity.world_size},
-          {"per_device_train_batch_size", identity.per_device_train_batch_size},
-          {"gradient_accumulation_steps", identity.gradient_accumulation_steps},
-          {"seed", identity.seed},
-          {"optim", identity.optim}};
+  json object = {{"base_model", identity.base_model},
+                 {"adapter_config", identity.adapter_config},
+                 {"world_size", identity.world_size},
+                 {"per_device_train_batch_size", identity.per_device_train_batch_size},
+                 {"gradient_accumulation_steps", identity.gradient_accumulation_steps},
+                 {"seed", identity.seed},
+                 {"optim", identity.optim}};
+  if (identity.data) object["data"] = data_identity_json(*identity.data);
+  return object;
 }
 
 RunIdentity identity_from(const json& object, const std::string& where) {
@@ -84,6 +108,8 @@ RunIdentity identity_from(const json& object, const std::string& where) {
   identity.seed = field<int64_t>(object, "seed", where);
   // Absent in checkpoints written before --optim had a choice: torch's AdamW wrote them.
   if (object.contains("optim")) identity.optim = field<std::string>(object, "optim", where);
+  // Absent in checkpoints written before the data settings were recorded.
+  if (object.contains("data")) identity.data = data_identity_from(object.at("data"), where + ".data");
   if (identity.world_size < 1 || identity.per_device_train_batch_size < 1 || identity.gradient_accumulation_steps < 1) {
     throw Error(where + ": world_size, per_device_train_batch_size and gradient_accumulation_steps must be >= 1");
   }
@@ -96,14 +122,14 @@ json trainer_state_json(const TrainingState& state) {
                    {"max_steps", state.total_steps},
                    {"epoch", epoch},
                    {"train_batch_size", state.identity.per_device_train_batch_size},
-                   {"log_history", state.log_history},
+                   {"log_history", state.metrics.log_history},
                    {"best_metric", nullptr},
                    {"best_model_checkpoint", nullptr},
                    {"finetune",
                     {{"epoch_index", state.position.epoch},
                      {"steps_into_epoch", state.position.steps_into_epoch},
-                     {"tokens", state.tokens},
-                     {"step_losses", state.step_losses},
+                     {"tokens", state.metrics.tokens},
+                     {"step_losses", state.metrics.step_losses},
                      {"optimizer_steps", state.optimizer.steps},
                      {"run", identity_json(state.identity)}}}};
   if (state.loss_scaler) {  // fp16 runs only (HF's scaler.pt)
@@ -182,6 +208,30 @@ const json& finetune_section(const json& document, const std::string& path) {
   return document.at("finetune");
 }
 
+const char* flag_text(bool value) { return value ? "true" : "false"; }
+
+std::string data_description(const DataIdentity& data) {
+  return data.dataset + " (" + std::to_string(data.samples) + " tokenized samples, fingerprint " +
+         data.samples_fingerprint + ")";
+}
+
+// Note [Resume identity]: the settings that decide which samples a saved data position points
+// at, then the tokenized samples themselves. `differs` throws the UsageError.
+template <typename Differs>
+void check_data_compatible(const DataIdentity& saved, const DataIdentity& current, const Differs& differs) {
+  if (saved.max_seq_length != current.max_seq_length) {
+    differs("--max_seq_length", std::to_string(saved.max_seq_length), std::to_string(current.max_seq_length));
+  }
+  if (saved.packing != current.packing) differs("--packing", flag_text(saved.packing), flag_text(current.packing));
+  if (saved.group_by_length != current.group_by_length) {
+    differs("--group_by_length", flag_text(saved.group_by_length), flag_text(current.group_by_length));
+  }
+  if (saved.shuffle != current.shuffle) differs("--shuffle", flag_text(saved.shuffle), flag_text(current.shuffle));
+  if (saved.samples != current.samples || saved.samples_fingerprint != current.samples_fingerprint) {
+    differs("the training data (--dataset)", data_description(saved), data_description(current));
+  }
+}
+
 }  // namespace
 
 RunIdentity read_run_identity(const std::string& dir) {
@@ -216,11 +266,11 @@ void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraC
   save_tensors(staged.path() + "/" + kOptimizerFile, tensors,
                {{"step", std::to_string(optimizer.steps)}, {"optimizer", optimizer.optimizer}});
   std::vector<std::pair<std::string, at::Tensor>> rng;
-  for (size_t rank = 0; rank < state.cpu_rng_states.size(); ++rank) {
-    rng.emplace_back("rank" + std::to_string(rank) + "/cpu", state.cpu_rng_states[rank]);
-    rng.emplace_back("rank" + std::to_string(rank) + "/device", state.device_rng_states.at(rank));
+  for (size_t rank = 0; rank < state.generators.size(); ++rank) {
+    rng.emplace_back("rank" + std::to_string(rank) + "/cpu", state.generators[rank].cpu);
+    rng.emplace_back("rank" + std::to_string(rank) + "/device", state.generators[rank].device);
   }
-  save_tensors(staged.path() + "/" + kRngFile, rng, {{"world_size", std::to_string(state.cpu_rng_states.size())}});
+  save_tensors(staged.path() + "/" + kRngFile, rng, {{"world_size", std::to_string(state.generators.size())}});
   write_file_atomically(staged.path() + "/" + kTrainerStateFile, trainer_state_json(state).dump(1) + "\n");
   staged.commit();
 }
@@ -235,21 +285,21 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
   if (!document.contains("log_history") || !document.at("log_history").is_array()) {
     throw Error(state_path + ": missing field 'log_history'");
   }
-  for (const auto& line : document.at("log_history")) state.log_history.push_back(line);
+  for (const auto& line : document.at("log_history")) state.metrics.log_history.push_back(line);
   const auto& ours = finetune_section(document, state_path);
   const std::string ours_where = state_path + " (finetune)";
   state.position.epoch = field<int64_t>(ours, "epoch_index", ours_where);
   state.position.steps_into_epoch = field<int64_t>(ours, "steps_into_epoch", ours_where);
-  state.tokens = field<int64_t>(ours, "tokens", ours_where);
-  state.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
+  state.metrics.tokens = field<int64_t>(ours, "tokens", ours_where);
+  state.metrics.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
   state.optimizer.steps = field<int64_t>(ours, "optimizer_steps", ours_where);
   state.loss_scaler = loss_scaler_from(ours, ours_where);
   if (!ours.contains("run")) throw Error(ours_where + ": missing field 'run'");
   state.identity = identity_from(ours.at("run"), ours_where + ".run");
   if (state.global_step < 0 || state.position.epoch < 0 || state.position.steps_into_epoch < 0 ||
-      state.optimizer.steps < 0 || static_cast<int64_t>(state.step_losses.size()) != state.global_step) {
+      state.optimizer.steps < 0 || static_cast<int64_t>(state.metrics.step_losses.size()) != state.global_step) {
     throw Error(state_path + ": inconsistent state (global_step " + std::to_string(state.global_step) + ", " +
-                std::to_string(state.step_losses.size()) + " step losses)");
+                std::to_string(state.metrics.step_losses.size()) + " step losses)");
   }
 
   state.optimizer.optimizer = state.identity.optim;
@@ -261,11 +311,10 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
     const auto cpu = rng.find("rank" + std::to_string(rank) + "/cpu");
     const auto device = rng.find("rank" + std::to_string(rank) + "/device");
     if (cpu == rng.end() || device == rng.end()) break;
-    state.cpu_rng_states.push_back(cpu->second);
-    state.device_rng_states.push_back(device->second);
+    state.generators.push_back({cpu->second, device->second});
   }
-  if (static_cast<int64_t>(state.cpu_rng_states.size()) != state.identity.world_size) {
-    throw Error(rng_path + ": holds the generator states of " + std::to_string(state.cpu_rng_states.size()) +
+  if (static_cast<int64_t>(state.generators.size()) != state.identity.world_size) {
+    throw Error(rng_path + ": holds the generator states of " + std::to_string(state.generators.size()) +
                 " ranks, the run had " + std::to_string(state.identity.world_size));
   }
   return state;
@@ -307,7 +356,7 @@ std::string resolve_resume_checkpoint(const std::string& option, const std::stri
   return option;
 }
 
-std::optional<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current) {
+std::vector<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current) {
   auto differs = [](const std::string& what, const std::string& saved_value, const std::string& current_value) {
     throw UsageError("--resume_from_checkpoint: the checkpoint was written with " + what + " " + saved_value +
                      ", this run has " + current_value + " (they must match to resume)");
@@ -332,14 +381,21 @@ std::optional<std::string> check_resume_compatible(const RunIdentity& saved, con
     throw UsageError(std::string("--resume_from_checkpoint: the checkpoint's ") + kOptimizerFile + " holds the state of --optim " +
                      saved.optim + ", this run has --optim " + current.optim + " (resume with --optim " + saved.optim + ")");
   }
-  if (saved.world_size != current.world_size || saved.per_device_train_batch_size != current.per_device_train_batch_size) {
-    return "resuming on " + std::to_string(current.world_size) + " rank(s) x batch " +
-           std::to_string(current.per_device_train_batch_size) + " from a checkpoint of " +
-           std::to_string(saved.world_size) + " x " + std::to_string(saved.per_device_train_batch_size) +
-           ": same global batch, so the optimizer and schedule continue exactly, but the samples each step sees "
-           "differ from the original run's";
+  std::vector<std::string> notices;
+  if (saved.data && current.data) {
+    check_data_compatible(*saved.data, *current.data, differs);
+  } else if (current.data) {
+    notices.push_back("the checkpoint predates the recording of the training data and its order (--dataset, "
+                      "--max_seq_length, --packing, --group_by_length, --shuffle): resuming without checking them");
   }
-  return std::nullopt;
+  if (saved.world_size != current.world_size || saved.per_device_train_batch_size != current.per_device_train_batch_size) {
+    notices.push_back("resuming on " + std::to_string(current.world_size) + " rank(s) x batch " +
+                      std::to_string(current.per_device_train_batch_size) + " from a checkpoint of " +
+                      std::to_string(saved.world_size) + " x " + std::to_string(saved.per_device_train_batch_size) +
+                      ": same global batch, so the optimizer and schedule continue exactly, but the samples each step "
+                      "sees differ from the original run's");
+  }
+  return notices;
 }
 
 }  // namespace finetune

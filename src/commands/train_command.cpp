@@ -22,6 +22,7 @@
 #include "finetune/hub/hub_upload.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/rank0_agreement.h"
 #include "finetune/ddp/rendezvous.h"
 #include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
@@ -125,15 +126,6 @@ int run_train(const Options& options, const EnvMap& env) {
     auto& model = *loaded.model;
     check_sequence_length(model.config(), options.max_seq_length);
     const auto adapter = setup_adapter(model, adapter_setup_from(options));
-    const auto identity = run_identity_from(options, launch, adapter.config);
-    std::optional<TrainingState> resume;
-    if (!run_directory.resume_from_checkpoint.empty()) {
-      const auto checkpoint = resolve_resume_checkpoint(run_directory.resume_from_checkpoint, run_directory.output_dir);
-      if (const auto notice = check_resume_compatible(read_run_identity(checkpoint), identity)) log::warn(*notice);
-      resume = read_training_state(checkpoint, adapter.trainable);
-      load_adapter_weights(model, checkpoint);
-      log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
-    }
     const auto data = load_datasets(data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
     if (data.train.samples.empty()) {
       const std::string dropped = describe_dropped_rows(data.train.stats);
@@ -141,7 +133,19 @@ int run_train(const Options& options, const EnvMap& env) {
     }
 
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
-    MicroBatchStream stream(data.train.samples, stream_config_from(options, launch, pad_id));
+    const auto stream_config = stream_config_from(options, launch, pad_id);
+    const std::string dataset_name = options.dataset.empty() ? options.raw_text_file : options.dataset;
+    auto identity = run_identity_from(options, launch, adapter.config);
+    identity.data = data_identity(dataset_name, data.train.samples, stream_config);  // Note [Resume identity]
+    std::optional<TrainingState> resume;
+    if (!run_directory.resume_from_checkpoint.empty()) {
+      const auto checkpoint = resolve_resume_checkpoint(run_directory.resume_from_checkpoint, run_directory.output_dir);
+      for (const auto& notice : check_resume_compatible(read_run_identity(checkpoint), identity)) log::warn(notice);
+      resume = read_training_state(checkpoint, adapter.trainable);
+      load_adapter_weights(model, checkpoint);
+      log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
+    }
+    MicroBatchStream stream(data.train.samples, stream_config);
     const auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
     if (resume && resume->global_step >= config.total_steps) {
       throw UsageError("--resume_from_checkpoint: the checkpoint is at step " + std::to_string(resume->global_step) +
@@ -149,7 +153,7 @@ int run_train(const Options& options, const EnvMap& env) {
     }
     if (launch.rank == 0) {
       log_banner(loaded, adapter, data, stream, launch,
-                 {options.dataset.empty() ? options.raw_text_file : options.dataset, options.per_device_train_batch_size, options.gradient_accumulation_steps,
+                 {dataset_name, options.per_device_train_batch_size, options.gradient_accumulation_steps,
                   config.total_steps, config.schedule.warmup_steps, config.optim});
       if (const auto memory = peak_device_memory_gib(device)) log::info("GPU memory after load: " + c10::str(*memory) + " GiB");
     }
@@ -160,6 +164,7 @@ int run_train(const Options& options, const EnvMap& env) {
         return evaluate_across_ranks(model, data.eval->samples, *communicator, options.per_device_eval_batch_size, pad_id);
       };
     }
+    hooks.checkpoint_dir = [&](int64_t step) { return checkpoint_path(config.output_dir, step); };
     hooks.save_checkpoint = [&](const std::string& dir, TrainingState state) {
       state.identity = identity;
       write_checkpoint(dir, model, adapter.config, state);
@@ -169,20 +174,12 @@ int run_train(const Options& options, const EnvMap& env) {
     };
 
     const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
-    std::string save_failure;
-    if (launch.rank == 0) {
-      try {
-        save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir,
-                   result.last_checkpoint);
-        if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
-      } catch (const std::exception& e) {
-        save_failure = e.what();
-      }
-    }
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.
-    auto failed = at::full({1}, save_failure.empty() ? 0.0 : 1.0, at::TensorOptions().dtype(at::kDouble).device(device));
-    communicator->all_reduce(failed, "final save");
-    if (failed.item<double>() != 0) throw Error(save_failure.empty() ? "final save failed on rank 0" : save_failure);
+    const auto saved = run_on_rank0_then_agree(*communicator, device, "final save", [&] {
+      save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir, result.last_checkpoint);
+      if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
+    });
+    if (saved.failed) throw Error(saved.message("final save"));
     communicator->finish();  // after the last collective: Note [Clean exit] in ddp/peer_monitor.h
     if (launch.rank == 0) {
       nlohmann::json summary = {{"steps", config.total_steps},

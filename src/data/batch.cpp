@@ -26,9 +26,7 @@ const Sample& checked_sample(const std::vector<Sample>& samples, int64_t index) 
 
 int64_t count_trainable(const std::vector<int64_t>& labels, int64_t rows, int64_t seq_len) {
   int64_t count = 0;
-  for (int64_t row = 0; row < rows; ++row) {
-    for (int64_t t = 1; t < seq_len; ++t) count += labels[row * seq_len + t] != kIgnoreIndex;
-  }
+  for (int64_t row = 0; row < rows; ++row) count += count_targets(labels.data() + row * seq_len, seq_len);
   return count;
 }
 

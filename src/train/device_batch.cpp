@@ -9,28 +9,33 @@ at::Tensor host_tensor(const std::vector<int64_t>& values, int64_t rows, int64_t
   return cpu.pin_memory().to(device, /*non_blocking=*/true);
 }
 
+AttentionMask mask_for(const HostBatch& batch, const at::Device& device, BatchLayout layout) {
+  if (layout == BatchLayout::kFlatRowVariableLength) return variable_length_mask(batch.sample_lengths[0], device);
+  return build_attention_mask(batch.sample_lengths, batch.seq_len, device);
+}
+
 }  // namespace
 
-DeviceBatch to_device(const HostBatch& padded, const at::Device& device, bool variable_length) {
-  const HostBatch batch = variable_length ? flatten(padded) : padded;
+BatchLayout batch_layout_for(const KernelPolicy& policy) {
+  return policy.variable_length_attention ? BatchLayout::kFlatRowVariableLength : BatchLayout::kPaddedRows;
+}
+
+DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLayout layout) {
+  const HostBatch batch = layout == BatchLayout::kPaddedRows ? padded : flatten(padded);
   DeviceBatch out;
   out.input_ids = host_tensor(batch.input_ids, batch.rows, batch.seq_len, device);
   out.labels = host_tensor(batch.labels, batch.rows, batch.seq_len, device);
   out.position_ids = host_tensor(batch.position_ids, batch.rows, batch.seq_len, device);
-  // On the GPU the flat row runs through flash attention over cumulative lengths; on the CPU the
-  // same row gets the equivalent block-diagonal causal mask.
-  out.mask = variable_length && device.is_cuda() ? variable_length_mask(batch.sample_lengths[0], device)
-                                                 : build_attention_mask(batch.sample_lengths, batch.seq_len, device);
+  out.mask = mask_for(batch, device, layout);
   std::vector<int64_t> positions, targets;
   positions.reserve(static_cast<size_t>(batch.trainable_tokens));
   targets.reserve(static_cast<size_t>(batch.trainable_tokens));
   for (int64_t row = 0; row < batch.rows; ++row) {
-    for (int64_t t = 0; t + 1 < batch.seq_len; ++t) {
-      const int64_t next = batch.labels[static_cast<size_t>(row * batch.seq_len + t + 1)];
-      if (next == kIgnoreIndex) continue;
-      positions.push_back(row * batch.seq_len + t);
-      targets.push_back(next);
-    }
+    const int64_t row_start = row * batch.seq_len;
+    for_each_target(batch.labels.data() + row_start, batch.seq_len, [&](int64_t position, int64_t target) {
+      positions.push_back(row_start + position);
+      targets.push_back(target);
+    });
   }
   const auto count = static_cast<int64_t>(positions.size());
   out.target_positions = host_tensor(positions, 1, count, device).view({count});
@@ -38,6 +43,10 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, bool va
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
   return out;
+}
+
+DeviceBatch to_device(const HostBatch& batch, const at::Device& device, bool variable_length) {
+  return to_device(batch, device, variable_length ? BatchLayout::kFlatRowVariableLength : BatchLayout::kPaddedRows);
 }
 
 }  // namespace finetune

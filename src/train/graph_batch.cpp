@@ -26,12 +26,10 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
   }
   const int64_t real = flat.seq_len;
   std::vector<int64_t> positions, targets;
-  for (int64_t t = 0; t + 1 < real; ++t) {
-    const int64_t next = flat.labels[static_cast<size_t>(t + 1)];
-    if (next == kIgnoreIndex) continue;
-    positions.push_back(t);
-    targets.push_back(next);
-  }
+  for_each_target(flat.labels.data(), real, [&](int64_t position, int64_t target) {
+    positions.push_back(position);
+    targets.push_back(target);
+  });
   GraphBatch out;
   out.shape = graph_shape(flat);  // at least one filler token: no empty sample
   if (out.shape.targets != graph_bucket(static_cast<int64_t>(positions.size()))) {

@@ -30,8 +30,8 @@ struct RowWeights {
 };
 
 struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {
-  // target_weights: undefined, or (N) fp32 of 0/1 -- a 0 row adds nothing to the loss or the gradient
-  // (Note [Graphed micro-steps]: the filler rows that pad a graph's target count).
+  // target_weights: undefined, or (N) fp32: each row's loss and gradient times its weight (a 0 row
+  // adds nothing: Note [Graphed micro-steps], the filler rows that pad a graph's target count).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, const RowWeights& row_weights_of_targets) {
     const at::Tensor& target_weights = row_weights_of_targets.weights;
@@ -80,14 +80,18 @@ int64_t logit_chunk_rows(int64_t vocab_size) {
 }
 
 at::Tensor shift_labels(const at::Tensor& labels) {
-  auto padded = at::constant_pad_nd(labels, {0, 1}, kIgnoreIndex);
-  return padded.narrow(1, 1, labels.size(1));
+  auto padded = at::constant_pad_nd(labels, {0, kTargetShift}, kIgnoreIndex);
+  return padded.narrow(1, kTargetShift, labels.size(1));
 }
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels) {
   auto targets = shift_labels(labels).reshape(-1);                       // (B*T)
   auto positions = targets.ne(kIgnoreIndex).nonzero().squeeze(1);        // (N)
   return causal_lm_loss_sum(model, hidden, positions, targets.index_select(0, positions));
+}
+
+at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets) {
+  return causal_lm_loss_sum(model, hidden, targets.positions, targets.ids, targets.weights);
 }
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,

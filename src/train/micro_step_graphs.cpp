@@ -1,5 +1,16 @@
 #include "finetune/train/micro_step_graphs.h"
 
+#include "finetune/model/kernel_policy.h"
+
+namespace finetune {
+
+bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective) {
+  return cuda_kernels_compiled_in() && model.device().is_cuda() && model.kernel_policy().variable_length_attention &&
+         model.cuda_graph_safe() && objective.graph_capturable();
+}
+
+}  // namespace finetune
+
 // CUDA builds implement MicroStepGraphs in cuda/micro_step_graphs.cpp.
 #ifndef FINETUNE_WITH_CUDA
 #include "finetune/util/errors.h"
@@ -8,7 +19,7 @@ namespace finetune {
 
 struct MicroStepGraphs::State {};
 
-MicroStepGraphs::MicroStepGraphs(const CausalLM&, ForwardOptions, MicroStepGraphsConfig) {
+MicroStepGraphs::MicroStepGraphs(const CausalLM&, ForwardOptions, MicroStepGraphsConfig, const Objective&) {
   throw Error("CUDA graphs of micro-steps: this build has no CUDA support");
 }
 MicroStepGraphs::~MicroStepGraphs() = default;

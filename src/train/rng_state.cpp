@@ -67,4 +67,18 @@ std::vector<GeneratorStates> gather_generators(const GeneratorStates& local, Com
   return out;
 }
 
+TrainingGenerators::TrainingGenerators(const at::Device& device, Communicator& communicator, uint64_t seed)
+    : device_(device), communicator_(&communicator) {
+  seed_generators(seed);
+}
+
+std::vector<GeneratorStates> TrainingGenerators::state() const {
+  return gather_generators(capture_generators(device_), *communicator_, device_);
+}
+
+void TrainingGenerators::load_state(const std::vector<GeneratorStates>& states) {
+  if (static_cast<int64_t>(states.size()) != communicator_->world_size()) return;
+  restore_generators(device_, states.at(static_cast<size_t>(communicator_->rank())));
+}
+
 }  // namespace finetune

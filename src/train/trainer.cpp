@@ -1,21 +1,8 @@
 #include "finetune/train/trainer.h"
 
-#include <chrono>
-#include <filesystem>
-
-#include "finetune/checkpoint/run_checkpoint.h"
-#include "finetune/ddp/grad_reducer.h"
-#include "finetune/launch/environment.h"
-#include "finetune/report/metrics_scalars.h"
-#include "finetune/report/tensorboard_writer.h"
-#include "finetune/train/device_batch.h"
-#include "finetune/train/finite_guard.h"
+#include "finetune/ddp/rank0_agreement.h"
 #include "finetune/train/grad_clip.h"
-#include "finetune/train/loss.h"
-#include "finetune/train/loss_scaler.h"
-#include "finetune/train/micro_step_graphs.h"
-#include "finetune/train/rng_state.h"
-#include "finetune/train/step_profiler.h"
+#include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -30,11 +17,27 @@ double seconds_since(Clock::time_point start) {
 
 bool every(int64_t interval, int64_t step) { return interval > 0 && step % interval == 0; }
 
-// Where the last good state is, for an error that stops the run.
-std::string last_good_state(const std::string& last_checkpoint) {
-  return last_checkpoint.empty() ? "no checkpoint was written (--save_steps)"
-                                 : "the last good checkpoint is " + last_checkpoint;
+std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
+  std::vector<at::Tensor> tensors;
+  for (const auto& [name, tensor] : named) tensors.push_back(tensor);
+  return tensors;
 }
+
+GradReducerOptions reducer_options_from(const TrainerConfig& config) {
+  GradReducerOptions options;
+  options.bucket_cap_bytes = config.ddp_bucket_cap_mb << 20;
+  options.find_unused_parameters = config.ddp_find_unused_parameters;
+  return options;
+}
+
+ForwardOptions training_forward(const TrainerConfig& config) {
+  ForwardOptions options;
+  options.training = true;
+  options.gradient_checkpointing = config.gradient_checkpointing;
+  return options;
+}
+
+std::string step_name(int64_t step) { return "step " + std::to_string(step); }
 
 }  // namespace
 
@@ -44,225 +47,205 @@ double TrainResult::train_loss() const {
   return step_losses.empty() ? 0.0 : sum / static_cast<double>(step_losses.size());
 }
 
+Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream, Communicator& communicator,
+                 const TrainerConfig& config, const Objective& objective)
+    : model_(model), stream_(stream), communicator_(communicator), config_(config), objective_(objective),
+      parameters_(tensors_of(trainable)),
+      reducer_(trainable, communicator, reducer_options_from(config)),
+      optimizer_(make_optimizer(config.optim, parameters_, config.adamw, model.kernel_policy().fused_adamw)),
+      generators_(model.device(), communicator, config.seed),
+      window_(model.device()),
+      profiler_(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(), model.device()),
+      finite_(model.device()),
+      forward_options_(training_forward(config)),
+      layout_(batch_layout_for(model.kernel_policy())),
+      start_(Clock::now()) {
+  reducer_.broadcast_parameters();
+  // Note [fp16 loss scaling] (train/loss_scaler.h): fp16 runs only, as HF's fp16=True.
+  if (model.dtype() == at::kHalf) scaler_.emplace(LossScalerConfig{}, model.device());
+  if (scaler_) loss_scale_ = scaler_->scale();
+  // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
+  if (config.cuda_graphs && micro_step_graphs_supported(model, objective)) {
+    graphs_ = std::make_unique<MicroStepGraphs>(model, forward_options_, MicroStepGraphsConfig{}, objective);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+TrainingState Trainer::state() const {
+  TrainingState state;
+  state.global_step = global_step_;
+  state.total_steps = config_.total_steps;
+  state.position = data_position(stream_);
+  state.metrics = window_.state();
+  state.optimizer = optimizer_->state();
+  if (scaler_) state.loss_scaler = scaler_->state();
+  state.generators = generators_.state();
+  return state;
+}
+
+void Trainer::load_state(const TrainingState& state) {
+  global_step_ = state.global_step;
+  last_checkpoint_ = state.source_dir;
+  optimizer_->load_state(state.optimizer);
+  if (scaler_ && state.loss_scaler) scaler_->load_state(*state.loss_scaler);  // else HF: init_scale
+  seek_data_position(stream_, state.position);
+  window_.load_state(state.metrics);
+  generators_.load_state(state.generators);
+}
+
+std::string Trainer::last_good_state() const {
+  return last_checkpoint_.empty() ? "no checkpoint was written (--save_steps)"
+                                  : "the last good checkpoint is " + last_checkpoint_;
+}
+
+TrainResult Trainer::train(const TrainerHooks& hooks) {
+  if (hooks.save_checkpoint && !hooks.checkpoint_dir) {
+    throw Error("trainer: a save_checkpoint hook needs a checkpoint_dir hook (where each checkpoint goes)");
+  }
+  if (communicator_.rank() == 0) {
+    sinks_.emplace(config_.output_dir, config_.tensorboard, config_.total_steps, window_.history());
+  }
+  TrainResult result;
+  start_ = Clock::now();
+  window_.restart_clock();
+  for (int64_t step = global_step_ + 1; step <= config_.total_steps; ++step) {
+    profiler_.before_step(step);
+    const StepOutcome outcome = train_step(step);
+    // A skipped fp16 step's gradient norm is inf / NaN by construction: overflow, not divergence.
+    finite_.record(step, window_.last_loss(), outcome.skipped ? at::Tensor() : outcome.grad_norm);
+    profiler_.after_step(step);
+    global_step_ = step;
+    after_step(step, outcome, hooks, result);
+  }
+  finish(hooks, result);
+  return result;
+}
+
+Trainer::StepOutcome Trainer::train_step(int64_t step) {
+  const auto micro_batches = stream_.next_step();
+  const auto counts = global_counts(micro_batches, step);  // (normaliser, non-padding tokens)
+  const auto normaliser = counts[0].to(at::kFloat);
+  auto loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    reducer_.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
+    loss_sum += forward_backward(micro_batches[i], normaliser).to(at::kDouble);
+  }
+  reducer_.finalize();
+  const StepOutcome outcome = update_parameters();
+  communicator_.all_reduce(loss_sum, "loss of " + step_name(step));
+  window_.add_step(loss_sum / counts[0], counts[1]);
+  return outcome;
+}
+
+// Note [Global token normalisation]: one small all-reduce before the first backward.
+at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, int64_t step) {
+  double normaliser = 0, real_tokens = 0;
+  for (const auto& batch : micro_batches) {
+    normaliser += objective_.normaliser_share(batch);
+    real_tokens += static_cast<double>(batch.real_tokens);
+  }
+  auto counts = at::tensor({normaliser, real_tokens}, at::TensorOptions().dtype(at::kDouble));
+  // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
+  // would wait for them on the host and leave the GPU idle while the next step is issued.
+  if (!model_.device().is_cpu()) counts = counts.pin_memory().to(model_.device(), /*non_blocking=*/true);
+  communicator_.all_reduce(counts, "token count of " + step_name(step));
+  return counts;
+}
+
+at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser) {
+  if (graphs_ && graphs_->accepts(micro_batch)) return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_);
+  const auto batch = to_device(micro_batch, model_.device(), layout_);
+  return finetune::forward_backward(model_, micro_batch_inputs(batch), forward_options_, objective_, normaliser,
+                                    loss_scale_);
+}
+
+Trainer::StepOutcome Trainer::update_parameters() {
+  StepOutcome outcome;
+  if (scaler_) {
+    std::vector<at::Tensor> grads;
+    for (const auto& p : parameters_) grads.push_back(p.grad());
+    scaler_->unscale(grads);  // before clipping, as HF's accelerator.clip_grad_norm_
+  }
+  outcome.grad_norm = clip_grad_norm(parameters_, config_.max_grad_norm);
+  // The schedule counts the updates taken: an fp16 step skipped for overflow leaves it (HF).
+  outcome.lr = config_.learning_rate * lr_multiplier(config_.schedule, optimizer_->steps_taken());
+  outcome.skipped = scaler_ && scaler_->step_was_skipped();
+  if (!outcome.skipped) optimizer_->step(outcome.lr);
+  if (scaler_) scaler_->update();
+  reducer_.zero_grad();
+  return outcome;
+}
+
+void Trainer::after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result) {
+  if (every(config_.ddp_check_consistency_steps, step)) reducer_.check_parameters_consistent(step_name(step));
+  std::optional<double> eval_loss;
+  if (hooks.evaluate && every(config_.eval_steps, step)) {
+    eval_loss = hooks.evaluate();
+    result.final_eval_loss = eval_loss;
+  }
+  if (every(config_.logging_steps, step) || step == config_.total_steps || eval_loss) {
+    log_line(step, outcome, eval_loss);
+  }
+  if (every(config_.save_steps, step) && step != config_.total_steps && hooks.save_checkpoint) {
+    save_checkpoint(step, hooks);
+  }
+}
+
+void Trainer::log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss) {
+  finite_.check(last_good_state());  // the losses are read here anyway
+  StepMetrics line;
+  line.step = step;
+  line.epoch = static_cast<double>(step) / static_cast<double>(stream_.steps_per_epoch());
+  line.lr = outcome.lr;
+  line.grad_norm = outcome.grad_norm.item<double>();
+  line.elapsed_s = seconds_since(start_);
+  line.eval_loss = eval_loss;
+  line = window_.close(line);
+  if (sinks_) sinks_->write(line);
+}
+
+void Trainer::save_checkpoint(int64_t step, const TrainerHooks& hooks) {
+  finite_.check(last_good_state());  // never write a diverged adapter
+  TrainingState state = this->state();
+  const std::string dir = hooks.checkpoint_dir(step);
+  const auto outcome = run_on_rank0_then_agree(communicator_, model_.device(), "checkpoint save at " + step_name(step),
+                                               [&] { hooks.save_checkpoint(dir, std::move(state)); });
+  if (outcome.failed) {
+    throw Error("checkpoint at step " + std::to_string(step) + " could not be saved: " +
+                outcome.message("the save") + "; " + last_good_state());
+  }
+  last_checkpoint_ = dir;
+}
+
+void Trainer::finish(const TrainerHooks& hooks, TrainResult& result) {
+  if (sinks_) sinks_->finish_progress();
+  if (graphs_ && communicator_.rank() == 0) {
+    log::info("CUDA graphs: " + std::to_string(graphs_->graphs_captured()) + " micro-step shapes captured, " +
+              std::to_string(graphs_->replays()) + " replays");
+  }
+  finite_.check(last_good_state());
+  result.step_losses = window_.logged_step_losses();
+  result.tokens = window_.logged_tokens();
+  result.last_checkpoint = last_checkpoint_;
+  result.elapsed_s = seconds_since(start_);
+  const bool final_eval = hooks.evaluate && !every(config_.eval_steps, config_.total_steps);
+  if (final_eval) result.final_eval_loss = hooks.evaluate();
+  if (sinks_) {
+    // HF's end-of-training log; the final evaluation only where no metrics.jsonl line holds it.
+    sinks_->write_summary(config_.total_steps, {result.train_loss(), result.elapsed_s, result.tokens_per_second(),
+                                                final_eval ? result.final_eval_loss : std::nullopt});
+  }
+  sinks_.reset();
+}
+
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
                   const TrainingState* resume) {
-  const bool is_main = communicator.rank() == 0;
-  const auto device = model.device();
-  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
-
-  GradReducerOptions reducer_options;
-  reducer_options.bucket_cap_bytes = config.ddp_bucket_cap_mb << 20;
-  reducer_options.find_unused_parameters = config.ddp_find_unused_parameters;
-  GradReducer reducer(trainable, communicator, reducer_options);
-  reducer.broadcast_parameters();
-
-  std::vector<at::Tensor> parameters;
-  for (const auto& [name, tensor] : trainable) parameters.push_back(tensor);
-  const auto optimizer = make_optimizer(config.optim, parameters, config.adamw, model.kernel_policy().fused_adamw);
-  // Note [fp16 loss scaling] (train/loss_scaler.h): fp16 runs only, as HF's fp16=True.
-  std::optional<LossScaler> scaler;
-  if (model.dtype() == at::kHalf) scaler.emplace(LossScalerConfig{}, device);
-
-  TrainResult result;
-  seed_generators(config.seed);
-  int64_t start_step = 0;
-  int64_t logged_steps = 0;  // steps whose loss went into result.step_losses through a log line
-  std::vector<nlohmann::json> log_history;
-  std::vector<at::Tensor> window_losses;  // per-step global mean loss (device scalars) since the last log
-  auto window_tokens = at::zeros({}, f64);  // non-padding tokens since the last log, all ranks
-  if (resume) {
-    start_step = resume->global_step;
-    result.last_checkpoint = resume->source_dir;
-    optimizer->load_state(resume->optimizer);
-    if (scaler && resume->loss_scaler) scaler->load_state(*resume->loss_scaler);  // else HF: init_scale
-    stream.seek(resume->position.epoch, resume->position.steps_into_epoch);
-    log_history = resume->log_history;
-    logged_steps = log_history.empty() ? 0 : log_history.back().value("step", int64_t{0});
-    result.step_losses.assign(resume->step_losses.begin(), resume->step_losses.begin() + logged_steps);
-    for (size_t i = static_cast<size_t>(logged_steps); i < resume->step_losses.size(); ++i) {
-      window_losses.push_back(at::scalar_tensor(resume->step_losses[i], f64));
-    }
-    result.tokens = log_history.empty() ? 0 : log_history.back().value("tokens", int64_t{0});
-    window_tokens.fill_(static_cast<double>(resume->tokens - result.tokens));
-    const auto rank = static_cast<size_t>(communicator.rank());
-    if (resume->identity.world_size == communicator.world_size()) {
-      restore_generators(device, {resume->cpu_rng_states.at(rank), resume->device_rng_states.at(rank)});
-    }
-  }
-
-  std::optional<MetricsWriter> metrics;
-  std::optional<ProgressReporter> progress;
-  std::optional<TensorBoardWriter> tensorboard;
-  if (is_main) {
-    std::filesystem::create_directories(config.output_dir);
-    metrics.emplace(config.output_dir + "/metrics.jsonl");  // rewritten from the history on resume
-    for (const auto& line : log_history) metrics->write_line(line.dump());
-    // A new runs/ directory for every run, a resumed one too (as HF's TensorBoardCallback): it holds
-    // what this run logs, and TensorBoard shows the earlier run's directory beside it.
-    if (config.tensorboard) tensorboard.emplace(tensorboard_log_dir(config.output_dir, unix_time_now(), host_name()));
-    progress.emplace(config.total_steps, stderr_is_terminal());
-  }
-
-  ForwardOptions forward_options;
-  forward_options.training = true;
-  forward_options.gradient_checkpointing = config.gradient_checkpointing;
-  // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
-  std::unique_ptr<MicroStepGraphs> graphs;
-  if (config.cuda_graphs && device.is_cuda() && model.kernel_policy().variable_length_attention &&
-      model.cuda_graph_safe()) {
-    graphs = std::make_unique<MicroStepGraphs>(model, forward_options, MicroStepGraphsConfig{});
-  }
-  const at::Tensor loss_scale = scaler ? scaler->scale() : at::Tensor();  // undefined: no loss scaling
-
-  StepProfiler profiler(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(),
-                        device);
-  FiniteGuard finite(device);
-  const auto start = Clock::now();
-  auto window_start = start;
-  at::Tensor grad_norm;
-  double lr = 0;
-
-  for (int64_t step = start_step; step < config.total_steps; ++step) {
-    profiler.before_step(step + 1);
-    auto micro_batches = stream.next_step();
-    double local_trainable = 0, local_real = 0;
-    for (const auto& batch : micro_batches) {
-      local_trainable += static_cast<double>(batch.trainable_tokens);
-      local_real += static_cast<double>(batch.real_tokens);
-    }
-    // Note [Global token normalisation]: one small all-reduce before the first backward.
-    auto counts = at::tensor({local_trainable, local_real}, at::TensorOptions().dtype(at::kDouble));
-    // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
-    // would wait for them on the host and leave the GPU idle while the next step is issued.
-    if (device.is_cuda()) counts = counts.pin_memory().to(device, /*non_blocking=*/true);
-    communicator.all_reduce(counts, "token count of step " + std::to_string(step + 1));
-    const auto global_tokens = counts[0].to(at::kFloat);
-
-    auto step_loss_sum = at::zeros({}, f64);
-    for (size_t i = 0; i < micro_batches.size(); ++i) {
-      reducer.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
-      at::Tensor loss_sum;
-      if (graphs && graphs->accepts(micro_batches[i])) {
-        loss_sum = graphs->run(micro_batches[i], global_tokens, loss_scale, reducer);
-      } else {
-        const auto batch = to_device(micro_batches[i], device, model.kernel_policy().variable_length_attention);
-        auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward_options);
-        loss_sum = causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids);
-        backward_normalised_loss(loss_sum, global_tokens, loss_scale);
-      }
-      step_loss_sum += loss_sum.detach().to(at::kDouble);
-    }
-    reducer.finalize();
-    if (scaler) {
-      std::vector<at::Tensor> grads;
-      for (const auto& p : parameters) grads.push_back(p.grad());
-      scaler->unscale(grads);  // before clipping, as HF's accelerator.clip_grad_norm_
-    }
-    grad_norm = clip_grad_norm(parameters, config.max_grad_norm);
-    // The schedule counts the updates taken: an fp16 step skipped for overflow leaves it (HF).
-    lr = config.learning_rate * lr_multiplier(config.schedule, optimizer->steps_taken());
-    const bool skipped = scaler && scaler->step_was_skipped();
-    if (!skipped) optimizer->step(lr);
-    if (scaler) scaler->update();
-    reducer.zero_grad();
-
-    communicator.all_reduce(step_loss_sum, "loss of step " + std::to_string(step + 1));
-    window_losses.push_back(step_loss_sum / counts[0]);
-    window_tokens += counts[1];
-    // A skipped fp16 step's gradient norm is inf / NaN by construction: overflow, not divergence.
-    finite.record(step + 1, window_losses.back(), skipped ? at::Tensor() : grad_norm);
-    profiler.after_step(step + 1);
-
-    const int64_t done = step + 1;
-    if (every(config.ddp_check_consistency_steps, done)) {
-      reducer.check_parameters_consistent("step " + std::to_string(done));
-    }
-    std::optional<double> eval_loss;
-    if (hooks.evaluate && every(config.eval_steps, done)) {
-      eval_loss = hooks.evaluate();
-      result.final_eval_loss = eval_loss;
-    }
-    const bool log_now = every(config.logging_steps, done) || done == config.total_steps || eval_loss;
-    if (log_now) {
-      finite.check(last_good_state(result.last_checkpoint));  // the losses are read here anyway
-      auto losses = at::stack(window_losses).cpu();
-      StepMetrics m;
-      m.step = done;
-      m.epoch = static_cast<double>(done) / static_cast<double>(stream.steps_per_epoch());
-      m.loss = losses.mean().item<double>();
-      m.lr = lr;
-      m.grad_norm = grad_norm.item<double>();
-      const auto tokens = static_cast<int64_t>(window_tokens.item<double>());
-      result.tokens += tokens;
-      m.tokens = result.tokens;
-      m.tokens_per_s = static_cast<double>(tokens) / std::max(1e-9, seconds_since(window_start));
-      m.elapsed_s = seconds_since(start);
-      m.eval_loss = eval_loss;
-      for (int64_t i = 0; i < losses.size(0); ++i) result.step_losses.push_back(losses[i].item<double>());
-      logged_steps = done;
-      log_history.push_back(metrics_json(m));
-      if (is_main) {
-        metrics->write(m);
-        if (tensorboard) tensorboard->add_scalars(done, step_scalars(m));
-        progress->report(m);
-      }
-      window_losses.clear();
-      window_tokens.zero_();
-      window_start = Clock::now();
-    }
-    if (every(config.save_steps, done) && done != config.total_steps && hooks.save_checkpoint) {
-      finite.check(last_good_state(result.last_checkpoint));  // never write a diverged adapter
-      TrainingState state;
-      state.global_step = done;
-      state.total_steps = config.total_steps;
-      state.position = {stream.epoch(), stream.steps_into_epoch()};
-      state.log_history = log_history;
-      state.step_losses = result.step_losses;
-      for (const auto& loss : window_losses) state.step_losses.push_back(loss.item<double>());
-      state.tokens = result.tokens + static_cast<int64_t>(window_tokens.item<double>());
-      state.optimizer = optimizer->state();
-      if (scaler) state.loss_scaler = scaler->state();
-      for (const auto& states : gather_generators(capture_generators(device), communicator, device)) {
-        state.cpu_rng_states.push_back(states.cpu);
-        state.device_rng_states.push_back(states.device);
-      }
-      const std::string dir = checkpoint_path(config.output_dir, done);
-      std::string failure;
-      if (is_main) {
-        try {
-          hooks.save_checkpoint(dir, std::move(state));
-        } catch (const std::exception& e) {
-          failure = e.what();
-        }
-      }
-      // Every rank learns the outcome, so all stop together when the save failed.
-      auto failed = at::full({1}, failure.empty() ? 0.0 : 1.0, f64);
-      communicator.all_reduce(failed, "checkpoint save at step " + std::to_string(done));
-      if (failed.item<double>() != 0) {
-        throw Error("checkpoint at step " + std::to_string(done) + " could not be saved" +
-                    (failure.empty() ? " (rank 0 failed)" : ": " + failure) + "; " +
-                    last_good_state(result.last_checkpoint));
-      }
-      result.last_checkpoint = dir;
-    }
-  }
-  if (progress) progress->finish();
-  if (graphs && is_main) {
-    log::info("CUDA graphs: " + std::to_string(graphs->graphs_captured()) + " micro-step shapes captured, " +
-              std::to_string(graphs->replays()) + " replays");
-  }
-  finite.check(last_good_state(result.last_checkpoint));
-  result.elapsed_s = seconds_since(start);
-  const bool final_eval = hooks.evaluate && !every(config.eval_steps, config.total_steps);
-  if (final_eval) result.final_eval_loss = hooks.evaluate();
-  if (tensorboard) {
-    // HF's end-of-training log; the final evaluation only where no metrics.jsonl line holds it.
-    tensorboard->add_scalars(config.total_steps, summary_scalars({result.train_loss(), result.elapsed_s,
-                                                                  result.tokens_per_second(),
-                                                                  final_eval ? result.final_eval_loss : std::nullopt}));
-  }
-  return result;
+  const CausalLmObjective objective;
+  Trainer trainer(model, trainable, stream, communicator, config, objective);
+  if (resume) trainer.load_state(*resume);
+  return trainer.train(hooks);
 }
 
 }  // namespace finetune

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "../model/tiny_config.h"
 #include "../test_support.h"
@@ -39,6 +40,11 @@ RunIdentity identity(const LoraConfig& lora) {
   id.per_device_train_batch_size = 3;
   id.gradient_accumulation_steps = 4;
   id.seed = 9;
+  MicroBatchStreamConfig stream;
+  stream.max_seq_length = 512;
+  stream.packing = true;
+  stream.sampler.shuffle = false;
+  id.data = data_identity("train.jsonl", {{{1, 2, 3}, {-100, 2, 3}}, {{4, 5}, {4, 5}}}, stream);
   return id;
 }
 
@@ -63,14 +69,13 @@ TrainingState state_for(const Fixture& f, int64_t step, const std::string& optim
   state.global_step = step;
   state.total_steps = 20;
   state.position = {1, 2};
-  state.tokens = 1234;
-  for (int64_t i = 0; i < step; ++i) state.step_losses.push_back(1.0 / 3.0 + static_cast<double>(i));
-  state.log_history = {{{"step", 2}, {"loss", 0.1}}, {{"step", 4}, {"loss", 0.2}}};
+  state.metrics.tokens = 1234;
+  for (int64_t i = 0; i < step; ++i) state.metrics.step_losses.push_back(1.0 / 3.0 + static_cast<double>(i));
+  state.metrics.log_history = {{{"step", 2}, {"loss", 0.1}}, {{"step", 4}, {"loss", 0.2}}};
   at::manual_seed(3);
   state.optimizer = optimizer_state_for(f, optimizer, step);
   for (int rank = 0; rank < 2; ++rank) {
-    state.cpu_rng_states.push_back(at::randint(0, 255, {40}, at::kByte));
-    state.device_rng_states.push_back(at::randint(0, 255, {16}, at::kByte));
+    state.generators.push_back({at::randint(0, 255, {40}, at::kByte), at::randint(0, 255, {16}, at::kByte)});
   }
   state.identity = identity(f.lora);
   state.identity.optim = optimizer;
@@ -88,9 +93,9 @@ TEST(RunCheckpoint, WhatIsWrittenIsReadBackExactly) {
   EXPECT_EQ(read.total_steps, 20);
   EXPECT_EQ(read.position.epoch, 1);
   EXPECT_EQ(read.position.steps_into_epoch, 2);
-  EXPECT_EQ(read.tokens, 1234);
-  EXPECT_EQ(read.step_losses, written.step_losses);  // doubles survive the JSON round trip bit for bit
-  EXPECT_EQ(read.log_history, written.log_history);
+  EXPECT_EQ(read.metrics.tokens, 1234);
+  EXPECT_EQ(read.metrics.step_losses, written.metrics.step_losses);  // doubles survive the JSON round trip bit for bit
+  EXPECT_EQ(read.metrics.log_history, written.metrics.log_history);
   EXPECT_EQ(read.optimizer.optimizer, "adamw_torch");
   EXPECT_EQ(read.optimizer.steps, 5);
   ASSERT_EQ(read.optimizer.parameters.size(), f.trainable.size());
@@ -101,10 +106,16 @@ TEST(RunCheckpoint, WhatIsWrittenIsReadBackExactly) {
       EXPECT_TRUE(at::equal(read.optimizer.parameters[i][k].second, written.optimizer.parameters[i][k].second)) << i;
     }
   }
-  ASSERT_EQ(read.cpu_rng_states.size(), 2u);
-  EXPECT_TRUE(at::equal(read.cpu_rng_states[1], written.cpu_rng_states[1]));
-  EXPECT_TRUE(at::equal(read.device_rng_states[0], written.device_rng_states[0]));
+  ASSERT_EQ(read.generators.size(), 2u);
+  EXPECT_TRUE(at::equal(read.generators[1].cpu, written.generators[1].cpu));
+  EXPECT_TRUE(at::equal(read.generators[0].device, written.generators[0].device));
   EXPECT_EQ(read.identity.adapter_config, written.identity.adapter_config);
+  ASSERT_TRUE(read.identity.data.has_value());
+  EXPECT_EQ(read.identity.data->samples_fingerprint, written.identity.data->samples_fingerprint);
+  EXPECT_EQ(read.identity.data->dataset, "train.jsonl");
+  EXPECT_EQ(read.identity.data->max_seq_length, 512);
+  EXPECT_TRUE(read.identity.data->packing);
+  EXPECT_FALSE(read.identity.data->shuffle);
   EXPECT_EQ(read.identity.global_batch(), 24);
   // HF's own fields are there for tools that read trainer_state.json.
   std::ifstream in(dir + "/trainer_state.json");
@@ -247,13 +258,13 @@ TEST(RunCheckpoint, ReadingChecksTheOptimizerAgainstTheAdapter) {
 TEST(RunCheckpoint, ResumeNeedsTheSameModelAdapterGlobalBatchAndSeed) {
   Fixture f;
   const auto saved = identity(f.lora);
-  EXPECT_FALSE(check_resume_compatible(saved, saved).has_value());
+  EXPECT_TRUE(check_resume_compatible(saved, saved).empty());
   auto other_world = saved;  // 2 x 3 x 4 -> 1 x 6 x 4: the same global batch
   other_world.world_size = 1;
   other_world.per_device_train_batch_size = 6;
-  const auto notice = check_resume_compatible(saved, other_world);
-  ASSERT_TRUE(notice.has_value());
-  EXPECT_NE(notice->find("same global batch"), std::string::npos);
+  const auto notices = check_resume_compatible(saved, other_world);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("same global batch"), std::string::npos);
   auto expect_refused = [&](RunIdentity current, const std::string& named) {
     const auto message = testing::error_message([&] { check_resume_compatible(saved, current); });
     EXPECT_NE(message.find(named), std::string::npos) << message;
@@ -277,6 +288,33 @@ TEST(RunCheckpoint, ResumeNeedsTheSameModelAdapterGlobalBatchAndSeed) {
   auto seed = saved;
   seed.seed = 1;
   expect_refused(seed, "--seed");
+}
+
+// Note [Resume identity]: the settings that decide where a data position points, and the data.
+TEST(RunCheckpoint, ResumeNeedsTheSameDataAndDataOrder) {
+  Fixture f;
+  const auto saved = identity(f.lora);
+  auto expect_refused = [&](const std::function<void(DataIdentity&)>& change, const std::string& named) {
+    auto current = saved;
+    change(*current.data);
+    const auto message = testing::error_message([&] { check_resume_compatible(saved, current); });
+    EXPECT_NE(message.find(named), std::string::npos) << message;
+  };
+  expect_refused([](DataIdentity& d) { d.max_seq_length = 1024; }, "--max_seq_length 512, this run has 1024");
+  expect_refused([](DataIdentity& d) { d.packing = false; }, "--packing true, this run has false");
+  expect_refused([](DataIdentity& d) { d.group_by_length = true; }, "--group_by_length false, this run has true");
+  expect_refused([](DataIdentity& d) { d.shuffle = true; }, "--shuffle false, this run has true");
+  expect_refused([](DataIdentity& d) { d.samples_fingerprint = samples_fingerprint({{{1, 2, 4}, {-100, 2, 4}}}); },
+                 "the training data (--dataset) train.jsonl (2 tokenized samples, fingerprint ");
+  auto moved = saved;  // the same data under another path resumes
+  moved.data->dataset = "/elsewhere/train.jsonl";
+  EXPECT_TRUE(check_resume_compatible(saved, moved).empty());
+  // A checkpoint written before the data was recorded resumes, with a notice.
+  auto older = saved;
+  older.data.reset();
+  const auto notices = check_resume_compatible(older, saved);
+  ASSERT_EQ(notices.size(), 1u);
+  EXPECT_NE(notices[0].find("predates"), std::string::npos) << notices[0];
 }
 
 TEST(RunDirectory, AnotherRunsFilesAreRefusedUnlessOverwritingOrResuming) {

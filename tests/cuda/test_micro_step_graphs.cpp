@@ -17,6 +17,7 @@
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
 #include "finetune/train/micro_step_graphs.h"
+#include "finetune/train/objective.h"
 
 namespace finetune {
 namespace {
@@ -87,12 +88,13 @@ Trace train(int mode) {
   ForwardOptions forward;
   forward.training = true;
   forward.gradient_checkpointing = true;
+  const CausalLmObjective objective;
   std::unique_ptr<MicroStepGraphs> graphs;
   if (mode > 0) {
     MicroStepGraphsConfig config;
     config.capture = mode == 2;
     config.eager_warmup = 1;
-    graphs = std::make_unique<MicroStepGraphs>(*model, forward, config);
+    graphs = std::make_unique<MicroStepGraphs>(*model, forward, config, objective);
   }
   const auto batches = micro_batches();
   Trace trace;

@@ -177,6 +177,11 @@ def test_resume_with_another_world_size_and_the_same_global_batch(setup, uninter
     (["--gradient_accumulation_steps", 3], "global batch"),
     (["--seed", 1], "--seed"),
     (["--optim", "adamw_8bit"], "optimizer.safetensors holds the state of --optim adamw_torch"),
+    # Note [Resume identity]: what decides where the saved data position points.
+    (["--packing", "true"], "--packing false, this run has true"),
+    (["--group_by_length", "true"], "--group_by_length false, this run has true"),
+    (["--shuffle", "false"], "--shuffle true, this run has false"),
+    (["--max_seq_length", 256], "--max_seq_length 2048, this run has 256"),
 ])
 def test_resume_refuses_different_settings(setup, uninterrupted, tmp_path, extra, named):
     out = tmp_path / "run"
@@ -184,6 +189,32 @@ def test_resume_refuses_different_settings(setup, uninterrupted, tmp_path, extra
     proc = run_launched("single", 1, train_args(setup, out, extra + ["--resume_from_checkpoint", "true"]))
     assert proc.returncode == 2, proc.stderr
     assert named in proc.stderr
+
+
+def test_resume_refuses_other_training_data(setup, uninterrupted, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(uninterrupted["single"], out)
+    other = tmp_path / "other.jsonl"  # the same number of rows, other tokens
+    tiny_models.write_jsonl(other, tiny_models.make_tokenized_rows(24, seed=4, completion_only=True))
+    proc = run_launched("single", 1, train_args(setup, out, ["--dataset", other, "--resume_from_checkpoint", "true"]))
+    assert proc.returncode == 2, proc.stderr
+    assert "the training data (--dataset)" in proc.stderr and str(other) in proc.stderr, proc.stderr
+    assert str(setup[0] / "train.jsonl") in proc.stderr, proc.stderr
+
+
+def test_resume_from_a_checkpoint_without_data_identity_warns_and_continues_exactly(setup, uninterrupted, tmp_path):
+    """A checkpoint of an older version has no record of the data settings: accepted, with a warning."""
+    out = tmp_path / "older"
+    shutil.copytree(uninterrupted["single"], out)
+    state_file = out / "checkpoint-10" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    assert state["finetune"]["run"]["data"]["samples"] == 24
+    del state["finetune"]["run"]["data"]
+    state_file.write_text(json.dumps(state))
+    proc = check_ok(run_launched("single", 1, train_args(setup, out, ["--resume_from_checkpoint", out / "checkpoint-10"])),
+                    "resume from an older checkpoint")
+    assert "predates the recording of the training data" in proc.stderr
+    assert_same_run(out, uninterrupted["single"])
 
 
 def checkpoint_loads(directory):

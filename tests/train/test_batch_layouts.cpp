@@ -51,9 +51,9 @@ struct LossAndGrads {
   std::vector<at::Tensor> grads;
 };
 
-LossAndGrads run(CausalLM& model, const HostBatch& host, bool variable_length) {
+LossAndGrads run(CausalLM& model, const HostBatch& host, BatchLayout layout) {
   for (auto& [name, tensor] : lora_parameters(model)) tensor.mutable_grad() = at::Tensor();
-  const auto batch = to_device(host, at::kCPU, variable_length);
+  const auto batch = to_device(host, at::kCPU, layout);
   ForwardOptions options;
   options.training = true;
   auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
@@ -78,9 +78,11 @@ void expect_same(const LossAndGrads& a, const LossAndGrads& b) {
 TEST(BatchLayouts, PaddedPackedAndFlattenedGiveTheSameLossAndGradients) {
   auto model = random_model();
   const auto data = samples();
-  const auto padded = run(*model, collate(data, {0, 1, 2, 3}, 0), false);
-  const auto packed = run(*model, collate_rows(data, {{0, 1}, {2, 3}}, 0), false);
-  const auto flattened = run(*model, collate(data, {0, 1, 2, 3}, 0), true);
+  const auto padded = run(*model, collate(data, {0, 1, 2, 3}, 0), BatchLayout::kPaddedRows);
+  const auto packed = run(*model, collate_rows(data, {{0, 1}, {2, 3}}, 0), BatchLayout::kPaddedRows);
+  // On the CPU the flat row's samples are kept apart by a block-diagonal mask (flash attention's
+  // cumulative lengths on the GPU).
+  const auto flattened = run(*model, collate(data, {0, 1, 2, 3}, 0), BatchLayout::kFlatRowMasked);
   EXPECT_GT(padded.loss, 0.0);
   expect_same(packed, padded);
   expect_same(flattened, padded);
@@ -90,8 +92,9 @@ TEST(BatchLayouts, PerSampleLossesAddUpToTheBatchLoss) {
   auto model = random_model();
   const auto data = samples();
   double separate = 0;
-  for (int64_t i = 0; i < 4; ++i) separate += run(*model, collate(data, {i}, 0), false).loss;
-  EXPECT_NEAR(run(*model, collate_rows(data, {{0, 1, 2, 3}}, 0), false).loss, separate, 1e-5 * separate);
+  for (int64_t i = 0; i < 4; ++i) separate += run(*model, collate(data, {i}, 0), BatchLayout::kPaddedRows).loss;
+  EXPECT_NEAR(run(*model, collate_rows(data, {{0, 1, 2, 3}}, 0), BatchLayout::kPaddedRows).loss, separate,
+              1e-5 * separate);
 }
 
 // Note [Graphed micro-steps]: the graph layout pads the row with a filler sample and the targets
@@ -100,7 +103,7 @@ TEST(BatchLayouts, PerSampleLossesAddUpToTheBatchLoss) {
 TEST(BatchLayouts, GraphLayoutWithFillerGivesTheSameLossAndGradients) {
   auto model = random_model();
   const HostBatch flat = flatten(collate(samples(), {0, 1, 2, 3}, 0));
-  const auto unpadded = run(*model, flat, true);
+  const auto unpadded = run(*model, flat, BatchLayout::kFlatRowMasked);
 
   const GraphBatch padded = graph_batch(flat, /*filler_token_id=*/3);
   ASSERT_GT(padded.shape.tokens, flat.seq_len);

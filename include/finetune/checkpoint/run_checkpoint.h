@@ -7,6 +7,7 @@
 //   rng_state.safetensors   "rank<R>/cpu", "rank<R>/device": every rank's generator states
 //   trainer_state.json      HF Trainer's fields (global_step, epoch, max_steps, log_history, ...)
 //                           plus "finetune": the data position, losses, tokens and run identity
+//                           (Note [Resume identity])
 // `--resume_from_checkpoint true` takes the newest complete one (HF Trainer's meaning).
 #pragma once
 
@@ -14,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "finetune/checkpoint/training_state.h"
+#include "finetune/train/training_state.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/lora/lora_config.h"
 #include "finetune/model/causal_lm.h"
@@ -46,9 +47,16 @@ std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_
 // (UsageError when there is none), otherwise the path itself, which must hold a checkpoint.
 std::string resolve_resume_checkpoint(const std::string& option, const std::string& output_dir);
 
-// UsageError naming the first setting that differs between the checkpoint's run and this one
-// (model, adapter, global batch, seed, optimizer);
-// returns a notice when only the world size differs (the data order then differs too).
-std::optional<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current);
+// Note [Resume identity]
+// A checkpoint records the settings its state only makes sense with (RunIdentity,
+// train/training_state.h): the model, the adapter, the global batch, the seed, the optimizer, and
+// what decides which samples its data position points at: --max_seq_length, --packing,
+// --group_by_length, --shuffle and the tokenized training samples themselves (count and
+// fingerprint, so a changed dataset, split, chat template or tokenizer is caught whatever its
+// path). check_resume_compatible throws a UsageError (exit 2) naming the first setting that
+// differs and both values. It returns notices to log: when only the world size differs (same
+// global batch: the data order then differs), and when the checkpoint predates the data fields
+// (written by an older version: accepted unchecked).
+std::vector<std::string> check_resume_compatible(const RunIdentity& saved, const RunIdentity& current);
 
 }  // namespace finetune

@@ -1,12 +1,26 @@
-// A HostBatch moved onto the compute device, with its attention mask built.
+// A HostBatch moved onto the compute device in the layout the model's kernels take, with its
+// attention mask built and its trained positions located (Note [Next-token targets] in
+// data/sample.h).
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include "finetune/data/batch.h"
 #include "finetune/model/attention_mask.h"
+#include "finetune/model/kernel_policy.h"
+#include "finetune/train/loss.h"
 
 namespace finetune {
+
+enum class BatchLayout {
+  kPaddedRows,             // the collated rows as they are; an explicit mask where rows are padded or packed
+  kFlatRowMasked,          // one padding-free row, samples kept apart by a block-diagonal mask (SDPA)
+  kFlatRowVariableLength,  // one padding-free row through variable-length flash attention
+};
+
+// The layout the model's kernels were chosen for: the flat row where the policy has
+// variable-length attention, padded rows otherwise.
+BatchLayout batch_layout_for(const KernelPolicy& policy);
 
 struct DeviceBatch {
   at::Tensor input_ids;     // (B, T) int64
@@ -19,9 +33,14 @@ struct DeviceBatch {
   at::Tensor target_ids;        // (N) int64
   int64_t trainable_tokens = 0;
   int64_t real_tokens = 0;
+
+  TokenTargets targets() const { return {target_positions, target_ids, at::Tensor()}; }
 };
 
-// variable_length: flatten the batch into one padding-free row (model.kernel_policy().variable_length_attention).
+DeviceBatch to_device(const HostBatch& batch, const at::Device& device, BatchLayout layout);
+
+// variable_length: KernelPolicy::variable_length_attention (the flat row through flash
+// attention), else padded rows. Kept for callers that hold the policy's flag rather than a layout.
 DeviceBatch to_device(const HostBatch& batch, const at::Device& device, bool variable_length = false);
 
 }  // namespace finetune

@@ -1,7 +1,7 @@
 // Causal-LM cross-entropy as transformers' ForCausalLMLoss computes it: logits at t predict
-// labels at t+1, -100 is ignored, logits are upcast to fp32. Only positions that are trained on
-// go through the LM head, in chunks, so full (B, T, V) fp32 logits never exist; when gradients
-// are needed the head and the loss are fused (Note [Fused LM head + cross-entropy]) and keep no
+// labels at t+1 (Note [Next-token targets] in data/sample.h), -100 is ignored, logits are upcast
+// to fp32. Only positions that are trained on go through the LM head, in chunks, so full
+// (B, T, V) fp32 logits never exist; when gradients are needed the head and the loss are fused (Note [Fused LM head + cross-entropy]) and keep no
 // logits at all for the backward pass.
 #pragma once
 
@@ -11,15 +11,25 @@
 
 namespace finetune {
 
+// The trained positions of a micro-batch, located on the host: flat indices into the (B*T) rows
+// of the hidden states, the token each is trained on, and optionally a weight per row.
+struct TokenTargets {
+  at::Tensor positions;  // (N) int64
+  at::Tensor ids;        // (N) int64
+  at::Tensor weights;    // undefined (all 1), or (N) fp32: training only (the fused loss)
+};
+
 // hidden (B, T, C), labels (B, T) -> fp32 scalar: sum of token losses over trainable positions.
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
 
 // The same, with the trainable positions (flat indices into B*T) and their target ids given
 // (DeviceBatch computes them on the host): no device->host synchronisation. target_weights
-// (training only): undefined, or (N) fp32 of 0/1 where a 0 marks a filler row that adds nothing
-// (Note [Graphed micro-steps] in train/micro_step_graphs.h).
+// (training only): undefined, or (N) fp32 weights, each row's token loss and its gradient
+// multiplied by its own (a 0 marks a filler row that adds nothing: Note [Graphed micro-steps] in
+// train/micro_step_graphs.h).
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights = {});
+at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets);
 
 // The backward pass of a micro-step: loss_sum / global_tokens (Note [Global token normalisation]
 // in train/trainer.h), times loss_scale when it is defined (fp16, train/loss_scaler.h).
@@ -30,7 +40,7 @@ void backward_normalised_loss(const at::Tensor& loss_sum, const at::Tensor& glob
 // 64 and 4096 rows (441 rows at Qwen's 152k vocabulary).
 int64_t logit_chunk_rows(int64_t vocab_size);
 
-// labels shifted left by one with -100 appended: (B, T).
+// labels shifted left by kTargetShift with -100 appended (Note [Next-token targets]): (B, T).
 at::Tensor shift_labels(const at::Tensor& labels);
 
 }  // namespace finetune

@@ -2,8 +2,8 @@
 // bottleneck (the seed setting: batch 1, ~200 tokens, ~190 operators per layer issued one by one).
 //
 // Note [Graphed micro-steps]
-// Each micro-step's forward, layer recompute, loss and backward (into the gradient buckets) is
-// captured once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one
+// Each micro-step's forward, layer recompute, loss and backward (into the gradient buckets): the
+// same forward_backward() an eager micro-step runs (train/micro_step.h), is captured once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one
 // label-free filler sample, the trained positions to a target bucket with weight-0 rows) and
 // replayed for every later micro-step of that shape: one launch instead of thousands.
 //  - Inputs: one int64 device buffer per shape, filled by one host->device copy before a replay;
@@ -23,8 +23,9 @@
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
 //    weight gradients (over more rows) and the GEMM shapes differ.
 //  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit base
-//    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), rows over
-//    max_tokens, new shapes once max_graphs are captured, the CPU.
+//    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), objectives that
+//    are not graph_capturable, rows over max_tokens, new shapes once max_graphs are captured, the
+//    CPU (micro_step_graphs_supported).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@
 #include "finetune/data/batch.h"
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/train/objective.h"
 
 namespace finetune {
 
@@ -48,11 +50,16 @@ struct MicroStepGraphsConfig {
   int64_t filler_token_id = 0;
 };
 
+// Whether micro-steps of `model` under `objective` can be graphed: a CUDA build and device, the
+// variable-length layout (KernelPolicy::variable_length_attention: the padded graph layout keeps
+// its filler sample apart through it), a cuda_graph_safe() model and a graph_capturable objective.
+bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective);
+
 class MicroStepGraphs {
  public:
-  // CUDA builds only; `model` must use variable-length attention (the padded layout needs it) and
-  // be cuda_graph_safe().
-  MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config);
+  // Error unless micro_step_graphs_supported(model, objective). `objective` must outlive this.
+  MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config,
+                  const Objective& objective);
   ~MicroStepGraphs();
   MicroStepGraphs(const MicroStepGraphs&) = delete;
   MicroStepGraphs& operator=(const MicroStepGraphs&) = delete;
@@ -60,11 +67,10 @@ class MicroStepGraphs {
   // Whether `batch` (the collated micro-batch) is run here rather than eagerly.
   bool accepts(const HostBatch& batch) const;
 
-  // Forward, loss and backward of `batch`, scaled by 1 / global_tokens (and by loss_scale when
-  // defined): gradients accumulate into the parameters' .grad. Call reducer.prepare_for_backward
-  // first, as for an eager micro-step. Returns the loss sum (fp32 device scalar), valid until the
-  // next call.
-  at::Tensor run(const HostBatch& batch, const at::Tensor& global_tokens, const at::Tensor& loss_scale,
+  // forward_backward() of `batch` with the step's normaliser (and loss_scale when defined):
+  // gradients accumulate into the parameters' .grad. Call reducer.prepare_for_backward first, as
+  // for an eager micro-step. Returns the loss sum (fp32 device scalar), valid until the next call.
+  at::Tensor run(const HostBatch& batch, const at::Tensor& normaliser, const at::Tensor& loss_scale,
                  GradReducer& reducer);
 
   int64_t graphs_captured() const;

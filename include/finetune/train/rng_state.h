@@ -26,4 +26,19 @@ void restore_generators(const at::Device& device, const GeneratorStates& states)
 std::vector<GeneratorStates> gather_generators(const GeneratorStates& local, Communicator& communicator,
                                                const at::Device& device);
 
+// The generators as a trainer component: seeded when built; state() is every rank's, in rank
+// order (a collective: all ranks call it); load_state() restores this rank's when `states` has one
+// per rank of this run. With another world size every rank keeps its freshly seeded generators
+// (each rank's draws differ from the original run's then anyway).
+class TrainingGenerators {
+ public:
+  TrainingGenerators(const at::Device& device, Communicator& communicator, uint64_t seed);
+  std::vector<GeneratorStates> state() const;
+  void load_state(const std::vector<GeneratorStates>& states);
+
+ private:
+  at::Device device_;
+  Communicator* communicator_;
+};
+
 }  // namespace finetune

@@ -1,30 +1,45 @@
-// The training loop: micro-batches -> forward -> loss -> backward (gradients bucketed and
-// all-reduced by the GradReducer as they land) -> clip -> optimizer step -> schedule, with logging,
-// periodic evaluation and checkpoints. Runs identically on 1 or N ranks.
+// The training loop, read as torchtitan's train.py: train() -> train_step() -> forward_backward()
+// of each micro-batch (the objective's forward and loss, backward with gradients bucketed and
+// all-reduced by the GradReducer as they land), then clip -> optimizer step -> schedule, with
+// logging, periodic evaluation and checkpoints. Runs identically on 1 or N ranks. The Trainer owns
+// the reducer, the optimizer, the fp16 loss scaler, the generators and the log window; each keeps
+// its own state, and state() / load_state() assemble the resumable TrainingState from them.
 //
 // Note [Global token normalisation]
 // Every rank back-propagates sum(token losses) / N, where N is the number of trainable tokens in
-// the whole global accumulated batch (all ranks, all micro-steps; all-reduced once per step before
+// the whole global accumulated batch (in general: the objective's normaliser, train/objective.h) (all ranks, all micro-steps; all-reduced once per step before
 // the first backward), and gradients are SUMMED across ranks. The update is therefore exactly the
 // single-process update on the union of the data, however unevenly tokens fall across ranks or
 // micro-batches (not a mean of per-micro-batch means).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "finetune/checkpoint/training_state.h"
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/ddp_defaults.h"
+#include "finetune/ddp/grad_reducer.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/finite_guard.h"
+#include "finetune/train/log_window.h"
+#include "finetune/train/loss_scaler.h"
 #include "finetune/train/lr_schedule.h"
+#include "finetune/train/metric_sinks.h"
+#include "finetune/train/micro_step_graphs.h"
+#include "finetune/train/objective.h"
 #include "finetune/train/optimizer.h"
 #include "finetune/report/metrics.h"
+#include "finetune/train/rng_state.h"
+#include "finetune/train/step_profiler.h"
+#include "finetune/train/training_state.h"
 
 namespace finetune {
 
@@ -53,8 +68,10 @@ struct TrainerConfig {
 struct TrainerHooks {
   // The global mean eval loss (a collective: every rank calls it); unset when there is no eval data.
   std::function<double()> evaluate;
+  // Where the checkpoint of `step` goes (every rank asks: errors name the last good checkpoint).
+  std::function<std::string(int64_t step)> checkpoint_dir;
   // Writes a checkpoint of the adapter and `state` (whose identity the hook fills in) into `dir`;
-  // called on rank 0 only, and every rank learns whether it succeeded.
+  // called on rank 0 only, and every rank learns whether it succeeded (ddp/rank0_agreement.h).
   std::function<void(const std::string& dir, TrainingState state)> save_checkpoint;
 };
 
@@ -72,8 +89,67 @@ struct TrainResult {
   std::string last_checkpoint;  // the newest checkpoint written, or "" (for error messages)
 };
 
-// `resume`: continue from a checkpoint's state (parameters already loaded into the model): the
-// optimizer, the data position, the generators, the losses and metrics so far.
+class Trainer {
+ public:
+  // Builds the components (the reducer broadcasts rank 0's parameters; the generators are seeded)
+  // and, where they are supported (micro_step_graphs_supported), the micro-step graphs; from then
+  // on training runs on the graphs' stream. `objective` must outlive the Trainer.
+  Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream, Communicator& communicator,
+          const TrainerConfig& config, const Objective& objective);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The resumable state, assembled from the components' own (a collective: every rank's
+  // generator states are gathered). `identity` and `source_dir` are left for the caller.
+  TrainingState state() const;
+  // Continues from a checkpoint's state (the parameters already loaded into the model).
+  void load_state(const TrainingState& state);
+
+  // Steps from the current global step to config.total_steps, then the final evaluation.
+  TrainResult train(const TrainerHooks& hooks);
+
+ private:
+  struct StepOutcome {
+    at::Tensor grad_norm;  // before clipping (device scalar)
+    double lr = 0;
+    bool skipped = false;  // an fp16 step skipped for overflow
+  };
+  StepOutcome train_step(int64_t step);
+  at::Tensor global_counts(const std::vector<HostBatch>& micro_batches, int64_t step);
+  at::Tensor forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser);
+  StepOutcome update_parameters();
+  void after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result);
+  void log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss);
+  void save_checkpoint(int64_t step, const TrainerHooks& hooks);
+  void finish(const TrainerHooks& hooks, TrainResult& result);
+  std::string last_good_state() const;
+
+  CausalLM& model_;
+  MicroBatchStream& stream_;
+  Communicator& communicator_;
+  TrainerConfig config_;
+  const Objective& objective_;
+  std::vector<at::Tensor> parameters_;
+  GradReducer reducer_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<LossScaler> scaler_;  // Note [fp16 loss scaling]: fp16 runs only
+  TrainingGenerators generators_;
+  LogWindow window_;
+  std::optional<MetricSinks> sinks_;  // rank 0, while train() runs
+  StepProfiler profiler_;
+  FiniteGuard finite_;
+  ForwardOptions forward_options_;
+  BatchLayout layout_;
+  at::Tensor loss_scale_;  // undefined: no loss scaling
+  int64_t global_step_ = 0;
+  std::string last_checkpoint_;
+  std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<MicroStepGraphs> graphs_;  // last: destroyed first, back on the caller's stream
+};
+
+// A Trainer with the supervised objective (CausalLmObjective), resumed from `resume` when given:
+// the optimizer, the data position, the generators, the losses and metrics so far.
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
                   const TrainingState* resume = nullptr);

@@ -8,7 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "finetune/train/graph_batch.h"
-#include "finetune/train/loss.h"
+#include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -40,18 +40,19 @@ struct MicroStepGraphs::State {
   const CausalLM& model;
   ForwardOptions forward;
   MicroStepGraphsConfig config;
+  const Objective& objective;
   c10::cuda::CUDAStream caller_stream;
   c10::cuda::CUDAStream training_stream;
   at::cuda::MempoolId_t pool;
-  at::Tensor global_tokens;  // fp32 scalar, read by every graph
+  at::Tensor normaliser;  // fp32 scalar, read by every graph
   std::vector<const LinearAdapter*> adapters;
   std::map<GraphShape, Entry> entries;
   int64_t runs = 0;
   int64_t captured = 0;
   int64_t replayed = 0;
 
-  State(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config)
-      : model(model), forward(forward), config(config),
+  State(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config, const Objective& objective)
+      : model(model), forward(forward), config(config), objective(objective),
         caller_stream(c10::cuda::getCurrentCUDAStream(model.device().index())),
         training_stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, model.device().index())),
         pool(at::cuda::graph_pool_handle()) {
@@ -63,14 +64,14 @@ struct MicroStepGraphs::State {
   // The micro-step on an entry's static inputs: what a graph captures, and what runs eagerly.
   at::Tensor micro_step(const Entry& entry, const at::Tensor& loss_scale) const {
     const auto in = graph_inputs(entry.inputs, entry.shape);
-    AttentionMask mask;
-    mask.is_causal_only = false;
-    mask.cu_seqlens = in.cu_seqlens;
-    mask.max_seqlen = entry.shape.tokens;  // bounds every sample's length: one launch for any lengths
-    auto hidden = model.forward_hidden(in.input_ids, in.position_ids, mask, forward);
-    auto loss_sum = causal_lm_loss_sum(model, hidden, in.target_positions, in.target_ids, in.target_weights);
-    backward_normalised_loss(loss_sum, global_tokens, loss_scale);
-    return loss_sum.detach();
+    MicroBatchInputs batch;
+    batch.input_ids = in.input_ids;
+    batch.position_ids = in.position_ids;
+    batch.mask.is_causal_only = false;
+    batch.mask.cu_seqlens = in.cu_seqlens;
+    batch.mask.max_seqlen = entry.shape.tokens;  // bounds every sample's length: one launch for any lengths
+    batch.targets = {in.target_positions, in.target_ids, in.target_weights};
+    return forward_backward(model, batch, forward, objective, normaliser, loss_scale);
   }
 
   void capture(Entry& entry, const at::Tensor& loss_scale, GradReducer& reducer) {
@@ -92,13 +93,15 @@ struct MicroStepGraphs::State {
   }
 };
 
-MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config)
-    : state_(std::make_unique<State>(model, forward, config)) {
-  if (!model.device().is_cuda() || !model.kernel_policy().variable_length_attention || !model.cuda_graph_safe()) {
-    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention and adapters "
-                "that replay safely (CausalLM::cuda_graph_safe)");
+MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config,
+                                 const Objective& objective)
+    : state_(std::make_unique<State>(model, forward, config, objective)) {
+  if (!micro_step_graphs_supported(model, objective)) {
+    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention, adapters that "
+                "replay safely (CausalLM::cuda_graph_safe) and an objective that can be captured (" +
+                objective.name() + ")");
   }
-  state_->global_tokens = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
+  state_->normaliser = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
   wait_for(state_->training_stream, state_->caller_stream);
   c10::cuda::setCurrentCUDAStream(state_->training_stream);
 }
@@ -115,7 +118,7 @@ bool MicroStepGraphs::accepts(const HostBatch& batch) const {
          static_cast<int64_t>(state_->entries.size()) < state_->config.max_graphs;
 }
 
-at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& global_tokens,
+at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normaliser,
                                 const at::Tensor& loss_scale, GradReducer& reducer) {
   State& state = *state_;
   const GraphBatch padded = graph_batch(flatten(batch), state.config.filler_token_id);
@@ -129,7 +132,7 @@ at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& global
   auto host = at::from_blob(const_cast<int64_t*>(padded.values.data()), {static_cast<int64_t>(padded.values.size())},
                             at::TensorOptions().dtype(at::kLong));
   entry.inputs.copy_(host.pin_memory(), /*non_blocking=*/true);
-  state.global_tokens.copy_(global_tokens);
+  state.normaliser.copy_(normaliser);
 
   const bool eager = !state.config.capture || state.runs < state.config.eager_warmup;
   ++state.runs;

@@ -1,0 +1,58 @@
+// The objective seam: what a micro-batch trains. An Objective owns how a micro-batch's rows become
+// a loss sum (it runs the model's forward itself, so an objective may also run a second, reference
+// forward or read several rows of a group together) and what the step's loss is normalised by.
+// The trainer only sums, all-reduces and back-propagates: every rank back-propagates
+// loss_sum / N, N the sum of normaliser_share over the step's micro-batches on all ranks
+// (Note [Global token normalisation] in train/trainer.h). A new objective is one new class.
+#pragma once
+
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "finetune/data/batch.h"
+#include "finetune/model/attention_mask.h"
+#include "finetune/model/causal_lm.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/loss.h"
+
+namespace finetune {
+
+// One micro-batch on the model's device, in either layout the trainer runs: a DeviceBatch
+// (eager) or a captured graph's static buffers (Note [Graphed micro-steps]).
+struct MicroBatchInputs {
+  at::Tensor input_ids;     // (B, T) int64
+  at::Tensor position_ids;  // (B, T) int64
+  AttentionMask mask;
+  TokenTargets targets;     // the trained positions (Note [Next-token targets] in data/sample.h)
+};
+MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch);
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual std::string name() const = 0;
+  // This micro-batch's share of the step's normaliser, read on the host (no device sync).
+  virtual double normaliser_share(const HostBatch& batch) const = 0;
+  // The micro-batch's loss sum: an fp32 scalar on the model's device, differentiable with respect
+  // to the trainable parameters when forward.training is set.
+  virtual at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
+                              const ForwardOptions& forward) const = 0;
+  // Whether loss_sum may be captured into a CUDA graph and replayed: no host synchronisation and
+  // no host-side decision on device values inside it.
+  virtual bool graph_capturable() const = 0;
+};
+
+// Supervised fine-tuning: token cross-entropy over the trained positions (transformers'
+// ForCausalLMLoss through the fused LM head, train/loss.h), normalised by the step's global count
+// of trained tokens. Row weights in the targets (a graph's filler rows) are honoured.
+class CausalLmObjective final : public Objective {
+ public:
+  std::string name() const override { return "causal_lm"; }
+  double normaliser_share(const HostBatch& batch) const override;
+  at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
+                      const ForwardOptions& forward) const override;
+  bool graph_capturable() const override { return true; }
+};
+
+}  // namespace finetune

@@ -1,0 +1,65 @@
+#include "finetune/train/log_window.h"
+
+#include <algorithm>
+
+#include "finetune/util/errors.h"
+
+namespace finetune {
+
+LogWindow::LogWindow(const at::Device& device)
+    : device_(device),
+      window_tokens_(at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))),
+      window_start_(std::chrono::steady_clock::now()) {}
+
+void LogWindow::add_step(const at::Tensor& loss, const at::Tensor& tokens) {
+  window_losses_.push_back(loss);
+  window_tokens_ += tokens;
+}
+
+void LogWindow::restart_clock() { window_start_ = std::chrono::steady_clock::now(); }
+
+StepMetrics LogWindow::close(StepMetrics line) {
+  if (window_losses_.empty()) throw Error("log window: a log line needs at least one step since the last");
+  const auto losses = at::stack(window_losses_).cpu();
+  line.loss = losses.mean().item<double>();
+  const auto tokens = static_cast<int64_t>(window_tokens_.item<double>());
+  logged_tokens_ += tokens;
+  line.tokens = logged_tokens_;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+  line.tokens_per_s = static_cast<double>(tokens) / std::max(1e-9, seconds);
+  for (int64_t i = 0; i < losses.size(0); ++i) logged_losses_.push_back(losses[i].item<double>());
+  history_.push_back(metrics_json(line));
+  window_losses_.clear();
+  window_tokens_.zero_();
+  restart_clock();
+  return line;
+}
+
+MetricsState LogWindow::state() const {
+  MetricsState state;
+  state.log_history = history_;
+  state.step_losses = logged_losses_;
+  for (const auto& loss : window_losses_) state.step_losses.push_back(loss.item<double>());
+  state.tokens = logged_tokens_ + static_cast<int64_t>(window_tokens_.item<double>());
+  return state;
+}
+
+void LogWindow::load_state(const MetricsState& state) {
+  history_ = state.log_history;
+  const int64_t logged_steps = history_.empty() ? 0 : history_.back().value("step", int64_t{0});
+  if (logged_steps < 0 || logged_steps > static_cast<int64_t>(state.step_losses.size())) {
+    throw Error("metrics state: the last log line is at step " + std::to_string(logged_steps) + ", but " +
+                std::to_string(state.step_losses.size()) + " step losses were kept");
+  }
+  logged_losses_.assign(state.step_losses.begin(), state.step_losses.begin() + logged_steps);
+  window_losses_.clear();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+  for (size_t i = static_cast<size_t>(logged_steps); i < state.step_losses.size(); ++i) {
+    window_losses_.push_back(at::scalar_tensor(state.step_losses[i], f64));
+  }
+  logged_tokens_ = history_.empty() ? 0 : history_.back().value("tokens", int64_t{0});
+  window_tokens_.fill_(static_cast<double>(state.tokens - logged_tokens_));
+  restart_clock();
+}
+
+}  // namespace finetune

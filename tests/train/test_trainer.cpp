@@ -1,0 +1,179 @@
+// The trainer on the CPU with a tiny model: its state() / load_state() round trip,
+// a run resumed from a state trains bit for bit what the uninterrupted run trains, and a step's
+// logged loss is the plain cross-entropy over shifted labels divided by the global token count.
+#include <gtest/gtest.h>
+
+#include "../test_support.h"
+#include "finetune/data/batch.h"
+#include "finetune/ddp/communicator.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/trainer.h"
+#include "trainer_test_model.h"
+
+namespace finetune {
+namespace {
+
+using testing::TempDir;
+
+MicroBatchStreamConfig stream_config() {
+  MicroBatchStreamConfig config;
+  config.sampler.seed = 5;
+  config.sampler.shuffle = true;
+  config.batch_size = 2;
+  config.gradient_accumulation_steps = 2;
+  return config;
+}
+
+// 10 samples, 2 x 2 per step: steps of 2, 2 and 1 micro-batches per epoch, so 4 steps cross an
+// epoch boundary.
+TrainerConfig trainer_config(const std::string& output_dir) {
+  TrainerConfig config;
+  config.total_steps = 4;
+  config.logging_steps = 3;  // a checkpoint at step 2 cuts the first log window
+  config.learning_rate = 5e-2;
+  config.gradient_checkpointing = false;
+  config.output_dir = output_dir;
+  config.seed = 11;
+  return config;
+}
+
+// One run's inputs: a fresh tiny model with LoRA dropout (the generators matter), the samples and
+// a world of one.
+struct TrainingRun {
+  TempDir output{"trainer"};
+  std::unique_ptr<CausalLM> model = testing::tiny_lora_model(/*lora_dropout=*/0.2);
+  NamedTensors trainable = lora_parameters(*model);
+  std::vector<Sample> samples = testing::tiny_samples(10);
+  std::unique_ptr<Communicator> communicator = make_communicator(LaunchEnv{}, at::kCPU, CommunicatorOptions{});
+  MicroBatchStream stream{samples, stream_config()};
+  CausalLmObjective objective;
+  TrainerConfig config = trainer_config(output.str());
+};
+
+std::vector<at::Tensor> adapter_copy(const NamedTensors& trainable) {
+  std::vector<at::Tensor> out;
+  for (const auto& [name, tensor] : trainable) out.push_back(tensor.detach().clone());
+  return out;
+}
+
+void expect_equal_tensors(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
+}
+
+TEST(Trainer, ResumingFromItsStateTrainsBitwiseWhatTheUninterruptedRunTrains) {
+  TrainingRun uninterrupted;
+  const auto full = Trainer(*uninterrupted.model, uninterrupted.trainable, uninterrupted.stream,
+                            *uninterrupted.communicator, uninterrupted.config, uninterrupted.objective)
+                        .train({});
+  ASSERT_EQ(full.step_losses.size(), 4u);
+
+  // The same run with a checkpoint at step 2 (kept in memory); saving changes nothing.
+  TrainingRun saving;
+  saving.config.save_steps = 2;
+  std::optional<TrainingState> saved;
+  std::vector<at::Tensor> saved_adapter;
+  TrainerHooks hooks;
+  hooks.checkpoint_dir = [](int64_t step) { return "memory-" + std::to_string(step); };
+  hooks.save_checkpoint = [&](const std::string&, TrainingState state) {
+    saved = std::move(state);
+    saved_adapter = adapter_copy(saving.trainable);
+  };
+  const auto with_save =
+      Trainer(*saving.model, saving.trainable, saving.stream, *saving.communicator, saving.config, saving.objective)
+          .train(hooks);
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->global_step, 2);
+  EXPECT_EQ(with_save.step_losses, full.step_losses);
+  EXPECT_EQ(with_save.last_checkpoint, "memory-2");
+
+  // A new process: fresh model and components, the checkpoint's adapter and state loaded.
+  TrainingRun resumed;
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
+  }
+  Trainer trainer(*resumed.model, resumed.trainable, resumed.stream, *resumed.communicator, resumed.config,
+                  resumed.objective);
+  trainer.load_state(*saved);
+  const auto rest = trainer.train({});
+  EXPECT_EQ(rest.step_losses, full.step_losses);  // bit for bit, the restored window's steps too
+  EXPECT_EQ(rest.tokens, full.tokens);
+  expect_equal_tensors(adapter_copy(resumed.trainable), adapter_copy(uninterrupted.trainable));
+  // metrics.jsonl holds the uninterrupted run's lines (the times aside).
+  EXPECT_EQ(trainer.state().metrics.log_history.size(), 2u);
+}
+
+TEST(Trainer, StateSurvivesALoadIntoAFreshTrainer) {
+  TrainingRun first;
+  first.config.total_steps = 3;
+  Trainer trainer(*first.model, first.trainable, first.stream, *first.communicator, first.config, first.objective);
+  trainer.train({});
+  const TrainingState state = trainer.state();
+  EXPECT_EQ(state.global_step, 3);
+  EXPECT_EQ(state.total_steps, 3);
+  EXPECT_EQ(state.position.epoch, 0);  // 3 steps per epoch: all of epoch 0 taken
+  EXPECT_EQ(state.position.steps_into_epoch, 3);
+  EXPECT_EQ(state.metrics.step_losses.size(), 3u);
+  EXPECT_EQ(state.optimizer.steps, 3);
+  ASSERT_EQ(state.generators.size(), 1u);
+  EXPECT_FALSE(state.loss_scaler.has_value());  // fp32: no loss scaling
+
+  TrainingRun second;
+  Trainer fresh(*second.model, second.trainable, second.stream, *second.communicator, second.config,
+                second.objective);
+  fresh.load_state(state);
+  const TrainingState again = fresh.state();
+  EXPECT_EQ(again.global_step, state.global_step);
+  EXPECT_EQ(again.position.epoch, state.position.epoch);
+  EXPECT_EQ(again.position.steps_into_epoch, state.position.steps_into_epoch);
+  EXPECT_EQ(again.metrics.step_losses, state.metrics.step_losses);
+  EXPECT_EQ(again.metrics.tokens, state.metrics.tokens);
+  EXPECT_EQ(again.metrics.log_history, state.metrics.log_history);
+  EXPECT_EQ(again.optimizer.steps, state.optimizer.steps);
+  ASSERT_EQ(again.optimizer.parameters.size(), state.optimizer.parameters.size());
+  for (size_t i = 0; i < state.optimizer.parameters.size(); ++i) {
+    for (size_t k = 0; k < state.optimizer.parameters[i].size(); ++k) {
+      EXPECT_TRUE(at::equal(again.optimizer.parameters[i][k].second, state.optimizer.parameters[i][k].second));
+    }
+  }
+  EXPECT_TRUE(at::equal(again.generators[0].cpu, state.generators[0].cpu));
+}
+
+// Note [Global token normalisation]: the logged loss of a step of two micro-batches is the summed
+// cross-entropy over both, divided by the step's trained tokens.
+TEST(Trainer, StepLossIsTheCrossEntropyOverShiftedLabelsPerGlobalToken) {
+  TrainingRun run;
+  run.model = testing::tiny_lora_model(/*lora_dropout=*/0.0);  // a deterministic forward to compare with
+  run.trainable = lora_parameters(*run.model);
+  run.config.total_steps = 1;
+  MicroBatchStream preview(run.samples, stream_config());
+  double loss_sum = 0, tokens = 0;
+  {
+    at::NoGradGuard no_grad;
+    for (const auto& host : preview.next_step()) {
+      const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+      const auto hidden = run.model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, ForwardOptions{});
+      const auto logits = run.model->lm_head(hidden).to(at::kFloat).reshape({-1, run.model->config().vocab_size});
+      loss_sum += at::cross_entropy_loss(logits, shift_labels(batch.labels).reshape(-1), std::nullopt,
+                                         at::Reduction::Sum, kIgnoreIndex)
+                      .item<double>();
+      tokens += static_cast<double>(host.trainable_tokens);
+    }
+  }
+  const auto result =
+      Trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective).train({});
+  ASSERT_EQ(result.step_losses.size(), 1u);
+  EXPECT_NEAR(result.step_losses[0], loss_sum / tokens, 1e-5 * loss_sum / tokens);
+}
+
+TEST(Trainer, ASaveHookNeedsACheckpointDirectory) {
+  TrainingRun run;
+  TrainerHooks hooks;
+  hooks.save_checkpoint = [](const std::string&, TrainingState) {};
+  Trainer trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective);
+  EXPECT_THROW(trainer.train(hooks), Error);
+}
+
+}  // namespace
+}  // namespace finetune
