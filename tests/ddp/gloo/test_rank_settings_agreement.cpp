@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "../../test_support.h"
 #include "../ddp_test_helpers.h"
 #include "finetune/ddp/rank_settings.h"
 
