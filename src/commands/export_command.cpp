@@ -21,22 +21,13 @@
 namespace finetune {
 
 int run_export(const Options& options, const EnvMap& env) {
-  const auto source = model_source_from(options);
+  const auto setup = model_stage_setup_from(options, Action::Export);
   auto export_config = export_setup_from(options).export_config;
   if (export_config.save_path.empty()) throw UsageError("--save_path: export needs a directory to write into");
-  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup_from(options), false));
-  const auto device = select_device(source.device, launch_env_from(env).local_rank);
-  auto loaded = load_model(source, env, device);
-
-  AdapterSetup adapter_setup = adapter_setup_from(options);
-  adapter_setup.init_adapter = options.adapter;
-  LoraConfig lora = adapter_setup.lora;
-  if (!options.adapter.empty()) {
-    if (!std::filesystem::is_directory(options.adapter)) {
-      throw UsageError("--adapter: '" + options.adapter + "' is not a PEFT adapter directory");
-    }
-    lora = setup_adapter(*loaded.model, adapter_setup).config;
-  }
+  auto opened = open_model(setup, hub_inputs_from(setup.source, DataSetup{}, false), env,
+                           command_device(setup.source, env), fetch_at_once(hub_settings_from(env, options.hub_token)));
+  const LoraConfig lora = opened.adapter ? opened.adapter->config : setup.adapter.lora;
+  auto& loaded = opened.loaded;
 
   create_output_directory(export_config.save_path, "--save_path");
   const auto gguf_files = export_model(*loaded.model, lora, export_config, loaded.model_dir);
