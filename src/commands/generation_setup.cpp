@@ -35,8 +35,9 @@ GenerationSession start_generation_session(const Options& options, const EnvMap&
   auto eos_ids = eos_token_ids(session.loaded.model_dir, special.eos_token_id);
   const int64_t pad_id = pad_token_id_for(*session.loaded.model, session.loaded.tokenizer.get());
   const auto& model = *session.loaded.model;
+  const std::string& adapter = setup.adapter.init_adapter;
   log::info(command + " | model " + session.loaded.model_dir + " (" + dtype_string(model.dtype()) + " on " +
-            model.device().str() + (setup.adapter.init_adapter.empty() ? "" : ", adapter " + setup.adapter.init_adapter) + "), loaded in " +
+            model.device().str() + (adapter.empty() ? "" : ", adapter " + adapter) + "), loaded in " +
             c10::str(session.loaded.load_seconds) + " s");
   session.generator = std::make_unique<Generator>(model, *session.loaded.tokenizer, generation_config_from(options),
                                                   std::move(eos_ids), pad_id);

@@ -309,7 +309,8 @@ TEST(OptionsTest, EveryOptionIsReadBySomeCommand) {
   for (const auto& spec : option_table()) {
     EXPECT_FALSE(spec.commands.empty()) << spec.name;
     for (const auto& info : action_table()) {
-      if (spec.read_by(info.action)) EXPECT_TRUE(std::count(spec.commands.begin(), spec.commands.end(), info.action) == 1);
+      const auto listed = std::count(spec.commands.begin(), spec.commands.end(), info.action);
+      EXPECT_EQ(listed, spec.read_by(info.action) ? 1 : 0) << spec.name << " " << info.name;
     }
   }
   // Spot checks of the table against what the commands read (src/commands/).

@@ -3,7 +3,9 @@
 // One option table (option_table.cpp) is the single source of every option's name, aliases,
 // group, type, default, range and help text. Values are layered with precedence
 //     --config FILE.json  <  environment FINETUNE_<KEY>  <  command line
-// and then converted and validated into the typed `Options` struct. Names follow Unsloth's CLI and
+// and then converted and validated into the typed `Options` struct. Each row names the commands
+// that read it: on the command line another command's option is a UsageError naming both; in the
+// config file or the environment (shared between commands) it is ignored and noted. Names follow Unsloth's CLI and
 // Hugging Face TrainingArguments, so users can carry their flags over (README: "Coming from
 // Unsloth's CLI"). A FINETUNE_* environment variable that is neither an option nor one of the few
 // the project's scripts export (option_environment.h) is an error.
