@@ -1,10 +1,9 @@
 // Which inputs are hub ids to fetch, and a --model_name written as a path that does not exist.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 
+#include "../test_support.h"
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/util/errors.h"
 
@@ -13,21 +12,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs the test body in a fresh directory (relative paths are the point here).
+// Runs the test body in a fresh directory holding models/ (relative paths are the point here).
 class InTempDirectory : public ::testing::Test {
  protected:
   void SetUp() override {
     previous_ = fs::current_path();
-    dir_ = fs::path(::testing::TempDir()) / ("hub_inputs_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "models");
-    fs::current_path(dir_);
+    fs::create_directories(dir_.path() / "models");
+    fs::current_path(dir_.path());
   }
-  void TearDown() override {
-    fs::current_path(previous_);
-    fs::remove_all(dir_);
-  }
-  fs::path previous_, dir_;
+  void TearDown() override { fs::current_path(previous_); }
+  testing::TempDir dir_{"hub_inputs"};
+  fs::path previous_;
 };
 
 TEST_F(InTempDirectory, PathLikeModelNames) {
