@@ -1,6 +1,8 @@
 // `finetune export`: model + weights (+ --adapter) -> merged_16bit | merged_4bit | gguf in
 // --save_path, without training (see commands.h). The same export as the end of training
-// (checkpoint/model_export.h), so both write identical files. Prints one JSON line naming them.
+// (checkpoint/model_export.h), so both write identical files. Prints one JSON line naming the GGUF
+// files written and every file in --save_path after the export.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -19,6 +21,20 @@
 #include "finetune/util/output_directory.h"
 
 namespace finetune {
+namespace {
+
+// The files in `directory` after the export (sorted paths): what a user finds there.
+std::vector<std::string> files_in(const std::string& directory) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    if (it->is_regular_file(error)) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
 
 int run_export(const Options& options, const EnvMap& env) {
   const auto setup = model_stage_setup_from(options, Action::Export);
@@ -35,7 +51,8 @@ int run_export(const Options& options, const EnvMap& env) {
   std::cout << nlohmann::json{{"save_method", export_config.save_method},
                               {"save_path", export_config.save_path},
                               {"adapter", options.adapter},
-                              {"gguf_files", gguf_files}}
+                              {"gguf_files", gguf_files},
+                              {"files", files_in(export_config.save_path)}}
                    .dump()
             << std::endl;
   return 0;

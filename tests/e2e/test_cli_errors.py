@@ -242,6 +242,15 @@ def test_the_summary_lists_what_the_run_wrote(trained):
     assert outputs["save_path"] == str(out / "merged") and outputs["gguf_files"] == []
 
 
+def test_export_lists_the_files_in_save_path(assets, trained, tmp_path):
+    out = tmp_path / "merged"
+    proc = expect_success(["export", "--model_name", assets["model"], "--adapter", trained[0], "--save_method",
+                           "merged_16bit", "--save_path", out] + CPU)
+    files = last_json_line(proc.stdout)["files"]
+    assert files == sorted(str(p) for p in out.iterdir() if p.is_file()), files
+    assert str(out / "config.json") in files and any(f.endswith(".safetensors") for f in files), files
+
+
 def test_train_help_lists_every_group():
     proc = expect_success(["train", "--help"])
     lines = proc.stdout.splitlines()
