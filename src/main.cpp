@@ -1,13 +1,29 @@
 // finetune: LoRA/SFT fine-tuning of Hugging Face causal LMs on LibTorch.
-// main() parses the command, dispatches to an action (train/commands.h wires the stages), and is
-// the one place that catches errors: usage errors exit 2, everything else exits 1.
+// main() parses the command, dispatches to it (commands/commands.h wires each command's stages),
+// and is the one place that catches errors: usage errors exit 2, everything else exits 1.
 #include <csignal>
 #include <iostream>
 
-#include "finetune/config/options.h"
 #include "finetune/commands/commands.h"
+#include "finetune/config/options.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
+
+namespace {
+
+int run_action(const finetune::Command& command, const finetune::EnvMap& env) {
+  using finetune::Action;
+  switch (command.action) {
+    case Action::Train: return finetune::run_train(command.options, env);
+    case Action::Eval: return finetune::run_eval(command.options, env);
+    case Action::Generate: return finetune::run_generate(command.options, env);
+    case Action::Chat: return finetune::run_chat(command.options, env);
+    case Action::Export: return finetune::run_export(command.options, env);
+  }
+  throw finetune::Error("main: a command without a run function");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace finetune;
@@ -18,19 +34,20 @@ int main(int argc, char** argv) {
   try {
     const auto env = current_environment();
     const auto command = parse_command(argc, argv, env);
-    log::configure(0, 1, log::level_from_name(command.options.log_level));
     if (command.help) {
       std::cout << command.help_text;
       return 0;
     }
-    if (command.action == "eval") return run_eval(command.options, env);
-    if (command.action == "generate") return run_generate(command.options, env);
-    if (command.action == "chat") return run_chat(command.options, env);
-    if (command.action == "export") return run_export(command.options, env);
-    return run_train(command.options, env);
+    if (command.version) {
+      std::cout << version_text();
+      return 0;
+    }
+    log::configure(0, 1, log::level_from_name(command.options.log_level));
+    for (const auto& note : command.ignored_settings) log::debug(note);
+    return run_action(command, env);
   } catch (const UsageError& e) {
     log::error(e.what());
-    std::cerr << "Run `finetune --help` for the list of options." << std::endl;
+    std::cerr << "Run `finetune --help` for the commands, `finetune COMMAND --help` for their options." << std::endl;
     return 2;
   } catch (const std::exception& e) {
     log::error(e.what());

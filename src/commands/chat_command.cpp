@@ -26,7 +26,7 @@ Conversation fresh_conversation(const std::string& system_prompt) {
 }  // namespace
 
 int run_chat(const Options& options, const EnvMap& env) {
-  auto session = start_generation_session(options, env, "chat");
+  auto session = start_generation_session(options, env, Action::Chat);
   const ChatTemplate& chat_template = session.chat_template();  // before the first turn: a missing one fails now
   log::info("chat | template: " + chat_template.description() + "; /reset clears the conversation, /exit ends");
   const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -51,7 +51,7 @@ int run_chat(const Options& options, const EnvMap& env) {
     log::info("chat | turn " + std::to_string(++turn) + ": " + std::to_string(ids.size()) + " prompt tokens, " +
               std::to_string(reply.token_ids.size()) + " new, finish_reason " + reply.finish_reason);
   }
-  log::info(generation_summary("chat", session.generator->stats()));
+  log::info(generation_summary(action_name(Action::Chat), session.generator->stats()));
   return 0;
 }
 

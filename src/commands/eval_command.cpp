@@ -17,16 +17,15 @@ namespace finetune {
 
 int run_eval(const Options& options, const EnvMap& env) {
   const auto data_setup = data_setup_from(options);
-  const auto source = model_source_from(options);
-  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup, false));
-  const std::vector<DatasetSplit> splits = eval_command_splits(data_setup, env);  // before the model: fails fast
-  const auto launch = launch_env_from(env);
-  const auto device = select_device(source.device, launch.local_rank);
-  auto loaded = load_model(source, env, device);
+  const auto setup = model_stage_setup_from(options, Action::Eval);
+  const auto device = command_device(setup.source, env);
+  std::vector<DatasetSplit> splits;
+  auto opened = open_model(setup, hub_inputs_from(setup.source, data_setup, false), env, device,
+                           fetch_at_once(hub_settings_from(env, options.hub_token)),
+                           [&] { splits = eval_command_splits(data_setup, env); });  // before the model: fails fast
+  auto& loaded = opened.loaded;
   check_sequence_length(loaded.model->config(), data_setup.max_seq_length);
   const auto memory_after_load = peak_device_memory_gib(device);
-  const auto adapter_setup = adapter_setup_from(options);
-  if (!adapter_setup.init_adapter.empty()) setup_adapter(*loaded.model, adapter_setup);
   DataSetup eval_setup = data_setup;  // every split's rows, unweighted, nothing held out
   eval_setup.dataset_weights.assign(splits.size(), 1.0);
   eval_setup.eval_split = 0;

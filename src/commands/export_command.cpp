@@ -1,6 +1,8 @@
 // `finetune export`: model + weights (+ --adapter) -> merged_16bit | merged_4bit | gguf in
 // --save_path, without training (see commands.h). The same export as the end of training
-// (export/model_export.h), so both write identical files. Prints one JSON line naming them.
+// (export/model_export.h), so both write identical files. Prints one JSON line naming the GGUF
+// files written and every file in --save_path after the export.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -19,24 +21,29 @@
 #include "finetune/util/output_directory.h"
 
 namespace finetune {
+namespace {
+
+// The files in `directory` after the export (sorted paths): what a user finds there.
+std::vector<std::string> files_in(const std::string& directory) {
+  std::vector<std::string> files;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(directory, error), end; !error && it != end; it.increment(error)) {
+    if (it->is_regular_file(error)) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
 
 int run_export(const Options& options, const EnvMap& env) {
-  const auto source = model_source_from(options);
+  const auto setup = model_stage_setup_from(options, Action::Export);
   auto export_config = export_setup_from(options).export_config;
   if (export_config.save_path.empty()) throw UsageError("--save_path: export needs a directory to write into");
-  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup_from(options), false));
-  const auto device = select_device(source.device, launch_env_from(env).local_rank);
-  auto loaded = load_model(source, env, device);
-
-  AdapterSetup adapter_setup = adapter_setup_from(options);
-  adapter_setup.init_adapter = options.adapter;
-  LoraConfig lora = adapter_setup.lora;
-  if (!options.adapter.empty()) {
-    if (!std::filesystem::is_directory(options.adapter)) {
-      throw UsageError("--adapter: '" + options.adapter + "' is not a PEFT adapter directory");
-    }
-    lora = setup_adapter(*loaded.model, adapter_setup).config;
-  }
+  auto opened = open_model(setup, hub_inputs_from(setup.source, DataSetup{}, false), env,
+                           command_device(setup.source, env), fetch_at_once(hub_settings_from(env, options.hub_token)));
+  const LoraConfig lora = opened.adapter ? opened.adapter->config : setup.adapter.lora;
+  auto& loaded = opened.loaded;
 
   create_output_directory(export_config.save_path, "--save_path");
   const auto gguf_files = export_model(*loaded.model, lora, export_config, loaded.model_dir);
@@ -44,7 +51,8 @@ int run_export(const Options& options, const EnvMap& env) {
   std::cout << nlohmann::json{{"save_method", export_config.save_method},
                               {"save_path", export_config.save_path},
                               {"adapter", options.adapter},
-                              {"gguf_files", gguf_files}}
+                              {"gguf_files", gguf_files},
+                              {"files", files_in(export_config.save_path)}}
                    .dump()
             << std::endl;
   return 0;

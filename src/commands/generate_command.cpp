@@ -97,13 +97,13 @@ void generate_prompt_lines(GenerationSession& session, const std::vector<PromptL
 int run_generate(const Options& options, const EnvMap& env) {
   // Every line is read before the model loads: a bad file fails fast.
   const auto lines = options.prompts.empty() ? std::vector<PromptLine>{} : read_prompt_lines(options.prompts);
-  auto session = start_generation_session(options, env, "generate");
+  auto session = start_generation_session(options, env, Action::Generate);
   if (options.prompts.empty()) {
     stream_one_prompt(session, options.prompt);
   } else {
     generate_prompt_lines(session, lines);
   }
-  log::info(generation_summary("generate", session.generator->stats()));
+  log::info(generation_summary(action_name(Action::Generate), session.generator->stats()));
   return 0;
 }
 

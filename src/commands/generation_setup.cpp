@@ -21,21 +21,13 @@ const ChatTemplate& GenerationSession::chat_template() {
   return *chat_template_;
 }
 
-GenerationSession start_generation_session(const Options& options, const EnvMap& env, const std::string& command) {
-  const auto source = model_source_from(options);
-  fetch_hub_inputs(hub_settings_from(env, options.hub_token), hub_inputs_from(source, DataSetup{}, false));
-  const auto device = select_device(source.device, launch_env_from(env).local_rank);
+GenerationSession start_generation_session(const Options& options, const EnvMap& env, Action action) {
+  const auto setup = model_stage_setup_from(options, action);
+  const std::string& command = setup.command;
   GenerationSession session;
-  session.loaded = load_model(source, env, device);
-  if (!session.loaded.tokenizer) {
-    throw Error(session.loaded.model_dir + ": no tokenizer.json or tokenizer.model; " + command +
-                " needs the model's tokenizer");
-  }
-  if (!options.adapter.empty()) {
-    AdapterSetup setup = adapter_setup_from(options);
-    setup.init_adapter = options.adapter;
-    setup_adapter(*session.loaded.model, setup);
-  }
+  session.loaded = open_model(setup, hub_inputs_from(setup.source, DataSetup{}, false), env,
+                              command_device(setup.source, env), fetch_at_once(hub_settings_from(env, options.hub_token)))
+                       .loaded;
   const auto data_setup = data_setup_from(options);
   session.chat_template_choice = data_setup.chat_template;
   session.chat_template_kwargs = data_setup.chat_template_kwargs;
@@ -43,8 +35,9 @@ GenerationSession start_generation_session(const Options& options, const EnvMap&
   auto eos_ids = eos_token_ids(session.loaded.model_dir, special.eos_token_id);
   const int64_t pad_id = pad_token_id_for(*session.loaded.model, session.loaded.tokenizer.get());
   const auto& model = *session.loaded.model;
+  const std::string& adapter = setup.adapter.init_adapter;
   log::info(command + " | model " + session.loaded.model_dir + " (" + dtype_string(model.dtype()) + " on " +
-            model.device().str() + (options.adapter.empty() ? "" : ", adapter " + options.adapter) + "), loaded in " +
+            model.device().str() + (adapter.empty() ? "" : ", adapter " + adapter) + "), loaded in " +
             c10::str(session.loaded.load_seconds) + " s");
   session.generator = std::make_unique<Generator>(model, *session.loaded.tokenizer, generation_config_from(options),
                                                   std::move(eos_ids), pad_id);

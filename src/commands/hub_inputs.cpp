@@ -18,6 +18,8 @@ bool is_hub_id(const std::string& value) {
   return looks_like_hub_id(value) && !std::filesystem::exists(value, ec);
 }
 
+bool is_model_hub_id(const std::string& value) { return is_hub_id(value) && !is_path_like(value); }
+
 DatasetWanted& wanted_entry(HubInputs& inputs, const std::string& id) {
   for (auto& dataset : inputs.datasets)
     if (dataset.id == id) return dataset;
@@ -33,7 +35,7 @@ void add_split(DatasetWanted& wanted, const std::string& split) {
 
 HubInputs hub_inputs_from(const ModelSource& model, const DataSetup& data, bool training) {
   HubInputs inputs;
-  if (is_hub_id(model.model_name)) inputs.model = model.model_name, inputs.revision = model.revision;
+  if (is_model_hub_id(model.model_name)) inputs.model = model.model_name, inputs.revision = model.revision;
   const auto& datasets = data.datasets;
   const bool eval_only = !training && !data.eval_dataset.empty();
   if (!eval_only) {
@@ -50,6 +52,27 @@ HubInputs hub_inputs_from(const ModelSource& model, const DataSetup& data, bool 
     }
   }
   return inputs;
+}
+
+std::function<void(const HubInputs&)> fetch_at_once(const HubSettings& settings) {
+  return [settings](const HubInputs& inputs) { fetch_hub_inputs(settings, inputs); };
+}
+
+bool is_path_like(const std::string& model_name) {
+  for (const char* prefix : {"/", "./", "../", "~"})
+    if (starts_with(model_name, prefix)) return true;
+  const auto slash = model_name.find('/');
+  if (slash == std::string::npos) return model_name == "." || model_name == "..";
+  if (model_name.find('/', slash + 1) != std::string::npos) return true;
+  std::error_code ec;
+  return std::filesystem::is_directory(model_name.substr(0, slash), ec);
+}
+
+void check_local_model_path(const std::string& model_name) {
+  std::error_code ec;
+  if (!is_path_like(model_name) || std::filesystem::exists(model_name, ec)) return;
+  throw Error("--model_name: local directory " + model_name + " not found (no such directory; a path, not a hub id "
+              "ORG/NAME, so nothing is downloaded)");
 }
 
 void fetch_hub_inputs_per_node(const HubSettings& settings, const HubInputs& inputs, const LaunchEnv& launch,

@@ -1,5 +1,6 @@
 #include "finetune/commands/run_setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <tuple>
@@ -11,6 +12,10 @@
 #include "finetune/data/sampler.h"
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/model_weights.h"
+#include "finetune/checkpoint/run_directory.h"
+#include "finetune/checkpoint/save_methods.h"
+#include "finetune/commands/hub_inputs.h"
+#include "finetune/launch/launch_env.h"
 #include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
@@ -54,10 +59,10 @@ std::string last_component(std::string path) {
 // An adapter trained on another model must not load silently onto this one (shapes can agree by
 // chance): its base model's config.json, when that is a local directory, must describe the same
 // architecture and sizes; otherwise a differing name is worth a warning.
-void check_adapter_base(const LoraConfig& adapter, const std::string& adapter_dir, const CausalLM& model,
-                        const std::string& model_name) {
+void check_adapter_base(const LoraConfig& adapter, const AdapterSetup& setup, const CausalLM& model) {
   const std::string& base = adapter.base_model_name_or_path;
-  const std::string where = adapter_dir + "/adapter_config.json";
+  const std::string& model_name = setup.base_model_name;
+  const std::string where = setup.init_adapter + "/adapter_config.json";
   if (base.empty()) return;
   if (std::filesystem::exists(std::filesystem::path(base) / "config.json")) {
     const auto theirs = load_model_config(base);
@@ -71,32 +76,29 @@ void check_adapter_base(const LoraConfig& adapter, const std::string& adapter_di
         {"vocab_size", std::to_string(theirs.vocab_size), std::to_string(ours.vocab_size)}};
     for (const auto& [field, their_value, our_value] : fields) {
       if (their_value != our_value) {
-        throw UsageError("--init_adapter: " + where + " was trained on " + base + " (" + field + " " + their_value +
+        throw UsageError(setup.adapter_option + ": " + where + " was trained on " + base + " (" + field + " " + their_value +
                          "), not on this model (" + field + " " + our_value + ")");
       }
     }
     return;
   }
   if (last_component(base) != last_component(model_name)) {
-    log::warn("--init_adapter: " + where + " names " + base + " as its base model, this run loads " + model_name);
+    log::warn(setup.adapter_option + ": " + where + " names " + base + " as its base model, this run loads " + model_name);
   }
 }
 
-// With --init_adapter the adapter's own config decides its shape: a LoRA option the user set to
-// another value would be silently ignored, so it is an error.
+// A loaded adapter's own config decides its shape: a LoRA option the user set to another value
+// would be silently ignored, so it is an error.
 void check_given_lora_options(const LoraConfig& adapter, const AdapterSetup& setup) {
   const std::string where = setup.init_adapter + "/adapter_config.json";
-  for (const auto& name : setup.given_lora_options) {
-    std::string given, theirs;
-    if (name == "r") given = std::to_string(setup.lora.r), theirs = std::to_string(adapter.r);
-    if (name == "lora_alpha") given = c10::str(setup.lora.lora_alpha), theirs = c10::str(adapter.lora_alpha);
-    if (name == "use_rslora") given = setup.lora.use_rslora ? "true" : "false", theirs = adapter.use_rslora ? "true" : "false";
-    if (name == "use_dora") given = setup.lora.use_dora ? "true" : "false", theirs = adapter.use_dora ? "true" : "false";
-    if (name == "target_modules") given = join(setup.lora.target_modules, ","), theirs = join(adapter.target_modules, ",");
-    if (name == "bias") given = setup.lora.bias, theirs = adapter.bias;
-    if (given != theirs) {
-      throw UsageError("--" + name + ": " + given + " differs from " + theirs + " in " + where +
-                       " (--init_adapter decides the adapter's shape; drop --" + name + " or start fresh)");
+  for (const auto& option : lora_shape_options()) {
+    const auto& given = setup.given_lora_options;
+    if (std::find(given.begin(), given.end(), option.name) == given.end()) continue;
+    const std::string ours = option.value(setup.lora), theirs = option.value(adapter);
+    if (ours != theirs) {
+      throw UsageError(std::string("--") + option.name + ": " + ours + " differs from " + theirs + " in " + where +
+                       " (" + setup.adapter_option + " decides the adapter's shape; drop --" + option.name +
+                       " or start fresh)");
     }
   }
 }
@@ -108,7 +110,7 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   attached.config = setup.lora;
   if (!setup.init_adapter.empty()) {
     attached.config = read_adapter_config(setup.init_adapter);
-    check_adapter_base(attached.config, setup.init_adapter, model, setup.base_model_name);
+    check_adapter_base(attached.config, setup, model);
     check_given_lora_options(attached.config, setup);
     attached.config.lora_dropout = setup.lora.lora_dropout;
     log::info("starting from adapter " + setup.init_adapter + " (r=" + std::to_string(attached.config.r) + ")");
@@ -116,6 +118,29 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   attached.trainable = attach_lora(model, attached.config, setup.random_state);
   if (!setup.init_adapter.empty()) load_adapter_weights(model, setup.init_adapter);
   return attached;
+}
+
+OpenedModel open_model(const ModelStageSetup& setup, const HubInputs& hub_inputs, const EnvMap& env,
+                       const at::Device& device, const FetchHubInputs& fetch, const std::function<void()>& before_load) {
+  check_local_model_path(setup.source.model_name);
+  fetch(hub_inputs);
+  if (before_load) before_load();
+  OpenedModel opened;
+  opened.loaded = load_model(setup.source, env, device);
+  if (setup.needs_tokenizer && !opened.loaded.tokenizer) {
+    throw Error(opened.loaded.model_dir + ": no tokenizer.json or tokenizer.model; " + setup.command +
+                " needs the model's tokenizer");
+  }
+  const AdapterSetup& adapter = setup.adapter;
+  if (!adapter.init_adapter.empty() && !std::filesystem::is_directory(adapter.init_adapter)) {
+    throw UsageError(adapter.adapter_option + ": \"" + adapter.init_adapter + "\" is not a PEFT adapter directory");
+  }
+  if (setup.fresh_adapter || !adapter.init_adapter.empty()) opened.adapter = setup_adapter(*opened.loaded.model, adapter);
+  return opened;
+}
+
+at::Device command_device(const ModelSource& source, const EnvMap& env) {
+  return select_device(source.device, launch_env_from(env).local_rank);
 }
 
 namespace {
@@ -238,6 +263,17 @@ Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const T
     datasets.eval = std::move(eval);
   }
   return datasets;
+}
+
+nlohmann::json run_outputs(const std::string& output_dir, const ExportSetup& export_setup,
+                           const std::vector<std::string>& gguf_files) {
+  nlohmann::json in_output_dir = nlohmann::json::array();
+  for (const auto& name : run_artifacts(output_dir)) in_output_dir.push_back((std::filesystem::path(output_dir) / name).string());
+  const bool model_directory = export_setup.save_model &&
+                               save_method_from_name(export_setup.export_config.save_method) != SaveMethod::Gguf;
+  return {{"output_dir", in_output_dir},
+          {"save_path", model_directory ? nlohmann::json(export_setup.export_config.save_path) : nlohmann::json()},
+          {"gguf_files", gguf_files}};
 }
 
 int64_t pad_token_id_for(const CausalLM& model, const Tokenizer* tokenizer) {

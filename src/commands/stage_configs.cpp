@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "finetune/checkpoint/save_methods.h"
 #include "finetune/config/hf_hub.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/util/errors.h"
@@ -15,6 +16,18 @@ ModelSource model_source_from(const Options& options) {
   return {options.model_name, options.dtype, options.device, options.load_in_4bit, options.revision};
 }
 
+const std::vector<LoraShapeOption>& lora_shape_options() {
+  static const std::vector<LoraShapeOption> options = {
+      {"r", [](const LoraConfig& c) { return std::to_string(c.r); }},
+      {"lora_alpha", [](const LoraConfig& c) { return c10::str(c.lora_alpha); }},
+      {"use_rslora", [](const LoraConfig& c) { return std::string(c.use_rslora ? "true" : "false"); }},
+      {"use_dora", [](const LoraConfig& c) { return std::string(c.use_dora ? "true" : "false"); }},
+      {"target_modules", [](const LoraConfig& c) { return join(c.target_modules, ","); }},
+      {"bias", [](const LoraConfig& c) { return c.bias; }},
+  };
+  return options;
+}
+
 AdapterSetup adapter_setup_from(const Options& options) {
   AdapterSetup setup;
   setup.lora.r = options.r;
@@ -24,12 +37,26 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.use_dora = options.use_dora;
   setup.lora.target_modules = options.target_modules;
   setup.lora.bias = options.bias;
-  setup.init_adapter = options.init_adapter;
+  // train reads --init_adapter, generate/chat/export --adapter, eval either (the parser refuses
+  // both at once): one adapter to load, named as the user named it.
+  const bool adapter_named = options.init_adapter.empty() && !options.adapter.empty();
+  setup.init_adapter = adapter_named ? options.adapter : options.init_adapter;
+  setup.adapter_option = adapter_named ? "--adapter" : "--init_adapter";
   setup.random_state = static_cast<uint64_t>(options.random_state);
   setup.base_model_name = options.model_name;
-  for (const char* name : {"r", "lora_alpha", "use_rslora", "use_dora", "target_modules", "bias"}) {
-    if (options.given.count(name)) setup.given_lora_options.push_back(name);
+  for (const auto& option : lora_shape_options()) {
+    if (options.given.count(option.name)) setup.given_lora_options.push_back(option.name);
   }
+  return setup;
+}
+
+ModelStageSetup model_stage_setup_from(const Options& options, Action action) {
+  ModelStageSetup setup;
+  setup.source = model_source_from(options);
+  setup.adapter = adapter_setup_from(options);
+  setup.fresh_adapter = action == Action::Train;
+  setup.needs_tokenizer = action == Action::Generate || action == Action::Chat;
+  setup.command = action_name(action);
   return setup;
 }
 
@@ -126,8 +153,12 @@ MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEn
   return config;
 }
 
+bool steps_from_epochs(const Options& options) {
+  return options.max_steps <= 0 || (options.given.count("num_train_epochs") && !options.given.count("max_steps"));
+}
+
 int64_t total_steps_from(const Options& options, int64_t steps_per_epoch) {
-  if (options.max_steps > 0) return options.max_steps;
+  if (!steps_from_epochs(options)) return options.max_steps;
   const double steps = std::ceil(options.num_train_epochs * static_cast<double>(steps_per_epoch));
   constexpr double kMaxExactSteps = 9007199254740992.0;  // 2^53
   if (!(steps <= kMaxExactSteps)) {
@@ -159,7 +190,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.profile_start_step = options.profile_start_step;
   config.profile_steps = options.profile_steps;
   config.seed = static_cast<uint64_t>(options.seed);
-  config.tensorboard = options.report_to == "tensorboard" || options.report_to == "all";  // all: every sink
+  config.tensorboard = report_target(options.report_to).tensorboard;
   return config;
 }
 
@@ -191,7 +222,7 @@ PushSetup push_setup_from(const Options& options) {
 ExportSetup export_setup_from(const Options& options) {
   ExportConfig config{options.save_method, options.save_path, options.model_name};
   config.quantization = comma_list(options.quantization);  // already normalized by the parser
-  config.save_gguf = options.save_gguf && options.save_method != "gguf";
+  config.save_gguf = options.save_gguf && save_method_from_name(options.save_method) != SaveMethod::Gguf;
   return {options.save_model, config};
 }
 

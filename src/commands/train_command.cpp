@@ -39,15 +39,19 @@ namespace {
 
 // The adapter into --output_dir, then the export; a failure keeps the checkpoints and says where
 // the newest one is.
-void save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
-                const std::string& output_dir, const std::string& model_dir, const std::string& last_checkpoint) {
+// Returns the GGUF files written.
+std::vector<std::string> save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
+                                    const std::string& output_dir, const std::string& model_dir,
+                                    const std::string& last_checkpoint) {
   const auto& config = export_setup.export_config;
   try {
     save_adapter(model, lora, config.base_model_name, output_dir);
     log::info("adapter saved to " + output_dir);
-    if (!export_setup.save_model) return;
-    export_model(model, lora, config, model_dir);
+    if (!export_setup.save_model) return {};
+    auto gguf_files = export_model(model, lora, config, model_dir);
     log::info("model saved to " + config.save_path + " (" + config.save_method + ")");
+    for (const auto& file : gguf_files) log::info("GGUF written: " + file);
+    return gguf_files;
   } catch (const std::exception& e) {
     throw Error(std::string("final save failed: ") + e.what() + "; " +
                 (last_checkpoint.empty() ? "no checkpoint was written (--save_steps)"
@@ -101,8 +105,8 @@ int run_train(const Options& options, const EnvMap& env) {
   const Rendezvous rendezvous(launch_env_from(env));
   const auto& launch = rendezvous.launch();
   log::configure(launch.rank, launch.world_size, log::level_from_name(options.log_level));
-  const auto source = model_source_from(options);
-  const auto device = select_device(source.device, launch.local_rank);
+  const auto model_setup = model_stage_setup_from(options, Action::Train);
+  const auto device = select_device(model_setup.source.device, launch.local_rank);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
   const auto export_setup = export_setup_from(options);
@@ -110,22 +114,31 @@ int run_train(const Options& options, const EnvMap& env) {
   const auto run_directory = run_directory_setup_from(options);
   try {
     const auto data_setup = data_setup_from(options);
+    DataSplits data_splits;
     // Hub ids into the cache first (Note [One download per node]); then everything reads the cache.
-    fetch_hub_inputs_per_node(hub_settings_from(env, options.hub_token), hub_inputs_from(source, data_setup, true),
-                              launch, *communicator);
-    const auto data_splits = resolve_data_splits(data_setup, env);  // a wrong split fails before the model loads
-    check_outputs_apart_from_model(
-        {run_directory.output_dir, export_setup.save_model ? export_setup.export_config.save_path : "", source.model_name,
-         resolve_model_dir(source.model_name, env, source.revision), hub_cache_root(env)});
-    const auto run_lock = launch.rank == 0 ? std::make_unique<RunLock>(run_directory.output_dir) : nullptr;
-    prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
-    if (launch.rank == 0 && export_setup.save_model) {
-      create_output_directory(export_setup.export_config.save_path, "--save_path");
-    }
-    auto loaded = load_model(source, env, device);
+    std::unique_ptr<RunLock> run_lock;  // held for the whole run (rank 0)
+    auto opened = open_model(
+        model_setup, hub_inputs_from(model_setup.source, data_setup, true), env, device,
+        [&](const HubInputs& inputs) {
+          fetch_hub_inputs_per_node(hub_settings_from(env, options.hub_token), inputs, launch, *communicator);
+        },
+        [&] {
+          data_splits = resolve_data_splits(data_setup, env);  // a wrong split fails before the model loads
+          const auto& source = model_setup.source;
+          check_outputs_apart_from_model({run_directory.output_dir,
+                                          export_setup.save_model ? export_setup.export_config.save_path : "",
+                                          source.model_name, resolve_model_dir(source.model_name, env, source.revision),
+                                          hub_cache_root(env)});
+          if (launch.rank == 0) run_lock = std::make_unique<RunLock>(run_directory.output_dir);
+          prepare_output_dir(run_directory, launch);  // fail before hours of training, not at the final save
+          if (launch.rank == 0 && export_setup.save_model) {
+            create_output_directory(export_setup.export_config.save_path, "--save_path");
+          }
+        });
+    auto& loaded = opened.loaded;
     auto& model = *loaded.model;
     check_sequence_length(model.config(), options.max_seq_length);
-    const auto adapter = setup_adapter(model, adapter_setup_from(options));
+    const AttachedAdapter& adapter = *opened.adapter;
     const auto data = load_datasets(data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
     if (data.train.samples.empty()) {
       const std::string dropped = describe_dropped_rows(data.train.stats);
@@ -174,9 +187,11 @@ int run_train(const Options& options, const EnvMap& env) {
     };
 
     const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
+    std::vector<std::string> gguf_files;
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.
     const auto saved = run_on_rank0_then_agree(*communicator, device, "final save", [&] {
-      save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir, result.last_checkpoint);
+      gguf_files = save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir,
+                              result.last_checkpoint);
       if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
     });
     if (saved.failed) throw Error(saved.message("final save"));
@@ -189,6 +204,7 @@ int run_train(const Options& options, const EnvMap& env) {
                                 {"tokens_per_s", result.tokens_per_second()}};
       if (result.final_eval_loss) summary["eval_loss"] = *result.final_eval_loss;
       if (const auto peak = peak_device_memory_gib(device)) summary["peak_memory_gib"] = *peak;
+      summary["outputs"] = run_outputs(run_directory.output_dir, export_setup, gguf_files);
       std::cout << summary.dump() << std::endl;
     }
     if (options.require_loss_decrease) require_loss_decrease(result.step_losses);  // same losses on every rank

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "finetune/checkpoint/save_methods.h"
 #include "finetune/config/options.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
@@ -88,7 +90,15 @@ std::string json_value_to_text(const nlohmann::json& value, const OptionRow& row
   throw UsageError(where + "expected a " + row.spec.type + " value, got " + json_excerpt(value));
 }
 
-std::map<std::string, RawValue> read_config_file(const std::string& file) {
+// Config files and the environment are shared between commands (one file for train, eval and
+// generate), so an option there that `action` does not read is left out and noted in `ignored`;
+// on the command line it is an error (parse_command).
+std::string ignored_note(const std::string& where, Action action) {
+  return where + ": not read by `finetune " + action_name(action) + "`; ignored";
+}
+
+std::map<std::string, RawValue> read_config_file(const std::string& file, Action action,
+                                                 std::vector<std::string>& ignored) {
   nlohmann::json doc;
   try {
     doc = read_json_file(file);
@@ -100,33 +110,45 @@ std::map<std::string, RawValue> read_config_file(const std::string& file) {
   for (const auto& [key, value] : doc.items()) {
     const OptionRow* row = find_option_row(key);
     if (row == nullptr) throw UsageError(file + ": " + in_quotes(key) + ": " + unknown_option_message(key));
+    if (!row->spec.read_by(action)) {
+      ignored.push_back(ignored_note(file + ": " + key, action));
+      continue;
+    }
     store_unordered(values, *row, RawValue{json_value_to_text(value, *row, file), file, key}, file_key_label);
   }
   return values;
 }
 
-std::map<std::string, RawValue> read_environment(const EnvMap& env) {
+std::map<std::string, RawValue> read_environment(const EnvMap& env, Action action, std::vector<std::string>& ignored) {
   std::map<std::string, RawValue> values;
   for (const auto& row : option_rows()) {
     std::vector<std::string> names = {row.spec.name};
     names.insert(names.end(), row.spec.aliases.begin(), row.spec.aliases.end());
     for (const auto& name : names) {
       const auto it = env.find(option_env_key(name));
-      if (it != env.end()) store_unordered(values, row, RawValue{it->second, it->first, name}, variable_label);
+      if (it == env.end()) continue;
+      if (!row.spec.read_by(action)) {
+        ignored.push_back(ignored_note(it->first, action));
+        continue;
+      }
+      store_unordered(values, row, RawValue{it->second, it->first, name}, variable_label);
     }
   }
   return values;
 }
 
-// Two cxxopts quirks are smoothed over before it sees the arguments:
+// Three cxxopts quirks are smoothed over before it sees the arguments:
 //  - an option with an implicit value never takes the next argument, so `--packing false` is
 //    rewritten to `--packing=false`;
 //  - cxxopts only matches long names of two or more characters, so `--r 8` / `--r=8` (Unsloth's
-//    spelling) become the short form `-r 8`.
+//    spelling) become the short form `-r 8`;
+//  - a list option takes one or more values, as argparse's nargs='+' does in Unsloth's CLI
+//    (`--quantization f16 q8_0`): the bare words after `--LIST VALUE` are joined to it by commas.
 // Aliases are registered with cxxopts as options of their own (so errors name them as typed) and
 // folded into their option when the values are layered.
 std::vector<std::string> normalize_args(const std::vector<std::string>& args) {
   std::vector<std::string> out;
+  auto is_bare_word = [&](size_t i) { return i < args.size() && (args[i].empty() || args[i][0] != '-'); };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
     if (arg.rfind("--", 0) == 0 && arg.size() > 2) {
@@ -136,7 +158,12 @@ std::vector<std::string> normalize_args(const std::vector<std::string>& args) {
       if (equals == std::string::npos && row != nullptr && row->spec.type == "bool" && i + 1 < args.size()) {
         // Any bare word after a boolean flag is its value (the action word can only come first),
         // so `--packing maybe` is reported against --packing rather than as a stray argument.
-        if (args[i + 1].empty() || args[i + 1][0] != '-') arg += "=" + args[++i];
+        if (is_bare_word(i + 1)) arg += "=" + args[++i];
+      }
+      if (equals == std::string::npos && row != nullptr && row->spec.type == "list" && is_bare_word(i + 1)) {
+        std::string items = args[++i];
+        while (is_bare_word(i + 1)) items += "," + args[++i];
+        arg += "=" + items;
       }
       if (name.size() == 1) {
         out.push_back("-" + name);
@@ -156,54 +183,125 @@ std::string one_line(std::string s) {
 
 }  // namespace
 
-std::string usage_text() {
+namespace {
+
+const char* const kHowOptionsAreGiven =
+    "Every option can also be set as a key of the --config JSON file or as the environment\n"
+    "variable FINETUNE_<OPTION> (upper case); the command line wins over the environment,\n"
+    "which wins over the file (a repeated flag: the last one wins). Lists are comma-separated\n"
+    "or space-separated after the flag (JSON arrays in the file); booleans are true/false/1/0,\n"
+    "and a bare --FLAG means true. Each command reads its own options: another command's option\n"
+    "is an error on the command line and ignored (logged at --log_level debug) in the file or the\n"
+    "environment, which commands share. Any other FINETUNE_* variable is an error, except the\n"
+    "few that finetune's own scripts export.\n";
+
+std::string option_lines(Action action) {
   std::ostringstream out;
-  out << "Usage: finetune [train|eval] [--config FILE.json] [--OPTION VALUE | --OPTION=VALUE]...\n"
-      << "\n"
-      << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
-      << "Every option can also be set as a key of the --config JSON file or as the environment\n"
-      << "variable FINETUNE_<OPTION> (upper case); the command line wins over the environment,\n"
-      << "which wins over the file (a repeated flag: the last one wins). Lists are comma-separated\n"
-      << "(JSON arrays in the file); booleans are true/false/1/0, and a bare --FLAG means true. Any\n"
-      << "other FINETUNE_* variable is an error, except the few that finetune's own scripts export.\n"
-      << "\n"
-      << "  -h, --help            show this text\n"
-      << "  --config FILE.json    read options from a JSON object\n";
   for (const char* group : kOptionGroupOrder) {
-    out << "\n" << group << ":\n";
+    std::ostringstream lines;
     for (const auto& spec : option_table()) {
-      if (spec.group != group) continue;
+      if (spec.group != group || !spec.read_by(action)) continue;
       std::string flag = "  --" + spec.name;
       for (const auto& alias : spec.aliases) flag += ", --" + alias;
       flag += " <" + spec.type + ">";
       if (flag.size() < 40) flag.resize(40, ' ');
       else flag += "  ";
-      out << flag << spec.help << " [default: " << (spec.default_value.empty() ? "\"\"" : spec.default_value)
-          << "]\n";
+      lines << flag << spec.help << " [default: " << (spec.default_value.empty() ? "\"\"" : spec.default_value)
+            << "]\n";
     }
+    if (!lines.str().empty()) out << "\n" << group << ":\n" << lines.str();
   }
   return out.str();
 }
 
-Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
-  Command command;
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+const ActionInfo& action_info(Action action) {
+  for (const auto& info : action_table())
+    if (info.action == action) return info;
+  throw Error("action_info: an Action missing from action_table()");
+}
 
-  // The action is an optional first word; any other bare word is an error below.
-  if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
-    const auto& actions = action_names();
-    if (std::find(actions.begin(), actions.end(), args[0]) == actions.end())
-      throw UsageError("unknown action " + in_quotes(args[0]) + " (expected " + join(actions, ", ") +
-                       ", before any option)");
-    command.action = args[0];
-    args.erase(args.begin());
+// "eval, generate, chat, export": the commands that read `spec`, in the table's order.
+std::string readers_of(const OptionSpec& spec) {
+  std::vector<std::string> names;
+  for (const auto& info : action_table())
+    if (spec.read_by(info.action)) names.push_back(info.name);
+  return join(names, ", ");
+}
+
+// The option of `action` that the user most likely meant by `name`: the nearest spelling, else one
+// whose name ends with it or that it ends with (--adapter / --init_adapter).
+std::optional<std::string> option_of_command_like(const std::string& name, Action action) {
+  std::vector<std::string> names;
+  for (const auto& spec : option_table())
+    if (spec.read_by(action)) names.push_back(spec.name);
+  if (auto nearest = closest_match(name, names)) return nearest;
+  for (const auto& candidate : names)
+    if (ends_with(candidate, "_" + name) || ends_with(name, "_" + candidate)) return candidate;
+  return std::nullopt;
+}
+
+std::string not_read_message(const std::string& given_name, const OptionSpec& spec, Action action) {
+  std::string message = "--" + given_name + " is not an option of `finetune " + action_name(action) +
+                        "` (it is read by " + readers_of(spec);
+  if (const auto suggestion = option_of_command_like(spec.name, action)) message += "; did you mean --" + *suggestion + "?";
+  return message + ")";
+}
+
+}  // namespace
+
+std::string usage_text() {
+  std::ostringstream out;
+  out << "Usage: finetune [" << join(action_names(), "|") << "] [--config FILE.json] [--OPTION VALUE | --OPTION=VALUE]...\n"
+      << "       finetune COMMAND --help | finetune --version\n"
+      << "\n"
+      << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
+      << "\n"
+      << "Commands (without one, finetune trains):\n";
+  for (const auto& info : action_table()) {
+    std::string name = "  " + info.name;
+    name.resize(12, ' ');
+    out << name << info.summary << "\n";
   }
-  args = normalize_args(args);
+  out << "\nRun `finetune COMMAND --help` for the options of a command.\n\n" << kHowOptionsAreGiven;
+  return out.str();
+}
 
+std::string usage_text(Action action) {
+  std::ostringstream out;
+  const ActionInfo& info = action_info(action);
+  out << "Usage: " << info.usage << "\n"
+      << "\n"
+      << "finetune " << info.name << ": " << info.summary << ".\n"
+      << "\n"
+      << kHowOptionsAreGiven << "\n"
+      << "  -h, --help            show this text\n"
+      << "  --version             the version and the LibTorch/CUDA finetune was built with\n"
+      << "  --config FILE.json    read options from a JSON object\n"
+      << option_lines(action);
+  return out.str();
+}
+
+namespace {
+
+// The first word, when it is not an option, names the command.
+Action take_action_word(std::vector<std::string>& args, bool& named) {
+  named = !args.empty() && !args[0].empty() && args[0][0] != '-';
+  if (!named) return Action::Train;
+  for (const auto& info : action_table()) {
+    if (info.name == args[0]) {
+      args.erase(args.begin());
+      return info.action;
+    }
+  }
+  throw UsageError("unknown command " + in_quotes(args[0]) + " (expected " + join(action_names(), ", ") +
+                   ", before any option)");
+}
+
+cxxopts::ParseResult parse_with_cxxopts(const char* program, const std::vector<std::string>& args) {
   cxxopts::Options parser("finetune");
   auto adder = parser.add_options();
   adder("h,help", "show usage");
+  adder("version", "show the version");
   adder("config", "options file", cxxopts::value<std::string>());
   for (const auto& row : option_rows()) {
     std::vector<std::string> names = {row.spec.name};
@@ -214,8 +312,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
       adder(name, row.spec.help, value);
     }
   }
-
-  std::vector<const char*> cargv = {argc > 0 ? argv[0] : "finetune"};
+  std::vector<const char*> cargv = {program};
   for (const auto& a : args) cargv.push_back(a.c_str());
   cxxopts::ParseResult parsed;
   try {
@@ -234,11 +331,46 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   }
   if (!parsed.unmatched().empty())
     throw UsageError("unexpected argument " + in_quotes(parsed.unmatched().front()) +
-                     " (options are --NAME VALUE; the action word (train, eval, generate, chat, export) must come first)");
+                     " (options are --NAME VALUE; the command word (" + join(action_names(), ", ") +
+                     ") must come first)");
+  return parsed;
+}
+
+// What each command needs besides its options' own rules.
+void check_required(const Command& command) {
+  const Options& o = command.options;
+  if (o.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
+  if (command.action == Action::Train && o.dataset.empty() && o.raw_text_file.empty())
+    throw UsageError("--dataset: required for train (a data file, a directory, or a hub id; or --raw_text_file)");
+  if (command.action == Action::Generate && o.prompt.empty() == o.prompts.empty())
+    throw UsageError("--prompt / --prompts: generate takes exactly one of them (a text, or a JSONL file of prompts)");
+  if (command.action == Action::Export && save_method_from_name(o.save_method) == SaveMethod::Lora)
+    throw UsageError("--save_method: export writes merged_16bit, merged_4bit or gguf (the adapter is already lora)");
+  if (command.action == Action::Train && o.save_gguf && !o.save_model)
+    throw UsageError("--save_gguf: writes GGUF as part of --save_model's export (as in Unsloth's CLI, where it "
+                     "does nothing alone); add --save_model");
+  if (!o.adapter.empty() && !o.init_adapter.empty())
+    throw UsageError("--adapter and --init_adapter: `finetune " + action_name(command.action) +
+                     "` reads them as one setting; give one");
+}
+
+}  // namespace
+
+Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
+  Command command;
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  bool action_named = false;
+  command.action = take_action_word(args, action_named);
+  const cxxopts::ParseResult parsed = parse_with_cxxopts(argc > 0 ? argv[0] : "finetune", normalize_args(args));
 
   if (parsed.count("help")) {
     command.help = true;
-    command.help_text = usage_text();
+    command.help_text = action_named ? usage_text(command.action) : usage_text();
+    return command;
+  }
+  if (parsed.count("version")) {
+    command.version = true;
     return command;
   }
   // A repeated flag takes its last value (argparse's rule, which launch scripts rely on when they
@@ -251,14 +383,15 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   std::map<std::string, RawValue> values;
   if (parsed.count("config")) {
     command.config_file = parsed["config"].as<std::string>();
-    values = read_config_file(command.config_file);
+    values = read_config_file(command.config_file, command.action, command.ignored_settings);
   }
-  for (auto& [name, raw] : read_environment(env)) values[name] = raw;
+  for (auto& [name, raw] : read_environment(env, command.action, command.ignored_settings)) values[name] = raw;
   // Command-line occurrences in order, under any of an option's names: each is validated (as
   // argparse converts every one), the last one wins.
   for (const auto& argument : parsed.arguments()) {
     const OptionRow* row = find_option_row(argument.key());
     if (row == nullptr) continue;  // --config, --help
+    if (!row->spec.read_by(command.action)) throw UsageError(not_read_message(argument.key(), row->spec, command.action));
     const RawValue raw{argument.value(), "", argument.key()};
     try {
       Options scratch;
@@ -279,14 +412,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
       throw UsageError(describe_option(it->second) + ": " + e.what());
     }
   }
-
-  if (command.options.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
-  if (command.action == "train" && command.options.dataset.empty() && command.options.raw_text_file.empty())
-    throw UsageError("--dataset: required for train (a data file, a directory, or a hub id; or --raw_text_file)");
-  if (command.action == "generate" && command.options.prompt.empty() == command.options.prompts.empty())
-    throw UsageError("--prompt / --prompts: generate takes exactly one of them (a text, or a JSONL file of prompts)");
-  if (command.action == "export" && command.options.save_method == "lora")
-    throw UsageError("--save_method: export writes merged_16bit, merged_4bit or gguf (the adapter is already lora)");
+  check_required(command);
   return command;
 }
 

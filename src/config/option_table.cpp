@@ -12,6 +12,7 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_scheduler_names.h"
+#include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/optimizer_names.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
@@ -20,10 +21,33 @@
 namespace finetune {
 namespace {
 
-OptionSpec spec(const std::string& name, const std::string& group, const std::string& type,
+// Which commands read an option (OptionSpec::commands), named once for the table below.
+using Commands = std::vector<Action>;
+const Commands kEveryCommand = {Action::Train, Action::Eval, Action::Generate, Action::Chat, Action::Export};
+const Commands kTrain = {Action::Train};
+const Commands kTrainEval = {Action::Train, Action::Eval};
+const Commands kTemplated = {Action::Train, Action::Eval, Action::Generate, Action::Chat};  // render rows or prompts
+const Commands kTrainAndDecoding = {Action::Train, Action::Generate, Action::Chat};  // seed, profiling, output_dir
+const Commands kGenerating = {Action::Generate, Action::Chat};
+const Commands kGenerateOnly = {Action::Generate};
+const Commands kChatOnly = {Action::Chat};
+const Commands kEvalOnly = {Action::Eval};
+const Commands kExporting = {Action::Train, Action::Export};
+// An adapter to start training from (train) or to evaluate (eval: either name, one setting).
+const Commands kAdapterLoaders = {Action::Train, Action::Eval};
+// An adapter to run or merge (eval reads it as --init_adapter: stage_configs.h, adapter_setup_from).
+const Commands kAdapterAppliers = {Action::Eval, Action::Generate, Action::Chat, Action::Export};
+
+// Where a row sits: its help group and the commands that read it.
+struct Placement {
+  std::string group;
+  Commands commands;
+};
+
+OptionSpec spec(const std::string& name, const Placement& at, const std::string& type,
                 const std::string& default_value, const std::string& help,
                 const std::vector<std::string>& choices = {}) {
-  return OptionSpec{name, group, type, default_value, help, choices, {}};
+  return OptionSpec{name, at.group, type, default_value, help, choices, {}, at.commands};
 }
 
 // The row under more names (each one accepted as flag, config-file key and FINETUNE_ variable).
@@ -32,34 +56,36 @@ OptionRow with_aliases(OptionRow row, const std::vector<std::string>& aliases) {
   return row;
 }
 
-OptionRow int_row(const std::string& name, const std::string& group, int64_t Options::*field,
+OptionRow int_row(const std::string& name, const Placement& at, int64_t Options::*field,
                   int64_t min_value, const std::string& help) {
-  return {spec(name, group, "int", std::to_string(Options{}.*field), help),
+  return {spec(name, at, "int", std::to_string(Options{}.*field), help),
           [=](Options& o, const std::string& v) { o.*field = parse_int(v, min_value); }};
 }
 
-OptionRow any_int_row(const std::string& name, const std::string& group, int64_t Options::*field,
+OptionRow any_int_row(const std::string& name, const Placement& at, int64_t Options::*field,
                       const std::string& help) {
-  return int_row(name, group, field, std::numeric_limits<int64_t>::min(), help);
+  return int_row(name, at, field, std::numeric_limits<int64_t>::min(), help);
 }
 
-OptionRow float_row(const std::string& name, const std::string& group, double Options::*field,
+OptionRow float_row(const std::string& name, const Placement& at, double Options::*field,
                     const Interval& interval, const std::string& help) {
-  return {spec(name, group, "float", format_double(Options{}.*field), help),
+  return {spec(name, at, "float", format_double(Options{}.*field), help),
           [=](Options& o, const std::string& v) { o.*field = parse_float(v, interval); }};
 }
 
-OptionRow bool_row(const std::string& name, const std::string& group, bool Options::*field,
+OptionRow bool_row(const std::string& name, const Placement& at, bool Options::*field,
                    const std::string& help, const std::vector<std::string>& extra_true_words = {}) {
-  return {spec(name, group, "bool", Options{}.*field ? "true" : "false", help),
+  return {spec(name, at, "bool", Options{}.*field ? "true" : "false", help),
           [=](Options& o, const std::string& v) { o.*field = parse_bool(v, extra_true_words); }};
 }
 
 // --chat_template: a name (data/chat_template.h: chat_template_names(), or an alias) or a .jinja
 // file that exists.
 OptionRow chat_template_row() {
-  return {spec("chat_template", "data", "string", Options{}.chat_template,
-               "chat template: auto (the tokenizer's own), a .jinja file, or a built-in fallback",
+  return {spec("chat_template", {"data", kTemplated}, "string", Options{}.chat_template,
+               "how rows and prompts become text: auto (the tokenizer's own chat_template), a built-in template, "
+               "a .jinja file, or alpaca (instruction/input/output rows in the Alpaca prompt, as Unsloth's CLI "
+               "formats them; no chat template) (" + join(chat_template_names(), "|") + ")",
                chat_template_names()),
           [](Options& o, const std::string& v) {
             for (const auto& [alias, name] : chat_template_aliases()) {
@@ -75,9 +101,9 @@ OptionRow chat_template_row() {
 
 // An Unsloth CLI option for a feature finetune lacks, whose "off" spellings (Unsloth's None
 // default, or nothing) are accepted and do nothing, and whose other values are refused.
-OptionRow unsupported_string_row(const std::string& name, const std::string& group, const std::string& reason,
+OptionRow unsupported_string_row(const std::string& name, const Placement& at, const std::string& reason,
                                  const std::string& help) {
-  return {spec(name, group, "string", "None", help),
+  return {spec(name, at, "string", "None", help),
           [=](Options&, const std::string& v) {
             const std::string s = lowercase(trim(v));
             if (s != "none" && s != "null" && !s.empty())
@@ -86,9 +112,9 @@ OptionRow unsupported_string_row(const std::string& name, const std::string& gro
 }
 
 // A comma-separated list whose items are each one of `set`'s choices; stored normalized, joined by commas.
-OptionRow list_choice_row(const std::string& name, const std::string& group, std::string Options::*field,
+OptionRow list_choice_row(const std::string& name, const Placement& at, std::string Options::*field,
                           const ChoiceSet& set, const std::string& help) {
-  return {spec(name, group, "list", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
+  return {spec(name, at, "list", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
           [=](Options& o, const std::string& v) {
             std::vector<std::string> items;
             for (const auto& item : parse_list(v)) items.push_back(parse_choice(item, set));
@@ -97,26 +123,26 @@ OptionRow list_choice_row(const std::string& name, const std::string& group, std
           }};
 }
 
-OptionRow string_row(const std::string& name, const std::string& group, std::string Options::*field,
+OptionRow string_row(const std::string& name, const Placement& at, std::string Options::*field,
                      bool allow_empty, const std::string& help) {
-  return {spec(name, group, "string", Options{}.*field, help),
+  return {spec(name, at, "string", Options{}.*field, help),
           [=](Options& o, const std::string& v) {
             if (!allow_empty && trim(v).empty()) throw BadValue("expected a non-empty value");
             o.*field = v;
           }};
 }
 
-OptionRow choice_row(const std::string& name, const std::string& group, std::string Options::*field,
+OptionRow choice_row(const std::string& name, const Placement& at, std::string Options::*field,
                      const ChoiceSet& set, const std::string& help) {
-  return {spec(name, group, "string", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
+  return {spec(name, at, "string", Options{}.*field, help + " (" + join(set.choices, "|") + ")", set.choices),
           [=](Options& o, const std::string& v) { o.*field = parse_choice(v, set); }};
 }
 
 // A split name as HF datasets allows them (datasets/naming.py: \w+(\.\w+)*), so a typo such as
 // "train[:10%]" (a slice, which finetune does not take) is refused before any data is read.
-OptionRow split_row(const std::string& name, const std::string& group, std::string Options::*field,
+OptionRow split_row(const std::string& name, const Placement& at, std::string Options::*field,
                     const std::string& help) {
-  return {spec(name, group, "string", Options{}.*field, help),
+  return {spec(name, at, "string", Options{}.*field, help),
           [=](Options& o, const std::string& v) {
             if (!is_split_name(v))
               throw BadValue("expected a split name (letters, digits and _, parts joined by .), got " + in_quotes(v));
@@ -126,7 +152,7 @@ OptionRow split_row(const std::string& name, const std::string& group, std::stri
 
 OptionRow target_modules_row() {
   const auto& projections = projection_names();
-  return {spec("target_modules", "LoRA", "list", join(Options{}.target_modules, ","),
+  return {spec("target_modules", {"LoRA", kTrain}, "list", join(Options{}.target_modules, ","),
                "linear layers that get LoRA adapters (" + join(projections, ",") + ", or all-linear)", projections),
           [&projections](Options& o, const std::string& v) {
             std::vector<std::string> modules = parse_list(v);
@@ -153,178 +179,183 @@ std::vector<OptionRow> build_option_table() {
                         optimizer_aliases(),
                         {{"paged_adamw_32bit", "bitsandbytes' 32-bit AdamW is not implemented"}}};
   const ChoiceSet scheduler{lr_scheduler_types()};
-  const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), unsupported_save_methods(),
-                              kGgufSaveMethodPrefix, kGgufSaveMethodReason};
+  const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), {}, kGgufSaveMethodPrefix,
+                              kGgufSaveMethodReason};
   // Unsloth CLI's --report_to choices (HF's integrations): named, so the refusal says why.
   std::vector<std::pair<std::string, std::string>> integrations;
   for (const char* name : {"azure_ml", "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "flyte",
                            "mlflow", "neptune", "wandb"}) {
     integrations.emplace_back(name, "finetune writes TensorBoard event files (tensorboard, all) and OUTPUT_DIR/metrics.jsonl");
   }
-  const ChoiceSet report_to{{"none", "jsonl", "tensorboard", "all"}, {}, integrations};
+  std::vector<std::string> report_to_names;
+  for (const auto& target : report_targets()) report_to_names.push_back(target.name);
+  const ChoiceSet report_to{report_to_names, {}, integrations};
   const ChoiceSet ddp_backend{{"auto", "nccl", "gloo"}};
 
   return {
       // --- model
-      string_row("model_name", "model", &Options::model_name, false,
+      string_row("model_name", {"model", kEveryCommand}, &Options::model_name, false,
                  "model directory, or hub id ORG/NAME (downloaded into the Hugging Face cache unless HF_HUB_OFFLINE=1)"),
-      string_row("revision", "model", &Options::revision, false, "the hub model's branch, tag or commit"),
-      int_row("max_seq_length", "model", &Options::max_seq_length, 2, "longest training sequence in tokens"),
-      choice_row("dtype", "model", &Options::dtype, dtype,
+      string_row("revision", {"model", kEveryCommand}, &Options::revision, false, "the hub model's branch, tag or commit"),
+      int_row("max_seq_length", {"model", kTrainEval}, &Options::max_seq_length, 2, "longest training sequence in tokens"),
+      choice_row("dtype", {"model", kEveryCommand}, &Options::dtype, dtype,
                  "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
-      bool_row("load_in_4bit", "model", &Options::load_in_4bit,
+      bool_row("load_in_4bit", {"model", kEveryCommand}, &Options::load_in_4bit,
                "quantize the decoder projections to 4-bit NF4 at load (QLoRA, bitsandbytes' format and double "
                "quantization); a checkpoint saved in 4-bit loads as 4-bit either way"),
-      choice_row("device", "model", &Options::device, device, "where to train"),
+      choice_row("device", {"model", kEveryCommand}, &Options::device, device, "where to train"),
 
       // --- LoRA
       // lora_r: torchrun's own parser takes --r for an abbreviation of its options and refuses it.
-      with_aliases(int_row("r", "LoRA", &Options::r, 1, "LoRA rank (--lora_r under torchrun)"), {"lora_r"}),
-      float_row("lora_alpha", "LoRA", &Options::lora_alpha, kPositive, "LoRA scaling numerator (scale = alpha/r)"),
-      float_row("lora_dropout", "LoRA", &Options::lora_dropout, kUnitHalfOpen, "dropout on the LoRA input"),
-      choice_row("bias", "LoRA", &Options::bias, bias, "which biases to train"),
-      bool_row("use_gradient_checkpointing", "LoRA", &Options::use_gradient_checkpointing,
+      with_aliases(int_row("r", {"LoRA", kTrain}, &Options::r, 1, "LoRA rank (--lora_r under torchrun)"), {"lora_r"}),
+      float_row("lora_alpha", {"LoRA", kTrain}, &Options::lora_alpha, kPositive, "LoRA scaling numerator (scale = alpha/r)"),
+      float_row("lora_dropout", {"LoRA", kTrain}, &Options::lora_dropout, kUnitHalfOpen, "dropout on the LoRA input"),
+      choice_row("bias", {"LoRA", kTrain}, &Options::bias, bias, "which biases to train"),
+      bool_row("use_gradient_checkpointing", {"LoRA", kTrain}, &Options::use_gradient_checkpointing,
                "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
-      int_row("random_state", "LoRA", &Options::random_state, 0, "seed for the LoRA A initialisation"),
-      bool_row("use_rslora", "LoRA", &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
-      bool_row("use_dora", "LoRA", &Options::use_dora,
+      int_row("random_state", {"LoRA", kTrain}, &Options::random_state, 0, "seed for the LoRA A initialisation"),
+      bool_row("use_rslora", {"LoRA", kTrain}, &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
+      bool_row("use_dora", {"LoRA", kTrain}, &Options::use_dora,
                "DoRA: weight-decomposed LoRA (PEFT's use_dora), a trained magnitude per output row"),
-      unsupported_string_row("loftq_config", "LoRA",
+      unsupported_string_row("loftq_config", {"LoRA", kTrain},
                              "LoftQ initialisation is not implemented (PEFT's default initialisation is used)",
                              "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
-      string_row("init_adapter", "LoRA", &Options::init_adapter, true,
+      string_row("init_adapter", {"LoRA", kAdapterLoaders}, &Options::init_adapter, true,
                  "existing PEFT adapter directory to start from"),
 
       // --- training
-      int_row("per_device_train_batch_size", "training", &Options::per_device_train_batch_size, 1,
+      int_row("per_device_train_batch_size", {"training", kTrain}, &Options::per_device_train_batch_size, 1,
               "sequences per micro-batch on each process"),
-      int_row("per_device_eval_batch_size", "training", &Options::per_device_eval_batch_size, 1,
+      int_row("per_device_eval_batch_size", {"training", kTrainEval}, &Options::per_device_eval_batch_size, 1,
               "sequences per evaluation batch on each process"),
-      int_row("gradient_accumulation_steps", "training", &Options::gradient_accumulation_steps, 1,
+      int_row("gradient_accumulation_steps", {"training", kTrain}, &Options::gradient_accumulation_steps, 1,
               "micro-batches per optimizer step"),
-      int_row("warmup_steps", "training", &Options::warmup_steps, 0, "linear warmup steps (overrides warmup_ratio when > 0)"),
-      float_row("warmup_ratio", "training", &Options::warmup_ratio, kUnitHalfOpen,
+      int_row("warmup_steps", {"training", kTrain}, &Options::warmup_steps, 0, "linear warmup steps (overrides warmup_ratio when > 0)"),
+      float_row("warmup_ratio", {"training", kTrain}, &Options::warmup_ratio, kUnitHalfOpen,
                 "warmup as a fraction of the total steps"),
-      any_int_row("max_steps", "training", &Options::max_steps, "optimizer steps; <= 0 uses num_train_epochs"),
-      float_row("num_train_epochs", "training", &Options::num_train_epochs, kPositive,
+      any_int_row("max_steps", {"training", kTrain}, &Options::max_steps, "optimizer steps; <= 0 uses num_train_epochs"),
+      float_row("num_train_epochs", {"training", kTrain}, &Options::num_train_epochs, kPositive,
                 "epochs when max_steps <= 0"),
-      float_row("learning_rate", "training", &Options::learning_rate, kPositive, "peak learning rate"),
-      choice_row("optim", "training", &Options::optim, optim,
+      float_row("learning_rate", {"training", kTrain}, &Options::learning_rate, kPositive, "peak learning rate"),
+      choice_row("optim", {"training", kTrain}, &Options::optim, optim,
                  "optimizer: torch's AdamW or bitsandbytes' 8-bit AdamW (aliases adamw_torch_fused; adamw_bnb_8bit, "
                  "paged_adamw_8bit)"),
-      float_row("weight_decay", "training", &Options::weight_decay, kNonNegative, "AdamW decoupled weight decay"),
-      float_row("adam_beta1", "training", &Options::adam_beta1, kUnitHalfOpen, "AdamW beta1"),
-      float_row("adam_beta2", "training", &Options::adam_beta2, kUnitHalfOpen, "AdamW beta2"),
-      float_row("adam_epsilon", "training", &Options::adam_epsilon, kPositive, "AdamW epsilon"),
-      float_row("max_grad_norm", "training", &Options::max_grad_norm, kAnyNumber,
+      float_row("weight_decay", {"training", kTrain}, &Options::weight_decay, kNonNegative, "AdamW decoupled weight decay"),
+      float_row("adam_beta1", {"training", kTrain}, &Options::adam_beta1, kUnitHalfOpen, "AdamW beta1"),
+      float_row("adam_beta2", {"training", kTrain}, &Options::adam_beta2, kUnitHalfOpen, "AdamW beta2"),
+      float_row("adam_epsilon", {"training", kTrain}, &Options::adam_epsilon, kPositive, "AdamW epsilon"),
+      float_row("max_grad_norm", {"training", kTrain}, &Options::max_grad_norm, kAnyNumber,
                 "gradient clipping norm; <= 0 disables clipping"),
-      choice_row("lr_scheduler_type", "training", &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
-      int_row("seed", "training", &Options::seed, 0, "seed for data order and dropout"),
-      bool_row("cuda_graphs", "training", &Options::cuda_graphs,
-               "on CUDA, replay micro-steps of up to 1024 tokens from CUDA graphs captured once per padded "
-               "length (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
+      choice_row("lr_scheduler_type", {"training", kTrain}, &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
+      int_row("seed", {"training", kTrainAndDecoding}, &Options::seed, 0, "seed for data order and dropout"),
+      bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
+               "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) +
+                   " tokens from CUDA graphs captured once per padded length, for the first " +
+                   std::to_string(kCudaGraphMaxShapes) +
+                   " lengths seen (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
 
       // --- data
-      string_row("dataset", "data", &Options::dataset, true,
+      string_row("dataset", {"data", kTrainEval}, &Options::dataset, true,
                  "a data file (.json, .jsonl, .parquet, .txt), a directory, or a hub id ORG/NAME in the local Hugging "
                  "Face cache; several separated by commas; a directory's splits are found from file names as HF "
                  "datasets finds them"),
-      split_row("dataset_split", "data", &Options::dataset_split,
+      split_row("dataset_split", {"data", kTrainEval}, &Options::dataset_split,
                 "the split of --dataset to train on (eval: to evaluate, when there is no --eval_dataset)"),
-      string_row("eval_dataset", "data", &Options::eval_dataset, true,
+      string_row("eval_dataset", {"data", kTrainEval}, &Options::eval_dataset, true,
                  "evaluation data: a file, directory or hub id (an existing path wins; a directory's validation "
                  "split, else its test split, else its only split), or the name of a split of --dataset"),
-      float_row("eval_split", "data", &Options::eval_split, kUnitHalfOpen,
+      float_row("eval_split", {"data", kTrain}, &Options::eval_split, kUnitHalfOpen,
                 "fraction of the training rows held out for evaluation"),
-      int_row("eval_steps", "data", &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
+      int_row("eval_steps", {"data", kTrain}, &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
       chat_template_row(),
-      string_row("chat_template_kwargs", "data", &Options::chat_template_kwargs, true,
+      string_row("chat_template_kwargs", {"data", kTemplated}, &Options::chat_template_kwargs, true,
                  "JSON object of extra chat template variables, e.g. '{\"enable_thinking\": false}'"),
-      string_row("dataset_weights", "data", &Options::dataset_weights, true,
+      string_row("dataset_weights", {"data", kTrain}, &Options::dataset_weights, true,
                  "comma-separated weights of the --dataset list: each dataset's rows appear weight times per epoch"),
-      string_row("raw_text_file", "data", &Options::raw_text_file, true,
+      string_row("raw_text_file", {"data", kTrain}, &Options::raw_text_file, true,
                  "train on a raw text file cut into overlapping chunks (instead of --dataset)"),
-      int_row("chunk_size", "data", &Options::chunk_size, 1, "tokens per --raw_text_file chunk"),
-      int_row("stride", "data", &Options::stride, 0, "tokens shared by consecutive --raw_text_file chunks"),
-      bool_row("train_on_completions", "data", &Options::train_on_completions,
+      int_row("chunk_size", {"data", kTrain}, &Options::chunk_size, 1, "tokens per --raw_text_file chunk"),
+      int_row("stride", {"data", kTrain}, &Options::stride, 0, "tokens shared by consecutive --raw_text_file chunks"),
+      bool_row("train_on_completions", {"data", kTrainEval}, &Options::train_on_completions,
                "compute the loss on assistant replies only"),
-      bool_row("skip_bad_rows", "data", &Options::skip_bad_rows, "skip malformed rows instead of failing"),
-      bool_row("group_by_length", "data", &Options::group_by_length, "batch sequences of similar length"),
-      bool_row("packing", "data", &Options::packing, "pack several short sequences into one"),
-      bool_row("shuffle", "data", &Options::shuffle, "shuffle the training rows every epoch"),
-      bool_row("dataloader_drop_last", "data", &Options::dataloader_drop_last, "drop the last incomplete batch"),
+      bool_row("skip_bad_rows", {"data", kTrainEval}, &Options::skip_bad_rows, "skip malformed rows instead of failing"),
+      bool_row("group_by_length", {"data", kTrain}, &Options::group_by_length, "batch sequences of similar length"),
+      bool_row("packing", {"data", kTrain}, &Options::packing, "pack several short sequences into one"),
+      bool_row("shuffle", {"data", kTrain}, &Options::shuffle, "shuffle the training rows every epoch"),
+      bool_row("dataloader_drop_last", {"data", kTrain}, &Options::dataloader_drop_last, "drop the last incomplete batch"),
 
       // --- saving
-      string_row("output_dir", "saving", &Options::output_dir, false, "checkpoints, adapter and metrics go here"),
-      int_row("save_steps", "saving", &Options::save_steps, 0, "checkpoint every N steps; 0 = only the final save"),
-      int_row("save_total_limit", "saving", &Options::save_total_limit, 0,
+      string_row("output_dir", {"saving", kTrainAndDecoding}, &Options::output_dir, false, "checkpoints, adapter and metrics go here"),
+      int_row("save_steps", {"saving", kTrain}, &Options::save_steps, 0, "checkpoint every N steps; 0 = only the final save"),
+      int_row("save_total_limit", {"saving", kTrain}, &Options::save_total_limit, 0,
               "keep only the newest N checkpoints; 0 = keep all"),
-      string_row("resume_from_checkpoint", "saving", &Options::resume_from_checkpoint, true,
+      string_row("resume_from_checkpoint", {"saving", kTrain}, &Options::resume_from_checkpoint, true,
                  "continue a run from a checkpoint directory, or true: the newest checkpoint in output_dir"),
-      bool_row("overwrite_output_dir", "saving", &Options::overwrite_output_dir,
+      bool_row("overwrite_output_dir", {"saving", kTrain}, &Options::overwrite_output_dir,
                "replace an earlier run's files in output_dir (otherwise such a directory is refused)"),
-      bool_row("save_model", "saving", &Options::save_model,
+      bool_row("save_model", {"saving", kTrain}, &Options::save_model,
                "also export per --save_method into --save_path (the adapter is always in output_dir)"),
-      choice_row("save_method", "saving", &Options::save_method, save_method, "export format"),
-      string_row("save_path", "saving", &Options::save_path, false, "export directory"),
-      bool_row("push_model", "saving", &Options::push_model,
+      choice_row("save_method", {"saving", kExporting}, &Options::save_method, save_method, "export format"),
+      string_row("save_path", {"saving", kExporting}, &Options::save_path, false, "export directory"),
+      bool_row("push_model", {"saving", kTrain}, &Options::push_model,
                "upload --save_path (with --save_model) or the adapter in output_dir to the hub repo --hub_path"),
-      string_row("hub_path", "saving", &Options::hub_path, true, "hub repo ORG/NAME to push to (created if missing)"),
-      string_row("hub_token", "saving", &Options::hub_token, true,
+      string_row("hub_path", {"saving", kTrain}, &Options::hub_path, true, "hub repo ORG/NAME to push to (created if missing)"),
+      string_row("hub_token", {"saving", kEveryCommand}, &Options::hub_token, true,
                  "hub token (else HF_TOKEN, else the token file of `hf auth login`)"),
-      bool_row("hub_private_repo", "saving", &Options::hub_private_repo, "create the --hub_path repo private"),
-      list_choice_row("quantization", "saving", &Options::quantization, ChoiceSet{gguf_quantization_names(),
+      bool_row("hub_private_repo", {"saving", kTrain}, &Options::hub_private_repo, "create the --hub_path repo private"),
+      list_choice_row("quantization", {"saving", kExporting}, &Options::quantization, ChoiceSet{gguf_quantization_names(),
                       gguf_quantization_aliases()}, "GGUF tensor type(s) for --save_method gguf / --save_gguf"),
-      bool_row("save_gguf", "saving", &Options::save_gguf,
-               "also write SAVE_PATH/model-<QUANTIZATION>.gguf after training (Unsloth CLI's --save_gguf)"),
+      bool_row("save_gguf", {"saving", kExporting}, &Options::save_gguf,
+               "also write SAVE_PATH/<MODEL>.<TYPE>.gguf per --quantization type (MODEL: the model directory's "
+               "name); train: with --save_model, as in Unsloth's CLI"),
 
       // --- generation
-      string_row("adapter", "generation", &Options::adapter, true,
+      string_row("adapter", {"generation", kAdapterAppliers}, &Options::adapter, true,
                  "generate/chat/export: a local PEFT adapter directory applied to --model_name"),
-      string_row("prompt", "generation", &Options::prompt, true, "generate: the prompt text"),
-      string_row("prompts", "generation", &Options::prompts, true,
+      string_row("prompt", {"generation", kGenerateOnly}, &Options::prompt, true, "generate: the prompt text"),
+      string_row("prompts", {"generation", kGenerateOnly}, &Options::prompts, true,
                  "generate: a JSONL file, one {\"prompt\": TEXT} or {\"messages\": [...]} per line"),
-      int_row("max_new_tokens", "generation", &Options::max_new_tokens, 1, "most tokens generated per prompt"),
-      float_row("temperature", "generation", &Options::temperature, kNonNegative,
+      int_row("max_new_tokens", {"generation", kGenerating}, &Options::max_new_tokens, 1, "most tokens generated per prompt"),
+      float_row("temperature", {"generation", kGenerating}, &Options::temperature, kNonNegative,
                 "sampling temperature; 0 = greedy decoding"),
-      float_row("top_p", "generation", &Options::top_p, kUnitOpenClosed, "nucleus sampling mass (1 = off)"),
-      int_row("top_k", "generation", &Options::top_k, 0, "sample from the K most likely tokens (0 = off)"),
-      float_row("repetition_penalty", "generation", &Options::repetition_penalty, kPositive,
+      float_row("top_p", {"generation", kGenerating}, &Options::top_p, kUnitOpenClosed, "nucleus sampling mass (1 = off)"),
+      int_row("top_k", {"generation", kGenerating}, &Options::top_k, 0, "sample from the K most likely tokens (0 = off)"),
+      float_row("repetition_penalty", {"generation", kGenerating}, &Options::repetition_penalty, kPositive,
                 "penalty on tokens already in the sequence, as transformers applies it (1 = off)"),
-      string_row("stop", "generation", &Options::stop, true,
+      string_row("stop", {"generation", kGenerating}, &Options::stop, true,
                  "stop string, or a JSON list of them (generation also stops at the EOS token)"),
-      string_row("system_prompt", "generation", &Options::system_prompt, true, "chat: the system message"),
-      int_row("generation_batch_size", "generation", &Options::generation_batch_size, 1,
+      string_row("system_prompt", {"generation", kChatOnly}, &Options::system_prompt, true, "chat: the system message"),
+      int_row("generation_batch_size", {"generation", kGenerateOnly}, &Options::generation_batch_size, 1,
               "generate: prompts decoded together"),
 
       // --- logging
-      choice_row("report_to", "logging", &Options::report_to, report_to,
+      choice_row("report_to", {"logging", kTrain}, &Options::report_to, report_to,
                  "extra metrics sink (metrics.jsonl is always written)"),
-      int_row("logging_steps", "logging", &Options::logging_steps, 1, "log every N optimizer steps"),
-      choice_row("log_level", "logging", &Options::log_level, ChoiceSet{log::level_names()},
+      int_row("logging_steps", {"logging", kTrain}, &Options::logging_steps, 1, "log every N optimizer steps"),
+      choice_row("log_level", {"logging", kEveryCommand}, &Options::log_level, ChoiceSet{log::level_names()},
                  "least severe messages shown on stderr"),
-      bool_row("require_loss_decrease", "logging", &Options::require_loss_decrease,
+      bool_row("require_loss_decrease", {"logging", kTrain}, &Options::require_loss_decrease,
                "smoke test: exit 1 (after saving) unless the mean loss of the last quarter of the steps is below "
                "that of the first quarter"),
-      string_row("dump_logits", "logging", &Options::dump_logits, true,
+      string_row("dump_logits", {"logging", kEvalOnly}, &Options::dump_logits, true,
                  "eval: write logits to this .safetensors file"),
-      int_row("profile_start_step", "logging", &Options::profile_start_step, 0,
+      int_row("profile_start_step", {"logging", kTrainAndDecoding}, &Options::profile_start_step, 0,
               "profile optimizer steps (generate: decode steps) from this one (Chrome trace and kernel time "
               "breakdown in output_dir); 0 = off"),
-      int_row("profile_steps", "logging", &Options::profile_steps, 1,
+      int_row("profile_steps", {"logging", kTrainAndDecoding}, &Options::profile_steps, 1,
               "number of optimizer steps (generate: decode steps) to profile"),
 
       // --- distributed
-      float_row("ddp_timeout", "distributed", &Options::ddp_timeout, kPositive,
+      float_row("ddp_timeout", {"distributed", kTrain}, &Options::ddp_timeout, kPositive,
                 "seconds a collective may make no progress (a stuck peer) before aborting; a peer that "
                 "died or failed ends the job within seconds regardless"),
-      int_row("ddp_bucket_cap_mb", "distributed", &Options::ddp_bucket_cap_mb, 1, "gradient bucket size in MiB"),
-      bool_row("ddp_find_unused_parameters", "distributed", &Options::ddp_find_unused_parameters,
+      int_row("ddp_bucket_cap_mb", {"distributed", kTrain}, &Options::ddp_bucket_cap_mb, 1, "gradient bucket size in MiB"),
+      bool_row("ddp_find_unused_parameters", {"distributed", kTrain}, &Options::ddp_find_unused_parameters,
                "tolerate trainable parameters without gradients"),
-      int_row("ddp_check_consistency_steps", "distributed", &Options::ddp_check_consistency_steps, 0,
+      int_row("ddp_check_consistency_steps", {"distributed", kTrain}, &Options::ddp_check_consistency_steps, 0,
               "every N steps verify all ranks hold identical LoRA weights; 0 = never"),
-      choice_row("ddp_backend", "distributed", &Options::ddp_backend, ddp_backend, "collective backend"),
+      choice_row("ddp_backend", {"distributed", kTrain}, &Options::ddp_backend, ddp_backend, "collective backend"),
   };
 }
 

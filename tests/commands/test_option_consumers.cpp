@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "../model/tiny_config.h"
 #include "../config/option_test_helpers.h"
 #include "finetune/checkpoint/save_methods.h"
+#include "finetune/commands/stage_configs.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
@@ -16,6 +18,8 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
+#include "finetune/train/micro_step_graph_limits.h"
+#include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/optimizer.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -133,10 +137,43 @@ TEST(OptionConsumers, SaveMethodsAreTheOnesTheExportWrites) {
   for (const auto& [alias, method] : save_method_aliases()) {
     EXPECT_EQ(parse_train({"--save_method", alias}).options.save_method, method);
   }
-  for (const auto& [method, reason] : unsupported_save_methods()) {
-    EXPECT_THROW(parse_train({"--save_method", method}), UsageError) << method;
+  for (const auto& entry : save_method_table()) {
+    EXPECT_EQ(save_method_from_name(entry.name), entry.method);
+    EXPECT_STREQ(save_method_name(entry.method), entry.name);
   }
+  EXPECT_THROW(save_method_from_name("merged_4bit_forced"), std::invalid_argument);  // the parser resolves aliases
   EXPECT_THROW(parse_train({"--save_method", "gguf_q8_0"}), UsageError);
+}
+
+TEST(OptionConsumers, ReportToValuesAreTheTargetsTheTrainerConfigReads) {
+  std::vector<std::string> names;
+  for (const auto& target : report_targets()) names.push_back(target.name);
+  EXPECT_EQ(spec_of("report_to").choices, names);
+  for (const auto& target : report_targets()) {
+    const Options options = parse_train({"--report_to", target.name}).options;
+    EXPECT_EQ(trainer_config_from(options, 1).tensorboard, target.tensorboard) << target.name;
+  }
+  EXPECT_THROW(report_target("wandb"), Error);
+}
+
+TEST(OptionConsumers, CudaGraphsHelpStatesTheGraphsLimits) {
+  EXPECT_EQ(MicroStepGraphsConfig{}.max_tokens, kCudaGraphMaxTokens);
+  EXPECT_EQ(MicroStepGraphsConfig{}.max_graphs, kCudaGraphMaxShapes);
+  const std::string& help = spec_of("cuda_graphs").help;
+  EXPECT_NE(help.find("up to " + std::to_string(kCudaGraphMaxTokens) + " tokens"), std::string::npos) << help;
+  EXPECT_NE(help.find("first " + std::to_string(kCudaGraphMaxShapes) + " lengths"), std::string::npos) << help;
+}
+
+TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
+  for (const auto& option : lora_shape_options()) EXPECT_TRUE(spec_of(option.name).read_by(Action::Train)) << option.name;
+  // Each one's value reads the field its option sets.
+  const auto lora = adapter_setup_from(parse_train({"--r", "4", "--lora_alpha", "8.5", "--use_rslora", "--target_modules",
+                                                    "q_proj,v_proj"}).options).lora;
+  std::map<std::string, std::string> values;
+  for (const auto& option : lora_shape_options()) values[option.name] = option.value(lora);
+  EXPECT_EQ(values, (std::map<std::string, std::string>{{"r", "4"}, {"lora_alpha", "8.5"}, {"use_rslora", "true"},
+                                                        {"use_dora", "false"}, {"target_modules", "q_proj,v_proj"},
+                                                        {"bias", "none"}}));
 }
 
 TEST(OptionConsumers, LogLevelsAreTheLoggersLevels) {

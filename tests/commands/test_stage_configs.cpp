@@ -60,6 +60,41 @@ TEST(StageConfigs, AdapterSetup) {
             (std::vector<std::string>{"r", "lora_alpha", "use_rslora", "use_dora", "target_modules"}));
 }
 
+TEST(StageConfigs, AdapterSetupTakesTheAdapterUnderEitherName) {
+  const auto eval = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"eval", "--model_name", "m", "--dataset", "d"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return adapter_setup_from(parse_args(args).options);
+  };
+  auto setup = eval({"--adapter", "a"});
+  EXPECT_EQ(setup.init_adapter, "a");
+  EXPECT_EQ(setup.adapter_option, "--adapter");
+  setup = eval({"--init_adapter", "b"});
+  EXPECT_EQ(setup.init_adapter, "b");
+  EXPECT_EQ(setup.adapter_option, "--init_adapter");
+  EXPECT_TRUE(eval({}).init_adapter.empty());
+  setup = adapter_setup_from(parse_args({"export", "--model_name", "m", "--adapter", "c"}).options);
+  EXPECT_EQ(setup.init_adapter, "c");
+  EXPECT_EQ(setup.adapter_option, "--adapter");
+  EXPECT_EQ(adapter_setup_from(parse_train({"--init_adapter", "d"}).options).adapter_option, "--init_adapter");
+}
+
+TEST(StageConfigs, ModelStageSetupPerCommand) {
+  const auto train = model_stage_setup_from(parse_train({"--init_adapter", "a"}).options, Action::Train);
+  EXPECT_TRUE(train.fresh_adapter);
+  EXPECT_FALSE(train.needs_tokenizer);
+  EXPECT_EQ(train.adapter.init_adapter, "a");
+  EXPECT_EQ(train.command, "train");
+  const auto chat = model_stage_setup_from(parse_args({"chat", "--model_name", "m", "--adapter", "b"}).options, Action::Chat);
+  EXPECT_FALSE(chat.fresh_adapter);
+  EXPECT_TRUE(chat.needs_tokenizer);
+  EXPECT_EQ(chat.adapter.init_adapter, "b");
+  EXPECT_EQ(chat.source.model_name, "m");
+  const auto exported = model_stage_setup_from(parse_args({"export", "--model_name", "m"}).options, Action::Export);
+  EXPECT_FALSE(exported.fresh_adapter || exported.needs_tokenizer);
+  EXPECT_TRUE(exported.adapter.init_adapter.empty());
+}
+
 TEST(StageConfigs, DataSetup) {
   const auto setup = data_setup_from(non_default_options());
   EXPECT_EQ(setup.datasets, std::vector<std::string>{"d.jsonl"});
@@ -209,6 +244,16 @@ TEST(StageConfigs, TotalStepsFromMaxStepsOrEpochs) {
   EXPECT_EQ(total_steps_from(parse_train({"--max_steps", "7"}).options, 100), 7);
   EXPECT_EQ(total_steps_from(parse_train({"--max_steps", "0", "--num_train_epochs", "2.5"}).options, 10), 25);
   EXPECT_EQ(total_steps_from(parse_train({"--max_steps=-1", "--num_train_epochs", "0.01"}).options, 10), 1);
+  // --num_train_epochs given without --max_steps: the epochs decide (the 400-step default is Unsloth's).
+  EXPECT_EQ(total_steps_from(parse_train({"--num_train_epochs", "3"}).options, 10), 30);
+  EXPECT_EQ(total_steps_from(parse_train({"--num_train_epochs", "0.1"}).options, 100), 10);
+  EXPECT_EQ(total_steps_from(parse_train({}, {{"FINETUNE_NUM_TRAIN_EPOCHS", "2"}}).options, 10), 20);
+  EXPECT_TRUE(steps_from_epochs(parse_train({"--num_train_epochs", "3"}).options));
+  // Both given: a positive --max_steps wins, as in HF TrainingArguments.
+  EXPECT_EQ(total_steps_from(parse_train({"--num_train_epochs", "3", "--max_steps", "4"}).options, 10), 4);
+  EXPECT_FALSE(steps_from_epochs(parse_train({"--num_train_epochs", "3", "--max_steps", "4"}).options));
+  // Neither: the default --max_steps.
+  EXPECT_EQ(total_steps_from(parse_train({}).options, 10), Options{}.max_steps);
   // An absurd epoch count is refused instead of overflowing into a negative step count.
   EXPECT_THROW(total_steps_from(parse_train({"--max_steps", "0", "--num_train_epochs", "1e300"}).options, 10),
                UsageError);

@@ -4,6 +4,7 @@
 
 #include "../test_support.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -47,7 +48,7 @@ std::string write_temp_file(const std::string& name, const std::string& content)
 
 TEST(OptionsTest, DefaultsMatchUnslothCli) {
   const Command c = parse_train({});
-  EXPECT_EQ(c.action, "train");
+  EXPECT_EQ(c.action, Action::Train);
   EXPECT_FALSE(c.help);
   const Options& o = c.options;
   EXPECT_EQ(o.model_name, "m");
@@ -89,7 +90,9 @@ TEST(OptionsTest, TableDefaultsAreAcceptedByTheirOwnBindings) {
   // Feeding every documented default back in must reproduce Options{} (modulo required fields).
   std::vector<std::string> args = {"--model_name", "m", "--dataset", "d"};
   for (const auto& spec : option_table()) {
-    if (spec.name == "model_name" || spec.name == "dataset" || spec.default_value.empty()) continue;
+    if (spec.name == "model_name" || spec.name == "dataset" || spec.default_value.empty() ||
+        !spec.read_by(Action::Train))
+      continue;
     args.push_back("--" + spec.name + "=" + spec.default_value);
   }
   const Options o = parse_args(args).options;
@@ -144,7 +147,7 @@ TEST(OptionsTest, LoraRIsAnAliasOfR) {
   // The error names the option as it was given.
   const std::string msg = usage_error_of([] { parse_train({"--lora_r", "0"}); });
   EXPECT_TRUE(contains(msg, "--lora_r: expected an integer >= 1")) << msg;
-  EXPECT_TRUE(contains(usage_text(), "--r, --lora_r <int>"));
+  EXPECT_TRUE(contains(usage_text(Action::Train), "--r, --lora_r <int>"));
 }
 
 TEST(OptionsTest, TwoNamesOfOneOptionInOneUnorderedSourceAreAnError) {
@@ -197,7 +200,7 @@ TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
   EXPECT_TRUE(contains(msg, "--push_gguf: an option of Unsloth's CLI that finetune does not have") &&
               contains(msg, "GGUF uploads are not implemented"))
       << msg;
-  EXPECT_TRUE(parse_train({"--save_gguf"}).options.save_gguf);
+  EXPECT_TRUE(parse_train({"--save_model", "--save_gguf"}).options.save_gguf);
   EXPECT_EQ(parse_train({"--quantization", "q8_0"}).options.quantization, "q8_0");
   EXPECT_EQ(parse_train({"--quantization", "F16, not_quantized,fast_quantized"}).options.quantization, "f16,f16,q8_0");
   msg = usage_error_of([] { parse_train({"--quantization", "q3_k_s"}); });
@@ -233,8 +236,10 @@ TEST(OptionsTest, AllLinearExpandsToEveryProjection) {
 }
 
 TEST(OptionsTest, ActionWord) {
-  EXPECT_EQ(parse_args({"eval", "--model_name", "m"}).action, "eval");
-  EXPECT_EQ(parse_args({"train", "--model_name", "m", "--dataset", "d"}).action, "train");
+  EXPECT_EQ(parse_args({"eval", "--model_name", "m"}).action, Action::Eval);
+  EXPECT_EQ(parse_args({"train", "--model_name", "m", "--dataset", "d"}).action, Action::Train);
+  for (const auto& info : action_table()) EXPECT_EQ(action_name(info.action), info.name);
+  EXPECT_EQ(action_names(), (std::vector<std::string>{"train", "eval", "generate", "chat", "export"}));
   EXPECT_TRUE(contains(usage_error_of([] { parse_args({"predict", "--model_name", "m"}); }), "predict"));
   const std::string junk = usage_error_of([] { parse_train({"extra"}); });
   EXPECT_TRUE(contains(junk, "extra")) << junk;
@@ -248,17 +253,148 @@ TEST(OptionsTest, RequiredOptions) {
 
 TEST(OptionsTest, Help) {
   for (const char* flag : {"--help", "-h"}) {
-    const Command c = parse_args({flag});
+    const Command c = parse_args({"train", flag});
     EXPECT_TRUE(c.help);
+    EXPECT_TRUE(contains(c.help_text, "Usage: finetune [train] --model_name M --dataset D"));
     EXPECT_TRUE(contains(c.help_text, "--learning_rate"));
     EXPECT_TRUE(contains(c.help_text, "distributed:"));
     EXPECT_TRUE(contains(c.help_text, "FINETUNE_"));
   }
   // Groups appear in the agreed order.
-  const std::string text = usage_text();
+  const std::string text = usage_text(Action::Train);
   EXPECT_LT(text.find("\nmodel:"), text.find("\nLoRA:"));
   EXPECT_LT(text.find("\nLoRA:"), text.find("\ntraining:"));
   EXPECT_LT(text.find("\nlogging:"), text.find("\ndistributed:"));
+}
+
+TEST(OptionsTest, TopLevelHelpListsTheCommands) {
+  for (const char* flag : {"--help", "-h"}) {
+    const Command c = parse_args({flag});
+    EXPECT_TRUE(c.help);
+    EXPECT_EQ(c.help_text, usage_text());
+  }
+  const std::string text = usage_text();
+  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export] ")) << text;
+  for (const auto& info : action_table()) EXPECT_TRUE(contains(text, "\n  " + info.name + " ")) << info.name;
+  EXPECT_TRUE(contains(text, "finetune COMMAND --help"));
+  EXPECT_FALSE(contains(text, "--learning_rate"));  // the options are each command's own help
+}
+
+TEST(OptionsTest, EachCommandsHelpListsOnlyItsOptions) {
+  for (const auto& info : action_table()) {
+    SCOPED_TRACE(info.name);
+    const Command c = parse_args({info.name, "--help"});
+    ASSERT_TRUE(c.help);
+    EXPECT_EQ(c.help_text, usage_text(info.action));
+    EXPECT_TRUE(contains(c.help_text, "Usage: " + info.usage + "\n"));
+    for (const auto& spec : option_table()) {
+      EXPECT_EQ(contains(c.help_text, "  --" + spec.name + " ") || contains(c.help_text, "  --" + spec.name + ","),
+                spec.read_by(info.action))
+          << spec.name;
+    }
+  }
+  const std::string export_help = usage_text(Action::Export);
+  EXPECT_TRUE(contains(export_help, "--save_method") && contains(export_help, "--adapter <string>"));
+  EXPECT_FALSE(contains(export_help, "--learning_rate") || contains(export_help, "--init_adapter"));
+  EXPECT_FALSE(contains(export_help, "\ntraining:"));  // a group with none of its options is left out
+}
+
+TEST(OptionsTest, VersionFlag) {
+  EXPECT_TRUE(parse_args({"--version"}).version);
+  EXPECT_TRUE(parse_args({"export", "--version"}).version);
+  EXPECT_FALSE(parse_train({}).version);
+}
+
+TEST(OptionsTest, EveryOptionIsReadBySomeCommand) {
+  for (const auto& spec : option_table()) {
+    EXPECT_FALSE(spec.commands.empty()) << spec.name;
+    for (const auto& info : action_table()) {
+      const auto listed = std::count(spec.commands.begin(), spec.commands.end(), info.action);
+      EXPECT_EQ(listed, spec.read_by(info.action) ? 1 : 0) << spec.name << " " << info.name;
+    }
+  }
+  // Spot checks of the table against what the commands read (src/commands/).
+  const auto readers = [](const std::string& name) {
+    for (const auto& spec : option_table())
+      if (spec.name == name) return spec.commands;
+    ADD_FAILURE() << "no option " << name;
+    return std::vector<Action>{};
+  };
+  EXPECT_EQ(readers("model_name"), (std::vector<Action>{Action::Train, Action::Eval, Action::Generate, Action::Chat,
+                                                       Action::Export}));
+  EXPECT_EQ(readers("init_adapter"), (std::vector<Action>{Action::Train, Action::Eval}));
+  EXPECT_EQ(readers("adapter"), (std::vector<Action>{Action::Eval, Action::Generate, Action::Chat, Action::Export}));
+  EXPECT_EQ(readers("learning_rate"), std::vector<Action>{Action::Train});
+  EXPECT_EQ(readers("dump_logits"), std::vector<Action>{Action::Eval});
+  EXPECT_EQ(readers("save_method"), (std::vector<Action>{Action::Train, Action::Export}));
+}
+
+TEST(OptionsTest, AnOptionTheCommandDoesNotReadIsAUsageErrorNamingTheCommand) {
+  std::string msg = usage_error_of([] { parse_train({"--adapter", "X"}); });
+  EXPECT_EQ(msg, "--adapter is not an option of `finetune train` (it is read by eval, generate, chat, export; "
+                 "did you mean --init_adapter?)");
+  msg = usage_error_of([] { parse_args({"generate", "--model_name", "m", "--prompt", "p", "--init_adapter", "X"}); });
+  EXPECT_EQ(msg, "--init_adapter is not an option of `finetune generate` (it is read by train, eval; did you mean "
+                 "--adapter?)");
+  msg = usage_error_of([] { parse_args({"export", "--model_name", "m", "--learning_rate", "1e-4"}); });
+  EXPECT_TRUE(contains(msg, "--learning_rate is not an option of `finetune export` (it is read by train")) << msg;
+  // Named as typed (an alias), and refused before its value is looked at.
+  msg = usage_error_of([] { parse_args({"chat", "--model_name", "m", "--lora_r", "zero"}); });
+  EXPECT_TRUE(contains(msg, "--lora_r is not an option of `finetune chat`")) << msg;
+  msg = usage_error_of([] { parse_args({"eval", "--model_name", "m", "--dataset", "d", "--prompt", "p"}); });
+  EXPECT_TRUE(contains(msg, "--prompt is not an option of `finetune eval` (it is read by generate)")) << msg;
+}
+
+TEST(OptionsTest, FileAndEnvironmentSettingsTheCommandDoesNotReadAreIgnoredAndNoted) {
+  const std::string file = write_temp_file("shared.json", R"({"model_name": "m", "dataset": "d", "learning_rate": 0.5,
+                                                               "max_new_tokens": 7, "dump_logits": "x"})");
+  const Command generate = parse_args({"generate", "--config", file, "--prompt", "p"}, {{"FINETUNE_R", "8"}});
+  EXPECT_EQ(generate.options.max_new_tokens, 7);
+  EXPECT_DOUBLE_EQ(generate.options.learning_rate, Options{}.learning_rate);  // not bound
+  EXPECT_EQ(generate.options.r, Options{}.r);
+  EXPECT_FALSE(generate.options.given.count("learning_rate") || generate.options.given.count("r") ||
+               generate.options.given.count("dataset"));
+  EXPECT_EQ(generate.ignored_settings,
+            (std::vector<std::string>{file + ": dataset: not read by `finetune generate`; ignored",
+                                      file + ": dump_logits: not read by `finetune generate`; ignored",
+                                      file + ": learning_rate: not read by `finetune generate`; ignored",
+                                      "FINETUNE_R: not read by `finetune generate`; ignored"}));
+  const Command train = parse_args({"--config", file});
+  EXPECT_DOUBLE_EQ(train.options.learning_rate, 0.5);
+  EXPECT_EQ(train.options.max_new_tokens, Options{}.max_new_tokens);
+  // An ignored value is not validated either: it belongs to another command.
+  EXPECT_NO_THROW(parse_args({"export", "--model_name", "m", "--save_method", "gguf"}, {{"FINETUNE_R", "zero"}}));
+  // Unknown keys and variables stay errors for every command.
+  const std::string typo = write_temp_file("shared_typo.json", R"({"model_name": "m", "lerning_rate": 1})");
+  EXPECT_THROW(parse_args({"chat", "--config", typo}), UsageError);
+}
+
+TEST(OptionsTest, EvalReadsAdapterAndInitAdapterAsOneSetting) {
+  EXPECT_EQ(parse_args({"eval", "--model_name", "m", "--dataset", "d", "--adapter", "a"}).options.adapter, "a");
+  EXPECT_EQ(parse_args({"eval", "--model_name", "m", "--dataset", "d", "--init_adapter", "a"}).options.init_adapter, "a");
+  const std::string msg =
+      usage_error_of([] { parse_args({"eval", "--model_name", "m", "--dataset", "d", "--adapter", "a", "--init_adapter", "b"}); });
+  EXPECT_TRUE(contains(msg, "--adapter and --init_adapter") && contains(msg, "`finetune eval`")) << msg;
+}
+
+TEST(OptionsTest, ListOptionsTakeSpaceSeparatedValuesAsArgparsesNargsPlus) {
+  const Options o = parse_train({"--save_model", "--save_gguf", "--quantization", "f16", "q8_0", "--target_modules",
+                                 "q_proj", "v_proj", "--r", "4"}).options;
+  EXPECT_EQ(o.quantization, "f16,q8_0");
+  EXPECT_EQ(o.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(o.r, 4);
+  // The comma form stays, and both mix.
+  EXPECT_EQ(parse_train({"--target_modules", "q_proj,k_proj", "o_proj"}).options.target_modules,
+            (std::vector<std::string>{"q_proj", "k_proj", "o_proj"}));
+  // A bad item is named; a bare word after a non-list option is still an error.
+  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--quantization", "f16", "q3_k_s"}); }), "q3_k_s"));
+  EXPECT_TRUE(contains(usage_error_of([] { parse_train({"--learning_rate", "1e-4", "2e-4"}); }), "\"2e-4\""));
+}
+
+TEST(OptionsTest, SaveGgufNeedsSaveModelInTrain) {
+  const std::string msg = usage_error_of([] { parse_train({"--save_gguf"}); });
+  EXPECT_TRUE(contains(msg, "--save_gguf") && contains(msg, "--save_model")) << msg;
+  EXPECT_NO_THROW(parse_args({"export", "--model_name", "m", "--save_method", "merged_16bit", "--save_gguf"}));
 }
 
 TEST(OptionsTest, PrecedenceFileThenEnvThenCli) {

@@ -146,8 +146,113 @@ def test_missing_config_file_names_it(assets, tmp_path):
                    tmp_path / "absent.json")
 
 
-def test_help_lists_every_group():
+def test_help_lists_the_commands():
     proc = expect_success(["--help"])
+    assert proc.stdout.startswith("Usage: finetune [train|eval|generate|chat|export] "), proc.stdout
+    for command in ["train", "eval", "generate", "chat", "export"]:
+        assert re.search(rf"^  {command} ", proc.stdout, flags=re.MULTILINE), proc.stdout
+    assert "finetune COMMAND --help" in proc.stdout
+    assert "--learning_rate" not in proc.stdout  # each command's own help lists its options
+
+
+def test_each_command_has_its_own_help():
+    exported = expect_success(["export", "--help"]).stdout
+    assert exported.startswith("Usage: finetune export --model_name M"), exported
+    for option in ["--save_method", "--save_path", "--quantization", "--adapter <string>", "--model_name"]:
+        assert option in exported
+    for option in ["--learning_rate", "--init_adapter", "--prompt ", "--ddp_timeout"]:
+        assert option not in exported, option
+    generated = expect_success(["generate", "--help"]).stdout
+    assert "--prompts" in generated and "--max_steps" not in generated
+
+
+def test_version_names_the_build():
+    proc = expect_success(["--version"])
+    assert re.match(r"finetune \d+\.\d+\.\d+\nLibTorch \d+\.\d+\.\d+\S*, (CUDA \d+\.\d+|CPU only)\n",
+                    proc.stdout), proc.stdout
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--adapter", "X"], ["--adapter is not an option of `finetune train`", "eval, generate, chat, export",
+                          "did you mean --init_adapter?"]),
+    (["generate", "--prompt", "p", "--init_adapter", "X"],
+     ["--init_adapter is not an option of `finetune generate`", "did you mean --adapter?"]),
+    (["export", "--save_method", "gguf", "--learning_rate", "1e-4"],
+     ["--learning_rate is not an option of `finetune export`"]),
+    (["eval", "--dataset", "d.jsonl", "--adapter", "a", "--init_adapter", "b"], ["--adapter and --init_adapter"]),
+    (["--save_gguf"], ["--save_gguf", "--save_model"]),
+])
+def test_an_option_the_command_does_not_read_is_a_usage_error(assets, args, needles):
+    command = args[:1] if args[0] in ("generate", "export", "eval") else []
+    rest = args[len(command):]
+    extra = [] if command else ["--dataset", assets["rows"]]
+    expect_failure(command + ["--model_name", assets["model"]] + extra + rest, 2, *needles)
+
+
+def test_a_shared_config_file_serves_every_command(assets, tmp_path):
+    """Keys of other commands are ignored (said at debug level); the command's own take effect."""
+    config = tmp_path / "shared.json"
+    config.write_text(json.dumps({"learning_rate": 1e-3, "max_new_tokens": 3, "per_device_eval_batch_size": 2}))
+    proc = expect_success(eval_args(assets["model"], assets["rows"]) + ["--config", config, "--log_level", "debug"])
+    assert f"{config}: learning_rate: not read by `finetune eval`; ignored" in proc.stderr
+    assert f"{config}: max_new_tokens: not read by `finetune eval`; ignored" in proc.stderr
+    assert "per_device_eval_batch_size: not read" not in proc.stderr  # eval's own option
+
+
+def test_eval_with_adapter_evaluates_the_adapter(assets, trained):
+    base = last_json_line(expect_success(eval_args(assets["model"], assets["rows"])).stdout)["loss"]
+    adapted = last_json_line(expect_success(eval_args(assets["model"], assets["rows"]) +
+                                            ["--adapter", trained[0]]).stdout)["loss"]
+    same = last_json_line(expect_success(eval_args(assets["model"], assets["rows"]) +
+                                         ["--init_adapter", trained[0]]).stdout)["loss"]
+    assert adapted == same  # one setting under two names
+    assert adapted != base
+
+
+def test_space_separated_list_values(assets, tmp_path):
+    """Unsloth's nargs='+': --target_modules q_proj v_proj."""
+    out = tmp_path / "out"
+    expect_success(["--model_name", assets["model"], "--dataset", assets["rows"], "--output_dir", out,
+                    "--target_modules", "q_proj", "v_proj"] + ONE_STEP)
+    assert sorted(json.loads((out / "adapter_config.json").read_text())["target_modules"]) == ["q_proj", "v_proj"]
+
+
+def test_epochs_without_max_steps_decide_the_step_count(assets, tmp_path):
+    """6 rows, batch 2, no accumulation: 3 steps an epoch; --num_train_epochs 2 alone gives 6 steps."""
+    args = ["--model_name", assets["model"], "--dataset", assets["rows"], "--per_device_train_batch_size", 2,
+            "--gradient_accumulation_steps", 1] + CPU
+    proc = expect_success(args + ["--output_dir", tmp_path / "a", "--num_train_epochs", 2])
+    assert last_json_line(proc.stdout)["steps"] == 6
+    proc = expect_success(args + ["--output_dir", tmp_path / "b", "--num_train_epochs", 2, "--max_steps", 1])
+    assert last_json_line(proc.stdout)["steps"] == 1  # a positive --max_steps wins, as in HF
+
+
+def test_a_mistyped_local_model_path_is_not_a_hub_request(assets, tmp_path):
+    (tmp_path / "models").mkdir()
+    expect_failure(eval_args("models/qwen4", assets["rows"]), 1, "local directory models/qwen4 not found",
+                   cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"})
+
+
+def test_the_summary_lists_what_the_run_wrote(trained):
+    out, proc = trained
+    outputs = last_json_line(proc.stdout)["outputs"]
+    for name in ["adapter_config.json", "adapter_model.safetensors", "checkpoint-1", "metrics.jsonl"]:
+        assert str(out / name) in outputs["output_dir"], outputs
+    assert all(os.path.exists(path) for path in outputs["output_dir"]), outputs
+    assert outputs["save_path"] == str(out / "merged") and outputs["gguf_files"] == []
+
+
+def test_export_lists_the_files_in_save_path(assets, trained, tmp_path):
+    out = tmp_path / "merged"
+    proc = expect_success(["export", "--model_name", assets["model"], "--adapter", trained[0], "--save_method",
+                           "merged_16bit", "--save_path", out] + CPU)
+    files = last_json_line(proc.stdout)["files"]
+    assert files == sorted(str(p) for p in out.iterdir() if p.is_file()), files
+    assert str(out / "config.json") in files and any(f.endswith(".safetensors") for f in files), files
+
+
+def test_train_help_lists_every_group():
+    proc = expect_success(["train", "--help"])
     lines = proc.stdout.splitlines()
     for group in ["model:", "LoRA:", "training:", "data:", "saving:", "logging:", "distributed:"]:
         assert group in lines, f"--help has no {group!r} group:\n{proc.stdout}"
@@ -188,15 +293,16 @@ def test_precedence_file_then_environment_then_command_line(assets, tmp_path):
 
 
 def test_bad_value_errors_only_where_it_wins(assets, tmp_path):
-    """A bad --r in a lower layer is harmless once a higher layer overrides it."""
-    config = tmp_path / "bad_r.json"
-    config.write_text(json.dumps({"r": "abc"}))
+    """A bad value in a lower layer is harmless once a higher layer overrides it (an option eval reads)."""
+    option, variable = "--per_device_eval_batch_size", "FINETUNE_PER_DEVICE_EVAL_BATCH_SIZE"
+    config = tmp_path / "bad_batch.json"
+    config.write_text(json.dumps({option[2:]: "abc"}))
     base = eval_args(assets["model"], assets["rows"])
-    expect_failure(base + ["--config", config], 2, "--r", config, "abc")
-    expect_success(base + ["--config", config], env={"FINETUNE_R": "4"})
-    expect_failure(base + ["--config", config], 2, "--r", "FINETUNE_R", "xyz", env={"FINETUNE_R": "xyz"})
-    expect_success(base + ["--config", config, "--r", "4"], env={"FINETUNE_R": "xyz"})
-    expect_failure(base + ["--r", "-3"], 2, "--r", env={"FINETUNE_R": "4"})
+    expect_failure(base + ["--config", config], 2, option, config, "abc")
+    expect_success(base + ["--config", config], env={variable: "4"})
+    expect_failure(base + ["--config", config], 2, option, variable, "xyz", env={variable: "xyz"})
+    expect_success(base + ["--config", config, option, "4"], env={variable: "xyz"})
+    expect_failure(base + [option, "-3"], 2, option, env={variable: "4"})
 
 
 def test_unknown_finetune_environment_variable_is_a_usage_error(assets):
@@ -317,7 +423,9 @@ def test_sequences_past_a_sliding_window_are_refused(assets, tmp_path, action):
     model = copy_model(assets, tmp_path)
     edit_config(model, lambda c: c.update(architectures=["MistralForCausalLM"], model_type="mistral",
                                           sliding_window=64))
-    args = [action, "--model_name", model, "--dataset", assets["rows"], "--output_dir", tmp_path / "out"] + CPU
+    args = [action, "--model_name", model, "--dataset", assets["rows"]] + CPU
+    if action == "train":
+        args += ["--output_dir", tmp_path / "out"]
     expect_failure(args + ["--max_seq_length", 65], 2, "--max_seq_length", "65", "sliding_window (64")
     if action == "eval":  # within the window the same model runs
         expect_success(args + ["--max_seq_length", 64])

@@ -1,31 +1,57 @@
-// The --save_method values that the end of training can write, and the known ones it cannot yet:
-// one list for the export dispatch (model_export.cpp), the option parser and its help.
-// Header-only and LibTorch-free, so the option parser can use it.
+// The --save_method values, one table for the option parser, its help, the commands' dispatch
+// (SaveMethod) and the export (model_export.cpp). Header-only and LibTorch-free, so the option
+// parser can use it.
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace finetune {
 
-inline const std::vector<std::string>& supported_save_methods() {
-  static const std::vector<std::string> methods = {"lora", "merged_16bit", "merged_4bit", "gguf"};
-  return methods;
+enum class SaveMethod { Lora, Merged16bit, Merged4bit, Gguf };
+
+struct SaveMethodName {
+  SaveMethod method;
+  const char* name;
+};
+
+// Every method the end of training (and `finetune export`, all but lora) can write.
+inline const std::vector<SaveMethodName>& save_method_table() {
+  static const std::vector<SaveMethodName> table = {{SaveMethod::Lora, "lora"},
+                                                    {SaveMethod::Merged16bit, "merged_16bit"},
+                                                    {SaveMethod::Merged4bit, "merged_4bit"},
+                                                    {SaveMethod::Gguf, "gguf"}};
+  return table;
 }
 
-// Other spellings of a supported method (Unsloth's merged_4bit_forced writes the same 4-bit model).
+inline std::vector<std::string> supported_save_methods() {
+  std::vector<std::string> names;
+  for (const auto& entry : save_method_table()) names.emplace_back(entry.name);
+  return names;
+}
+
+inline const char* save_method_name(SaveMethod method) {
+  for (const auto& entry : save_method_table())
+    if (entry.method == method) return entry.name;
+  throw std::logic_error("save_method_name: a SaveMethod missing from save_method_table()");
+}
+
+// A name of supported_save_methods() (the parser has already resolved aliases); std::invalid_argument otherwise.
+inline SaveMethod save_method_from_name(const std::string& name) {
+  for (const auto& entry : save_method_table())
+    if (name == entry.name) return entry.method;
+  throw std::invalid_argument("unknown save method \"" + name + "\"");
+}
+
+// Other spellings of a method (Unsloth's merged_4bit_forced writes the same 4-bit model).
 inline const std::vector<std::pair<std::string, std::string>>& save_method_aliases() {
   static const std::vector<std::pair<std::string, std::string>> aliases = {{"merged_4bit_forced", "merged_4bit"}};
   return aliases;
 }
 
-// Unsloth CLI spellings we recognise but do not implement, with the reason (a clearer error than
-// "unknown value"); any other "gguf*" spelling is refused with kGgufSaveMethodReason.
-inline const std::vector<std::pair<std::string, std::string>>& unsupported_save_methods() {
-  static const std::vector<std::pair<std::string, std::string>> methods = {};
-  return methods;
-}
+// Any other "gguf*" spelling (Unsloth's gguf_q4_k_m ...) is refused with this reason.
 inline constexpr const char* kGgufSaveMethodPrefix = "gguf";
 inline constexpr const char* kGgufSaveMethodReason = "write GGUF with --save_method gguf --quantization TYPE";
 

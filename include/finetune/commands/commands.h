@@ -6,6 +6,8 @@
 //   export:   model + weights (+ adapter) -> merged_16bit | merged_4bit | gguf, without training
 #pragma once
 
+#include <string>
+
 #include "finetune/config/options.h"
 
 namespace finetune {
@@ -15,5 +17,9 @@ int run_eval(const Options& options, const EnvMap& env);
 int run_generate(const Options& options, const EnvMap& env);
 int run_chat(const Options& options, const EnvMap& env);
 int run_export(const Options& options, const EnvMap& env);
+
+// `finetune --version`: finetune's version (CMake's project version) and the LibTorch and CUDA it
+// was built with ("CPU only" without CUDA).
+std::string version_text();
 
 }  // namespace finetune

@@ -27,9 +27,9 @@ struct GenerationSession {
   std::unique_ptr<ChatTemplate> chat_template_;
 };
 
-// Loads --model_name on --device in --dtype (fetching a hub id first), attaches --adapter, reads
-// the EOS ids; an Error when the model has no tokenizer.
-GenerationSession start_generation_session(const Options& options, const EnvMap& env, const std::string& command);
+// Opens --model_name with its --adapter for `action` (generate or chat: run_setup.h, open_model),
+// reads the EOS ids; an Error when the model has no tokenizer.
+GenerationSession start_generation_session(const Options& options, const EnvMap& env, Action action);
 
 // A conversation's prompt ids: rendered with add_generation_prompt and encoded without adding
 // special tokens, as apply_chat_template(tokenize=True) does (the template writes BOS itself).

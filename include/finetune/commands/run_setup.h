@@ -1,14 +1,19 @@
-// Stages shared by `train` and `eval`, each from its own small config (stage_configs.h): the
-// model with its weights and tokenizer, the adapter (fresh or loaded), and the tokenized datasets.
+// Stages shared by the commands, each from its own small config (stage_configs.h): the model with
+// its weights, tokenizer and adapter (one sequence for every command: open_model), and the
+// tokenized datasets.
 #pragma once
 
+#include <functional>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "finetune/commands/stage_configs.h"
 #include "finetune/config/dataset_source.h"
 #include "finetune/data/dataset.h"
+#include "finetune/hub/hub_fetch.h"
 #include "finetune/launch/environment.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
@@ -35,6 +40,27 @@ struct AttachedAdapter {
 // win; dropout still comes from the options), attached and initialised (or loaded).
 AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup);
 
+struct OpenedModel {
+  LoadedModel loaded;
+  std::optional<AttachedAdapter> adapter;  // none without an adapter to load (or fresh_adapter)
+};
+
+// The hub stage of a command: fetches hub ids into the cache (hub_inputs.h: at once, or once per
+// node under DDP).
+using FetchHubInputs = std::function<void(const HubInputs&)>;
+
+// The sequence every command starts with: hub inputs into the cache (fetch), the caller's cheap
+// checks (before_load: a wrong split or an unusable output directory fails before a model loads),
+// the model with weights and tokenizer on `device`, then its adapter: loaded (train's
+// --init_adapter, the others' --adapter), fresh (train), or none.
+OpenedModel open_model(const ModelStageSetup& setup, const HubInputs& hub_inputs, const EnvMap& env,
+                       const at::Device& device, const FetchHubInputs& fetch,
+                       const std::function<void()>& before_load = {});
+
+// The device of a single-process command (eval, generate, chat, export): --device, with
+// LOCAL_RANK choosing the GPU under a launcher.
+at::Device command_device(const ModelSource& source, const EnvMap& env);
+
 struct Datasets {
   TokenizedDataset train;
   std::optional<TokenizedDataset> eval;
@@ -60,6 +86,12 @@ Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const T
 
 // `finetune eval`: setup.eval_dataset when given, else the split setup.dataset_split of each dataset.
 std::vector<DatasetSplit> eval_command_splits(const DataSetup& setup, const EnvMap& env);
+
+// Every file and directory a training run wrote, for its summary line: {"output_dir": [the run's
+// files there: adapter, metrics, checkpoints ...], "save_path": --save_model's directory or null,
+// "gguf_files": [...]}.
+nlohmann::json run_outputs(const std::string& output_dir, const ExportSetup& export_setup,
+                           const std::vector<std::string>& gguf_files);
 
 // Padding id: the tokenizer's pad token, else its EOS, else config.json's pad_token_id, else 0.
 int64_t pad_token_id_for(const CausalLM& model, const Tokenizer* tokenizer);

@@ -33,16 +33,36 @@ struct ModelSource {
 };
 ModelSource model_source_from(const Options& options);
 
-// The adapter to train: a fresh LoRA from the options, or --init_adapter's (whose own
-// adapter_config.json then decides r, alpha and targets).
+// The LoRA options that shape an adapter, each with its value in a LoraConfig as text: a loaded
+// adapter's adapter_config.json decides them, so one the user set to another value is refused.
+struct LoraShapeOption {
+  const char* name;  // the option's name (config/option_table.cpp)
+  std::string (*value)(const LoraConfig& config);
+};
+const std::vector<LoraShapeOption>& lora_shape_options();
+
+// The adapter a command runs: a fresh LoRA from the options (train), or an existing one to load:
+// train's --init_adapter, generate/chat/export's --adapter, eval's either (one setting, under two
+// names). A loaded adapter's own adapter_config.json decides r, alpha and targets.
 struct AdapterSetup {
   LoraConfig lora;           // from the options (r, alpha, dropout, rsLoRA, targets, bias)
-  std::string init_adapter;  // empty: fresh
+  std::string init_adapter;  // the adapter directory to load; empty: none (train: a fresh one)
+  std::string adapter_option = "--init_adapter";  // the flag that named it, for messages
   uint64_t random_state = 3407;
   std::string base_model_name;                 // --model_name, to compare with the adapter's base
   std::vector<std::string> given_lora_options;  // which of r, lora_alpha, ... the user set
 };
 AdapterSetup adapter_setup_from(const Options& options);
+
+// What a command runs: the model, its adapter and what it needs of them (run_setup.h: open_model).
+struct ModelStageSetup {
+  ModelSource source;
+  AdapterSetup adapter;
+  bool fresh_adapter = false;    // train: attach a new LoRA when no adapter is loaded
+  bool needs_tokenizer = false;  // generate, chat: an Error when the model directory has none
+  std::string command;           // for messages: "generate"
+};
+ModelStageSetup model_stage_setup_from(const Options& options, Action action);
 
 // The datasets and how their rows are tokenized (the chat template is chosen later, against the
 // tokenizer's own).
@@ -68,8 +88,13 @@ CommunicatorOptions communicator_options_from(const Options& options);
 // Sampling, batching and accumulation for this rank.
 MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id);
 
-// Total optimizer steps: --max_steps when > 0, else ceil(num_train_epochs x steps per epoch);
-// a count beyond 2^53 (a double's integer range) is a UsageError.
+// Whether the step count comes from --num_train_epochs: when --max_steps <= 0 (HF's rule: a
+// positive max_steps overrides the epochs), and also when --num_train_epochs was given and
+// --max_steps was not (its default, 400, is Unsloth's, which a user asking for epochs did not mean).
+bool steps_from_epochs(const Options& options);
+
+// Total optimizer steps: ceil(num_train_epochs x steps per epoch) when steps_from_epochs, else
+// --max_steps; a count beyond 2^53 (a double's integer range) is a UsageError.
 int64_t total_steps_from(const Options& options, int64_t steps_per_epoch);
 
 // The trainer's settings for `total_steps` steps.

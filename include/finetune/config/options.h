@@ -3,7 +3,9 @@
 // One option table (option_table.cpp) is the single source of every option's name, aliases,
 // group, type, default, range and help text. Values are layered with precedence
 //     --config FILE.json  <  environment FINETUNE_<KEY>  <  command line
-// and then converted and validated into the typed `Options` struct. Names follow Unsloth's CLI and
+// and then converted and validated into the typed `Options` struct. Each row names the commands
+// that read it: on the command line another command's option is a UsageError naming both; in the
+// config file or the environment (shared between commands) it is ignored and noted. Names follow Unsloth's CLI and
 // Hugging Face TrainingArguments, so users can carry their flags over (README: "Coming from
 // Unsloth's CLI"). A FINETUNE_* environment variable that is neither an option nor one of the few
 // the project's scripts export (option_environment.h) is an error.
@@ -130,6 +132,20 @@ struct Options {
   std::set<std::string> given;
 };
 
+// The commands of the `finetune` executable (main.cpp dispatches on them).
+enum class Action { Train, Eval, Generate, Chat, Export };
+
+// One command: its word, what it does and its usage line, in the order the help lists them.
+struct ActionInfo {
+  Action action;
+  std::string name;     // the first positional word: "export"
+  std::string summary;  // one line for `finetune --help`
+  std::string usage;    // the usage line of `finetune NAME --help`
+};
+const std::vector<ActionInfo>& action_table();
+const std::string& action_name(Action action);
+std::vector<std::string> action_names();
+
 // One row of the option table.
 struct OptionSpec {
   std::string name;        // flag without dashes, also the config-file key
@@ -139,32 +155,45 @@ struct OptionSpec {
   std::string help;
   std::vector<std::string> choices;  // the accepted values of a choice option (or a list's items)
   std::vector<std::string> aliases;  // other names, accepted wherever the name is (flag, file key, FINETUNE_*)
+  std::vector<Action> commands;      // the commands that read it (README: "Options and commands")
+
+  bool read_by(Action action) const;
 };
 
 const std::vector<OptionSpec>& option_table();
 
-// The action words, in the order the help lists them: train (the default), eval, generate, chat, export.
-inline const std::vector<std::string>& action_names() {
-  static const std::vector<std::string> names = {"train", "eval", "generate", "chat", "export"};
-  return names;
-}
+// --report_to's values and the sinks each one adds (metrics.jsonl is always written).
+struct ReportTarget {
+  std::string name;
+  bool tensorboard = false;
+};
+const std::vector<ReportTarget>& report_targets();
+const ReportTarget& report_target(const std::string& name);  // a value of report_targets(); Error otherwise
 
 struct Command {
-  std::string action = "train";  // train|eval|generate|chat|export
+  Action action = Action::Train;
   Options options;
   std::string config_file;       // --config, if given
   bool help = false;             // --help was given: usage text is in help_text
+  bool version = false;          // --version was given
   std::string help_text;
+  // Settings of the config file or the environment that this command does not read (each said
+  // once at debug level by main, after the log level is known): shared between commands, they
+  // are ignored rather than refused. On the command line such an option is a UsageError.
+  std::vector<std::string> ignored_settings;
 };
 
-// Parses argv (argv[0] is the program name; an optional first positional word picks the action)
+// Parses argv (argv[0] is the program name; an optional first positional word picks the command)
 // layered over the config file named by --config and over FINETUNE_<KEY> entries of `env`.
-// Throws UsageError naming the option on an unknown option, a bad value or a value out of range,
-// and naming the variable on a FINETUNE_* variable that is neither an option nor one the project's
-// scripts export (README: Options).
+// Throws UsageError naming the option on an unknown option, an option the command does not read
+// (naming the command and the ones that read it), a bad value or a value out of range, and naming
+// the variable on a FINETUNE_* variable that is neither an option nor one the project's scripts
+// export (README: Options).
 Command parse_command(int argc, const char* const* argv, const EnvMap& env);
 
-// Usage text with every option, grouped.
+// `finetune --help`: the commands and how options are given.
 std::string usage_text();
+// `finetune COMMAND --help`: the command's usage line and the options it reads, grouped.
+std::string usage_text(Action action);
 
 }  // namespace finetune
