@@ -10,7 +10,7 @@
 #include "finetune/data/raw_text.h"
 #include "finetune/data/sampler.h"
 #include "finetune/checkpoint/adapter_io.h"
-#include "finetune/checkpoint/model_weights.h"
+#include "finetune/weights/model_weights.h"
 #include "finetune/model/device_memory.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
