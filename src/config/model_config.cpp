@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
 
@@ -14,30 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-// What differs between the supported families, as transformers' config and modeling code set it.
-struct Family {
-  const char* architecture;
-  const char* model_type;
-  int64_t default_num_key_value_heads;  // 0: = num_attention_heads
-  int64_t default_head_dim;             // 0: = hidden_size / num_attention_heads
-  int64_t default_max_position_embeddings;
-  std::optional<int64_t> default_bos_token_id;
-  std::optional<int64_t> default_eos_token_id;
-};
-
-const Family kFamilies[] = {
-    {"LlamaForCausalLM", "llama", 0, 0, 2048, 1, 2},
-    {"Qwen2ForCausalLM", "qwen2", 32, 0, 32768, std::nullopt, std::nullopt},
-    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, std::nullopt, std::nullopt},
-    {"MistralForCausalLM", "mistral", 8, 0, 131072, 1, 2},
-};
 constexpr int64_t kMistralDefaultSlidingWindow = 4096;
-
-std::string supported_architectures() {
-  std::string out;
-  for (const auto& f : kFamilies) out += std::string(out.empty() ? "" : ", ") + f.architecture;
-  return out;
-}
 
 // Typed access to config.json fields; every error names the file and the field.
 class Fields {
@@ -114,32 +92,32 @@ class Fields {
   std::string prefix_;
 };
 
-const Family& family_of(const Fields& fields) {
-  std::string architecture;
+// The architecture table's entry (model/architecture.h) for architectures[0], or for model_type
+// when the config names no class.
+const Architecture& architecture_of_fields(const Fields& fields) {
+  std::string class_name;
   if (fields.has("architectures")) {
     const json& list = fields.at("architectures");
     if (!list.is_array() || list.empty() || !list[0].is_string())
       fields.fail("architectures", "expected a non-empty list of names, got " + json_excerpt(list));
-    architecture = list[0].get<std::string>();
+    class_name = list[0].get<std::string>();
   }
   const std::string model_type = fields.string("model_type", "");
-  for (const auto& family : kFamilies) {
-    const bool architecture_matches = architecture == family.architecture;
-    const bool type_matches = model_type == family.model_type;
-    if (architecture.empty() ? type_matches : architecture_matches) {
-      if (!model_type.empty() && !type_matches)
-        fields.fail("model_type", "\"" + model_type + "\" does not match architecture " + architecture +
-                                      " (expected \"" + family.model_type + "\")");
-      return family;
-    }
-  }
-  if (architecture.empty() && model_type.empty())
-    fields.fail("architectures", "missing, and no model_type either; supported: " + supported_architectures());
-  if (architecture.empty())
+  if (class_name.empty() && model_type.empty())
+    fields.fail("architectures", "missing, and no model_type either; supported: " + supported_architecture_names());
+  if (class_name.empty()) {
+    if (const Architecture* architecture = find_architecture_by_model_type(model_type)) return *architecture;
     fields.fail("model_type", "unsupported model type \"" + model_type + "\"; supported architectures: " +
-                                  supported_architectures());
-  fields.fail("architectures", "unsupported architecture \"" + architecture + "\"; supported: " +
-                                   supported_architectures());
+                                  supported_architecture_names());
+  }
+  const Architecture* architecture = find_architecture_by_class(class_name);
+  if (!architecture)
+    fields.fail("architectures", "unsupported architecture \"" + class_name + "\"; supported: " +
+                                     supported_architecture_names());
+  if (!model_type.empty() && model_type != architecture->model_type)
+    fields.fail("model_type", "\"" + model_type + "\" does not match architecture " + class_name + " (expected \"" +
+                                  architecture->model_type + "\")");
+  return *architecture;
 }
 
 // v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
@@ -173,9 +151,9 @@ void read_rope(const Fields& fields, const std::string& source, ModelConfig& con
   }
 }
 
-std::vector<int64_t> read_eos(const Fields& fields, const Family& family) {
+std::vector<int64_t> read_eos(const Fields& fields, const Architecture& architecture) {
   if (!fields.present("eos_token_id")) {
-    if (family.default_eos_token_id) return {*family.default_eos_token_id};
+    if (architecture.defaults.eos_token_id) return {*architecture.defaults.eos_token_id};
     return {};
   }
   const json& value = fields.at("eos_token_id");
@@ -188,14 +166,14 @@ std::vector<int64_t> read_eos(const Fields& fields, const Family& family) {
 
 // Sliding-window attention is computed differently from full attention once a sequence is longer
 // than the window, so Qwen's per-layer sliding windows are refused; Mistral's window is recorded.
-void read_sliding_window(const Fields& fields, const Family& family, ModelConfig& config) {
-  if (config.model_type == "mistral") {
+void read_sliding_window(const Fields& fields, const Architecture& architecture, ModelConfig& config) {
+  if (architecture.id == ArchitectureId::kMistral) {
     config.sliding_window = fields.optional_integer("sliding_window", kMistralDefaultSlidingWindow);
     if (config.sliding_window && *config.sliding_window < 1)
       fields.fail("sliding_window", "expected an integer >= 1 or null");
     return;
   }
-  if (std::string(family.model_type) == "qwen2" || std::string(family.model_type) == "qwen3") {
+  if (architecture.id == ArchitectureId::kQwen2 || architecture.id == ArchitectureId::kQwen3) {
     if (fields.boolean("use_sliding_window", false))
       fields.fail("use_sliding_window", "sliding-window attention is not supported");
   }
@@ -244,11 +222,11 @@ static std::optional<Bnb4bitQuantization> read_quantization(const Fields& fields
 ModelConfig model_config_from_json(const json& config_json, const std::string& source) {
   if (!config_json.is_object()) throw Error(source + ": expected a JSON object");
   const Fields fields(config_json, source);
-  const Family& family = family_of(fields);
+  const Architecture& architecture = architecture_of_fields(fields);
 
   ModelConfig config;
-  config.architecture = family.architecture;
-  config.model_type = family.model_type;
+  config.architecture = architecture.class_names.front();
+  config.model_type = architecture.model_type;
   config.vocab_size = fields.positive_integer("vocab_size");
   config.hidden_size = fields.positive_integer("hidden_size");
   config.intermediate_size = fields.positive_integer("intermediate_size");
@@ -256,14 +234,14 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   config.num_attention_heads = fields.positive_integer("num_attention_heads");
   config.num_key_value_heads = fields.positive_integer(
       "num_key_value_heads",
-      family.default_num_key_value_heads ? family.default_num_key_value_heads : config.num_attention_heads);
+      architecture.defaults.num_key_value_heads ? architecture.defaults.num_key_value_heads : config.num_attention_heads);
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     fields.fail("num_key_value_heads", std::to_string(config.num_key_value_heads) + " does not divide num_attention_heads " +
                                            std::to_string(config.num_attention_heads));
   if (fields.has("head_dim")) {
     config.head_dim = fields.positive_integer("head_dim");
-  } else if (family.default_head_dim) {
-    config.head_dim = family.default_head_dim;
+  } else if (architecture.defaults.head_dim) {
+    config.head_dim = architecture.defaults.head_dim;
   } else {
     if (config.hidden_size % config.num_attention_heads != 0)
       fields.fail("num_attention_heads", std::to_string(config.num_attention_heads) +
@@ -277,29 +255,30 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   config.rms_norm_eps = fields.number("rms_norm_eps", 1e-6);
   if (config.rms_norm_eps <= 0) fields.fail("rms_norm_eps", "expected a number > 0");
   config.max_position_embeddings =
-      fields.positive_integer("max_position_embeddings", family.default_max_position_embeddings);
+      fields.positive_integer("max_position_embeddings", architecture.defaults.max_position_embeddings);
   read_rope(fields, source, config);
   config.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
 
   // Which projections carry a bias, as each modeling_*.py builds its layers.
-  if (config.model_type == "llama" || config.model_type == "qwen3") {
+  const ArchitectureId id = architecture.id;
+  if (id == ArchitectureId::kLlama || id == ArchitectureId::kQwen3) {
     config.attention_bias = config.attention_output_bias = fields.boolean("attention_bias", false);
-  } else if (config.model_type == "qwen2") {
+  } else if (id == ArchitectureId::kQwen2) {
     config.attention_bias = true;  // q/k/v always biased, o_proj never
     config.attention_output_bias = false;
   }
-  config.mlp_bias = config.model_type == "llama" && fields.boolean("mlp_bias", false);
-  config.qk_norm = config.model_type == "qwen3";
+  config.mlp_bias = id == ArchitectureId::kLlama && fields.boolean("mlp_bias", false);
+  config.qk_norm = has_role(architecture, ModuleRole::kQueryNorm);
 
   const std::string dtype_key = fields.has("dtype") ? "dtype" : "torch_dtype";
   config.torch_dtype = fields.string(dtype_key, "float32");
   if (config.torch_dtype != "float32" && config.torch_dtype != "float16" && config.torch_dtype != "bfloat16")
     fields.fail(dtype_key, "dtype \"" + config.torch_dtype + "\" is not supported (float32, float16, bfloat16)");
 
-  config.bos_token_id = fields.optional_integer("bos_token_id", family.default_bos_token_id);
-  config.eos_token_ids = read_eos(fields, family);
+  config.bos_token_id = fields.optional_integer("bos_token_id", architecture.defaults.bos_token_id);
+  config.eos_token_ids = read_eos(fields, architecture);
   config.pad_token_id = fields.optional_integer("pad_token_id", std::nullopt);
-  read_sliding_window(fields, family, config);
+  read_sliding_window(fields, architecture, config);
   config.quantization = read_quantization(fields, source);
   config.raw = config_json;
   validate_model_config_bounds(config, source);

@@ -1,55 +1,76 @@
 #include "finetune/gguf/gguf_tensor_names.h"
 
 #include <cmath>
-#include <map>
 
+#include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
 
-// Per-layer module -> GGUF block tensor (gguf-py tensor_mapping.py's entries for these families).
-const std::map<std::string, std::string>& layer_tensor_names() {
-  static const std::map<std::string, std::string> names = {
-      {"input_layernorm", "attn_norm"},       {"post_attention_layernorm", "ffn_norm"},
-      {"self_attn.q_proj", "attn_q"},         {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},         {"self_attn.o_proj", "attn_output"},
-      {"self_attn.q_norm", "attn_q_norm"},    {"self_attn.k_norm", "attn_k_norm"},
-      {"mlp.gate_proj", "ffn_gate"},          {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},
-  };
-  return names;
+// "model.layers.3.self_attn.q_proj.weight" -> layer "3", module path "self_attn.q_proj", suffix
+// ".weight"; false for a tensor outside the layers or with another suffix.
+bool split_layer_tensor_name(const Architecture& architecture, const std::string& hf_name, std::string& layer,
+                             std::string& path, std::string& suffix) {
+  const std::string& prefix = architecture.layer_prefix;
+  if (!starts_with(hf_name, prefix)) return false;
+  const size_t dot = hf_name.find('.', prefix.size());
+  const size_t last = hf_name.rfind('.');
+  if (dot == std::string::npos || last <= dot) return false;
+  layer = hf_name.substr(prefix.size(), dot - prefix.size());
+  path = hf_name.substr(dot + 1, last - dot - 1);
+  suffix = hf_name.substr(last);
+  return suffix == ".weight" || suffix == ".bias";
+}
+
+const LayerModule* find_layer_module(const Architecture& architecture, const std::string& path) {
+  for (const auto& module : architecture.layer_modules)
+    if (module.path == path) return &module;
+  return nullptr;
+}
+
+// The GGUF name under `architecture`'s table, or empty when it has none.
+std::string table_tensor_name(const Architecture& architecture, const std::string& hf_name) {
+  if (hf_name == architecture.embed_tokens) return "token_embd.weight";
+  if (hf_name == architecture.final_norm) return "output_norm.weight";
+  if (hf_name == architecture.lm_head) return "output.weight";
+  std::string layer, path, suffix;
+  if (!split_layer_tensor_name(architecture, hf_name, layer, path, suffix)) return "";
+  const LayerModule* module = find_layer_module(architecture, path);
+  return module ? "blk." + layer + "." + module->gguf_name + suffix : "";
 }
 
 }  // namespace
 
 std::string gguf_architecture(const ModelConfig& config, const std::string& source) {
-  if (config.model_type == "llama" || config.model_type == "mistral") return "llama";
-  if (config.model_type == "qwen2" || config.model_type == "qwen3") return config.model_type;
-  throw Error(source + ": model_type '" + config.model_type +
-              "' has no GGUF export (supported: llama, mistral, qwen2, qwen3)");
+  const Architecture* architecture = find_architecture_by_class(config.architecture);
+  if (!architecture) {
+    throw Error(source + ": architecture '" + config.architecture + "' has no GGUF export (supported: " +
+                supported_architecture_names() + ")");
+  }
+  return architecture->gguf_architecture;
+}
+
+std::string gguf_tensor_name(const Architecture& architecture, const std::string& hf_name) {
+  auto name = table_tensor_name(architecture, hf_name);
+  if (name.empty()) throw Error("GGUF export: tensor '" + hf_name + "' has no GGUF name");
+  return name;
 }
 
 std::string gguf_tensor_name(const std::string& hf_name) {
-  if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
-  if (hf_name == "model.norm.weight") return "output_norm.weight";
-  if (hf_name == "lm_head.weight") return "output.weight";
-  const std::string prefix = "model.layers.";
-  if (starts_with(hf_name, prefix)) {
-    const size_t dot = hf_name.find('.', prefix.size());
-    const size_t last = hf_name.rfind('.');
-    if (dot != std::string::npos && last > dot) {
-      const std::string layer = hf_name.substr(prefix.size(), dot - prefix.size());
-      const std::string module = hf_name.substr(dot + 1, last - dot - 1);
-      const std::string suffix = hf_name.substr(last);  // ".weight" | ".bias"
-      auto it = layer_tensor_names().find(module);
-      if (it != layer_tensor_names().end() && (suffix == ".weight" || suffix == ".bias")) {
-        return "blk." + layer + "." + it->second + suffix;
-      }
+  std::string found;
+  for (const auto& architecture : architectures()) {
+    const auto name = table_tensor_name(architecture, hf_name);
+    if (name.empty()) continue;
+    if (!found.empty() && name != found) {
+      throw Error("GGUF export: tensor '" + hf_name + "' has different GGUF names by architecture (" + found + ", " +
+                  name + ")");
     }
+    found = name;
   }
-  throw Error("GGUF export: tensor '" + hf_name + "' has no GGUF name");
+  if (found.empty()) throw Error("GGUF export: tensor '" + hf_name + "' has no GGUF name");
+  return found;
 }
 
 at::Tensor gguf_permute_qk(const at::Tensor& weight, int64_t n_head) {
@@ -64,9 +85,14 @@ at::Tensor gguf_permute_qk(const at::Tensor& weight, int64_t n_head) {
 }
 
 int64_t gguf_permute_heads(const std::string& architecture, const ModelConfig& config, const std::string& hf_name) {
-  if (architecture != "llama") return 0;
-  if (ends_with(hf_name, "q_proj.weight") || ends_with(hf_name, "q_proj.bias")) return config.num_attention_heads;
-  if (ends_with(hf_name, "k_proj.weight") || ends_with(hf_name, "k_proj.bias")) return config.num_key_value_heads;
+  const Architecture* entry = find_architecture_by_class(config.architecture);
+  if (!entry || !entry->gguf_permutes_qk || architecture != entry->gguf_architecture) return 0;
+  std::string layer, path, suffix;
+  if (!split_layer_tensor_name(*entry, hf_name, layer, path, suffix)) return 0;
+  const LayerModule* module = find_layer_module(*entry, path);
+  if (!module || module->roles.size() != 1) return 0;
+  if (module->roles.front() == ModuleRole::kQuery) return config.num_attention_heads;
+  if (module->roles.front() == ModuleRole::kKey) return config.num_key_value_heads;
   return 0;
 }
 

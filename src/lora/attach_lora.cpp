@@ -9,7 +9,7 @@
 
 #include "finetune/lora/dora_adapter.h"
 #include "finetune/lora/lora_adapter.h"
-#include "finetune/model/projection_names.h"
+#include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 
@@ -64,7 +64,7 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
   for (const auto& target : targets) {
     if (matched.count(target) == 0) {
       throw UsageError("--target_modules: '" + target + "' matches no linear layer of " + model.config().architecture +
-                       " (valid: " + join(projection_names(), ", ") + ")");
+                       " (valid: " + join(lora_target_names(model.architecture()), ", ") + ")");
     }
   }
   return lora_parameters(model);

@@ -19,10 +19,10 @@ using torch::autograd::variable_list;
 // accuracy although every GEMM reads half-precision operands.
 
 // a (m, k) @ b (k, n) of half-precision operands with an fp32 result: the GEMM's fp32
-// accumulator is returned unrounded. cuBLAS does this in one call; the CPU widens the operands
-// (exact) and multiplies in fp32.
-at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b) {
-  if (a.is_cuda()) return at::mm(a, b, at::kFloat);
+// accumulator is returned unrounded. With KernelPolicy::half_gemm_fp32_output (cuBLAS) in one
+// call; otherwise (the CPU) the operands are widened (exactly) and multiplied in fp32.
+at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b, bool fp32_output_gemm) {
+  if (fp32_output_gemm) return at::mm(a, b, at::kFloat);
   return at::mm(a.to(at::kFloat), b.to(at::kFloat));
 }
 
@@ -38,14 +38,16 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
     auto y = bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());  // (N, out)
     // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
-    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t()), adapter->scaling, dtype,
-                                    adapter->kernels.lora_split_kernel);
+    const bool fp32_output_gemm = adapter->kernels.half_gemm_fp32_output;
+    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t(), fp32_output_gemm), adapter->scaling,
+                                    dtype, adapter->kernels.lora_split_kernel);
     // y += u B^T, accumulated by the GEMM: the sum is rounded once.
     y.addmm_(u_split.narrow(1, 0, r), operands->B_split.narrow(1, 0, r).t());
     ctx->save_for_backward({rows, u_split, operands->A_split, operands->B_split});
     ctx->saved_data["base"] = reinterpret_cast<int64_t>(base);
     ctx->saved_data["scaling"] = adapter->scaling;
     ctx->saved_data["split_kernel"] = adapter->kernels.lora_split_kernel;
+    ctx->saved_data["fp32_output_gemm"] = fp32_output_gemm;
     auto out_sizes = x.sizes().vec();
     out_sizes.back() = weight.size(0);
     return y.view(out_sizes);
@@ -60,11 +62,12 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
     const double scaling = ctx->saved_data["scaling"].toDouble();
     const bool split_kernel = ctx->saved_data["split_kernel"].toBool();
+    const bool fp32_output_gemm = ctx->saved_data["fp32_output_gemm"].toBool();
     const int64_t r = A_split.size(0) / 2;
     const auto& grad = grad_outputs[0];
     auto dy = grad.reshape({-1, grad.size(-1)});                                            // (N, out)
     // g = scaling * dy B, the gradient reaching x A^T (N, r), split into [hi, lo] (N, 2r).
-    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split), scaling, dy.scalar_type(), split_kernel);
+    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split, fp32_output_gemm), scaling, dy.scalar_type(), split_kernel);
     at::Tensor dx, d_lora_A, d_lora_B;
     if (ctx->needs_input_grad(0)) {
       dx = at::mm(dy, base->dense_weight());                                                  // (N, in)
@@ -73,9 +76,9 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
       in_sizes.back() = rows.size(1);
       dx = dx.view(in_sizes);
     }
-    if (ctx->needs_input_grad(1)) d_lora_A = sum_halves(matmul_to_float(g_split.t(), rows), 0);  // g^T x
+    if (ctx->needs_input_grad(1)) d_lora_A = sum_halves(matmul_to_float(g_split.t(), rows, fp32_output_gemm), 0);  // g^T x
     if (ctx->needs_input_grad(2)) {
-      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split), 1);                              // dy^T u
+      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split, fp32_output_gemm), 1);                              // dy^T u
     }
     return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor()};
   }

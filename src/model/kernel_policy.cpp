@@ -20,8 +20,11 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   policy.fused_rms_norm = cuda_half;
   policy.half_precision_lora = cuda_half;
   policy.lora_split_kernel = cuda_half && cuda_kernels_compiled_in();
+  policy.half_gemm_fp32_output = cuda_half;
   // Flash attention: fp16/bf16 on CUDA, head_dim a multiple of 8 up to 256.
   policy.variable_length_attention = cuda_half && config.head_dim % 8 == 0 && config.head_dim <= 256;
+  policy.padding_free_batches = policy.variable_length_attention;
+  policy.cuda_graphs = cuda && policy.padding_free_batches;
   policy.fused_adamw = cuda;
   return policy;
 }

@@ -17,7 +17,7 @@
 #include "finetune/lora/attach_lora.h"
 #include "finetune/lora/lora_adapter.h"
 #include "finetune/model/device_selection.h"
-#include "finetune/checkpoint/model_weights.h"
+#include "finetune/weights/model_weights.h"
 
 namespace finetune {
 namespace {

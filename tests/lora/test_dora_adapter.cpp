@@ -20,7 +20,7 @@
 #include "../test_support.h"
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/merged_export.h"
-#include "finetune/checkpoint/model_weights.h"
+#include "finetune/weights/model_weights.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/lora/dora_adapter.h"
 #include "finetune/model/device_selection.h"

@@ -137,14 +137,22 @@ TEST(HalfPrecisionLoraLinear, CpuPolicyKeepsPeftsExpression) {
   EXPECT_FALSE(cpu.fused_rms_norm);
   EXPECT_FALSE(cpu.variable_length_attention);
   EXPECT_FALSE(cpu.fused_adamw);
+  EXPECT_FALSE(cpu.half_gemm_fp32_output);
+  EXPECT_FALSE(cpu.padding_free_batches);
+  EXPECT_FALSE(cpu.cuda_graphs);
   const auto cuda = choose_kernel_policy(at::Device(at::kCUDA, 0), at::kBFloat16, config);
   EXPECT_TRUE(cuda.half_precision_lora);
+  EXPECT_TRUE(cuda.half_gemm_fp32_output);
   EXPECT_TRUE(cuda.variable_length_attention);
+  EXPECT_TRUE(cuda.padding_free_batches);
+  EXPECT_TRUE(cuda.cuda_graphs);
   EXPECT_TRUE(cuda.fused_adamw);
   EXPECT_EQ(cuda.fused_elementwise, cuda_kernels_compiled_in());
   const auto cuda_fp32 = choose_kernel_policy(at::Device(at::kCUDA, 0), at::kFloat, config);
   EXPECT_FALSE(cuda_fp32.half_precision_lora);
   EXPECT_FALSE(cuda_fp32.variable_length_attention);
+  EXPECT_FALSE(cuda_fp32.padding_free_batches);
+  EXPECT_FALSE(cuda_fp32.cuda_graphs);
   config.head_dim = 12;  // flash attention needs a multiple of 8
   EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCUDA, 0), at::kBFloat16, config).variable_length_attention);
 }

@@ -12,6 +12,8 @@ Usage: make_model_fixtures.py OUTDIR
       every tiny model of tiny_models.py (tied and untied embeddings, biases, q/k norm, sharded),
       a bf16 one and a tied one whose checkpoint also holds lm_head.weight, with the model's own
       state_dict() (tied: lm_head.weight included) to compare the loaded parameters with.
+  OUTDIR/weights/<case>.logits.safetensors (fp32 cases; cases.json "logits": true)
+      input_ids (2, T) and the model's fp32 logits (2, T, V) for them.
 """
 import json
 import os
@@ -36,6 +38,7 @@ ROPE_CASES = {
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}),
 }
 SEQUENCE = 24
+LOGITS_SEQUENCE = 11
 
 
 def rope_fixture(name, kwargs, out):
@@ -75,7 +78,20 @@ def weights_fixture(name, out):
     if name == "llama_tied_with_lm_head_copy":
         assert "lm_head.weight" in state
         save_file(state, os.path.join(out, name, "model.safetensors"), metadata={"format": "pt"})
-    return {"tied": bool(model.config.tie_word_embeddings), "dtype": str(dtype).replace("torch.", "")}
+    logits = dtype == torch.float32
+    if logits:
+        logits_fixture(model, name, out)
+    return {"tied": bool(model.config.tie_word_embeddings), "dtype": str(dtype).replace("torch.", ""), "logits": logits}
+
+
+def logits_fixture(model, name, out):
+    """The model's fp32 logits for two unpadded rows (positions 0..T-1)."""
+    g = torch.Generator().manual_seed(len(name) + 1)
+    input_ids = torch.randint(0, model.config.vocab_size, (2, LOGITS_SEQUENCE), generator=g)
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=input_ids).logits.float()
+    save_file({"input_ids": input_ids, "logits": logits.contiguous()}, os.path.join(out, name + ".logits.safetensors"))
 
 
 def main():

@@ -1,5 +1,6 @@
-// config.json -> ModelConfig for the supported decoder families:
-// LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM.
+// config.json -> ModelConfig for the decoder families of the architecture table
+// (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM),
+// dispatched on architectures[0] (or model_type when no class is named).
 // Reads both the transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype) and the 5.x one
 // (rope_parameters, dtype). Anything we would compute differently from transformers (an unknown
 // architecture, rope type, activation, sliding window in use...) is an error, not a silent

@@ -1,13 +1,15 @@
-// The decoder-only causal LM shared by Llama, Qwen2, Qwen3 and Mistral, in LibTorch, with
-// parameter names identical to transformers' (model.layers.3.self_attn.q_proj.weight, ...).
+// The decoder-only causal LM of every architecture in the name table (architecture.h: Llama,
+// Qwen2, Qwen3, Mistral), in LibTorch, with parameter names identical to transformers'
+// (model.layers.3.self_attn.q_proj.weight, ...), all read from that table.
 //
-//   input_ids (B, T) -> embed_tokens -> N x DecoderLayer -> norm -> hidden (B, T, C)
-//   DecoderLayer: h = h + o_proj(attn(input_layernorm(h)));  h = h + down(silu(gate(x)) * up(x)),
-//                 x = post_attention_layernorm(h)
-// The LM head is applied separately (see train/loss.h) so the trainer never materialises full
-// fp32 logits.
+//   input_ids (B, T) -> embed_tokens (-> the composition's embedding scale) -> N x layer -> norm
+//     -> hidden (B, T, C)
+// Each layer is the architecture's composition of the shared blocks (decoder_composition.h,
+// decoder_blocks.h). The LM head is applied separately (output_head(), see train/loss.h) so the
+// trainer never materialises full fp32 logits.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,7 +17,10 @@
 #include <ATen/ATen.h>
 
 #include "finetune/config/model_config.h"
+#include "finetune/model/architecture.h"
 #include "finetune/model/attention_mask.h"
+#include "finetune/model/decoder_blocks.h"
+#include "finetune/model/decoder_composition.h"
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/kv_cache.h"
 #include "finetune/model/linear.h"
@@ -23,12 +28,11 @@
 
 namespace finetune {
 
-struct DecoderLayer {
-  at::Tensor input_layernorm;           // (C)
-  at::Tensor post_attention_layernorm;  // (C)
-  Linear q_proj, k_proj, v_proj, o_proj;
-  at::Tensor q_norm, k_norm;            // (head_dim), Qwen3 only
-  Linear gate_proj, up_proj, down_proj;
+// What turns final hidden states into logits: logits = hidden weight^T, then, when set,
+// softcap * tanh(logits / softcap). The loss, evaluation and generation read this, not the raw weight.
+struct OutputHead {
+  at::Tensor weight;  // (V, C): lm_head, or embed_tokens when tied
+  std::optional<double> final_logit_softcapping;
 };
 
 struct ForwardOptions {
@@ -39,12 +43,13 @@ struct ForwardOptions {
 class CausalLM {
  public:
   // Allocates uninitialised parameters of `dtype` on `device`; load weights next
-  // (checkpoint/model_weights.h). The kernels are chosen here, once (kernel_policy.h). With
+  // (weights/model_weights.h). The kernels are chosen here, once (kernel_policy.h). With
   // `projections_4bit` the decoder projections get no dense weight: the loader gives each a 4-bit
   // one (Note [4-bit base weights] in linear.h); embeddings, norms and lm_head stay in `dtype`.
   CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit = false);
 
   const ModelConfig& config() const { return config_; }
+  const Architecture& architecture() const { return *architecture_; }
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
   const KernelPolicy& kernel_policy() const { return kernels_; }
@@ -65,13 +70,16 @@ class CausalLM {
   // Incremental decoding: input_ids, position_ids (B, T) -> final hidden states (B, T, C). The
   // keys/values of these T positions are written at cache.length (then advanced by T), and the
   // queries attend to every cached position up to their own. key_mask (B, cache.length + T) bool,
-  // false at (left) padding, or undefined when no row has any. The projections, norms, RoPE and
-  // MLP are layer_forward's own helpers, so a cached forward computes what forward_hidden does.
+  // false at (left) padding, or undefined when no row has any. Both forwards run the same
+  // composition and blocks; only the attention kernel differs, so a cached forward computes what
+  // forward_hidden does.
   at::Tensor forward_cached(const at::Tensor& input_ids, const at::Tensor& position_ids, KVCache& cache,
                             const at::Tensor& key_mask) const;
 
-  // hidden (..., C) -> logits (..., V) in the model dtype.
+  // hidden (..., C) -> logits (..., V) in the model dtype, through output_head().
   at::Tensor lm_head(const at::Tensor& hidden) const;
+  OutputHead output_head() const;
+  // output_head().weight; kept until the loss reads output_head().
   const at::Tensor& lm_head_weight() const;
 
   // Whether any adapter draws random numbers in its forward (LoRA dropout).
@@ -85,26 +93,20 @@ class CausalLM {
   int64_t parameter_count() const;
 
  private:
-  at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& cos,
-                           const at::Tensor& sin, const AttentionMask& mask, bool training) const;
-  at::Tensor layer_forward_cached(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
-                                  at::Tensor& keys, at::Tensor& values, int64_t past,
-                                  const at::Tensor& attend) const;
-
-  // The two halves around attention, shared by both forwards.
-  struct AttentionInputs {
-    at::Tensor q;  // (B, T, H, D) after q_norm and RoPE
-    at::Tensor k;  // (B, T, KV, D)
-    at::Tensor v;  // (B, T, KV, D)
-  };
-  // x: input_layernorm(hidden) (B, T, C).
-  AttentionInputs attention_inputs(const DecoderLayer& layer, const at::Tensor& x, const RopeTables& rope,
-                                   bool training) const;
-  // hidden + o_proj(attn), then the MLP block; attn (B, T, H*D) -> (B, T, C).
-  at::Tensor attention_output_and_mlp(const DecoderLayer& layer, const at::Tensor& hidden, const at::Tensor& attn,
-                                      bool training) const;
+  // input_ids (B, T) -> the first layer's input (B, T, C).
+  at::Tensor embed(const at::Tensor& input_ids) const;
+  // The attention kernel of forward_hidden for `mask`.
+  AttentionKernel attention_kernel(const AttentionMask& mask) const;
+  // forward_cached's kernel for one layer: writes k, v into its cache tensors at `past`.
+  AttentionKernel cached_attention_kernel(at::Tensor& keys, at::Tensor& values, int64_t past,
+                                          const at::Tensor& attend) const;
+  at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
+                           const AttentionKernel& kernel, bool training) const;
 
   ModelConfig config_;
+  const Architecture* architecture_;
+  const DecoderComposition* composition_;
+  LayerLayout layout_;
   at::ScalarType dtype_;
   at::Device device_;
   bool projections_4bit_;

@@ -1,8 +1,11 @@
 // Which kernels run, decided once when the model is built (from the build, the device, the dtype
-// and the model's shape), logged in the banner, and handed to every stage that has a choice:
-// the layers (fused RoPE/SwiGLU/RMSNorm), the adapters (half-precision LoRA GEMMs and their split
-// kernel), the batch layout (variable-length flash attention) and the optimizer (fused AdamW).
-// No function below re-tests the device or dtype to pick a path.
+// and the model's shape), logged in the banner (describe()), and handed to every stage that has a
+// choice: the layers (fused RoPE/SwiGLU/RMSNorm, the attention kernel), the adapters
+// (half-precision LoRA GEMMs, their fp32-output GEMMs and split kernel), the batch layout
+// (padding-free batches), CUDA graphs and the optimizer (fused AdamW). model/ and lora/ choose
+// their paths from this policy and never test the device themselves; train/ still tests
+// device.is_cuda() beside it in places (trainer.cpp, device_batch.cpp, micro_step_graphs.cpp),
+// which padding_free_batches and cuda_graphs below are meant to replace.
 #pragma once
 
 #include <string>
@@ -23,8 +26,22 @@ struct KernelPolicy {
   bool half_precision_lora = false;
   // The CUDA kernel that scales, sums and splits the LoRA intermediates (lora/lora_kernels.h).
   bool lora_split_kernel = false;
-  // Padding-free batches through variable-length flash attention.
+  // GEMMs of bf16/fp16 operands return their fp32 accumulator directly (cuBLAS, at::mm with an
+  // fp32 out_dtype); otherwise the operands are widened to fp32 (exactly) and multiplied in fp32.
+  // Read by the half-precision LoRA node (lora/half_precision_lora_linear.h).
+  bool half_gemm_fp32_output = false;
+  // Flash attention is available for this model: variable-length (cu_seqlens) in training and
+  // evaluation, and the mask-free KV-cache decode in generation (model/causal_lm.cpp).
   bool variable_length_attention = false;
+  // Training and evaluation batches are laid out padding-free: every sample of a micro-batch in
+  // one row, bounded by cu_seqlens (model/attention_mask.h), for the variable-length kernel. Set
+  // with variable_length_attention today; its own field so the batch layout is not read off the
+  // attention kernel (a family whose attention the kernel cannot compute keeps padded batches).
+  bool padding_free_batches = false;
+  // Micro-steps may be captured and replayed as CUDA graphs (train/micro_step_graphs.h): a CUDA
+  // device with padding-free batches. Whether this model's adapters and base weights allow it
+  // is CausalLM::cuda_graph_safe().
+  bool cuda_graphs = false;
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
 

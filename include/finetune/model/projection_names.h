@@ -1,17 +1,20 @@
-// The leaf names of the decoder's projections, as transformers names them
-// (model.layers.N.self_attn.q_proj, model.layers.N.mlp.down_proj, ...): the one list that the
-// model's layout, LoRA's target matching, the option parser and its help text all read.
-// Header-only and LibTorch-free, so the option parser can use it.
+// The projection leaf names --target_modules accepts before the model is known: every
+// architecture's LoRA target names from the name table (model/architecture.h), each once. The
+// option parser and its help text read this list; attach_lora (lora/attach_lora.h) then matches
+// the targets against the model's own architecture and names the valid ones when one matches
+// nothing. Header-only and LibTorch-free, so the option parser can use it.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "finetune/model/architecture.h"
+
 namespace finetune {
 
+// A reference to one immutable list (the option table keeps references to it).
 inline const std::vector<std::string>& projection_names() {
-  static const std::vector<std::string> names = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj"};
+  static const std::vector<std::string> names = all_lora_target_names();
   return names;
 }
 

@@ -10,7 +10,7 @@
 
 #include "../reference/tensor_fixtures.h"
 #include "finetune/model/device_selection.h"
-#include "finetune/checkpoint/model_weights.h"
+#include "finetune/weights/model_weights.h"
 
 namespace finetune {
 namespace {

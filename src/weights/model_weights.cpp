@@ -1,9 +1,9 @@
-#include "finetune/checkpoint/model_weights.h"
+#include "finetune/weights/model_weights.h"
 
 #include <set>
 
 #include "finetune/io/safetensors.h"
-#include "finetune/checkpoint/projection_weights_4bit.h"
+#include "finetune/weights/projection_weights_4bit.h"
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/util/errors.h"
 
@@ -28,7 +28,7 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
   if (model.projections_4bit()) load_projections_4bit(model, files, expected);
   for (const auto& name : files.tensor_names()) {
     if (expected.count(name) == 0 && !is_ignorable(name)) {
-      if (name == "lm_head.weight" && model.config().tie_word_embeddings) continue;  // a tied copy
+      if (name == model.architecture().lm_head && model.config().tie_word_embeddings) continue;  // a tied copy
       throw Error(model_dir + ": unexpected tensor '" + name + "' for " + model.config().architecture +
                   " (does config.json match the weights?)");
     }

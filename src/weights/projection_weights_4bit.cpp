@@ -1,4 +1,4 @@
-#include "finetune/checkpoint/projection_weights_4bit.h"
+#include "finetune/weights/projection_weights_4bit.h"
 
 #include "finetune/checkpoint/tensor_io.h"
 #include "finetune/quant/nf4.h"

@@ -1,0 +1,81 @@
+// The building blocks every decoder architecture composes (decoder_composition.h): RMSNorm,
+// attention (projections, q/k norms, RoPE, the attention kernel, output projection) and the gated
+// MLP, as llama.cpp's build_norm / build_attn / build_ffn. A block finds its tensors by role in a
+// DecoderLayer laid out by the architecture table (architecture.h), so it works unchanged for
+// any naming and for fused projections (Note [Fused projections]).
+#pragma once
+
+#include <array>
+#include <functional>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "finetune/config/model_config.h"
+#include "finetune/model/architecture.h"
+#include "finetune/model/kernel_policy.h"
+#include "finetune/model/linear.h"
+#include "finetune/model/rope.h"
+
+namespace finetune {
+
+// One module's tensors: a norm's weight, or a projection's Linear.
+struct LayerModuleTensors {
+  at::Tensor norm_weight;  // (size); undefined for a projection
+  Linear projection;       // weight undefined for a norm
+};
+
+// One decoder layer: one entry per module of its architecture's layer_modules, in that order.
+struct DecoderLayer {
+  std::vector<LayerModuleTensors> modules;
+};
+
+// Where each role lives in a DecoderLayer, resolved once per model from the table.
+struct LayerLayout {
+  struct Slot {
+    int module = -1;  // index into DecoderLayer::modules; -1: the architecture has no such role
+    int output = 0;   // which of a fused module's outputs
+  };
+  std::array<Slot, kModuleRoleCount> slots;
+  std::vector<std::vector<int64_t>> split_sizes;  // per module: its outputs' sizes (one when unfused)
+
+  LayerLayout(const Architecture& architecture, const ModelConfig& config);
+  const Slot& slot(ModuleRole role) const { return slots[static_cast<int>(role)]; }
+  bool has(ModuleRole role) const { return slot(role).module >= 0; }
+};
+
+// A layer with uninitialised tensors of `options` (4-bit projections: shape-only weights, Note [4-bit
+// base weights] in linear.h).
+DecoderLayer make_decoder_layer(const Architecture& architecture, const ModelConfig& config,
+                                const at::TensorOptions& options, bool projections_4bit);
+
+// The attention kernel between the projections: q (B, T, H, D) after norms and RoPE, k and v
+// (B, T, KV, D) -> (B, T, H*D). The model picks one per forward (padded, variable-length or
+// KV-cached).
+using AttentionKernel = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+
+// What a layer's blocks share within one forward.
+struct LayerContext {
+  const LayerLayout& layout;
+  const ModelConfig& config;
+  const KernelPolicy& kernels;
+  const RopeTables& rope;
+  const AttentionKernel& attention_kernel;
+  bool training;
+};
+
+// RMSNorm by the weight of `role`: x (..., C) -> (..., C).
+at::Tensor norm_block(const DecoderLayer& layer, ModuleRole role, const at::Tensor& x, const LayerContext& context);
+
+// The projections of `roles`, each module run once (a fused one split): x (..., in) -> one
+// (..., out) per role, in the order given.
+std::vector<at::Tensor> projection_block(const DecoderLayer& layer, const std::vector<ModuleRole>& roles,
+                                         const at::Tensor& x, const LayerContext& context);
+
+// Attention without its residual: x (B, T, C), already normed -> o_proj(attention) (B, T, C).
+at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
+
+// The gated MLP with SiLU (SwiGLU): x (B, T, C), already normed -> down(silu(gate(x)) * up(x)).
+at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
+
+}  // namespace finetune

@@ -1,0 +1,118 @@
+#include "finetune/model/decoder_blocks.h"
+
+#include "finetune/model/fused_kernels.h"
+#include "finetune/model/rms_norm.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+// Which projections carry a bias, as the config records each modeling_*.py's choice.
+bool role_has_bias(ModuleRole role, const ModelConfig& config) {
+  switch (role) {
+    case ModuleRole::kQuery:
+    case ModuleRole::kKey:
+    case ModuleRole::kValue: return config.attention_bias;
+    case ModuleRole::kAttentionOutput: return config.attention_output_bias;
+    default: return config.mlp_bias;
+  }
+}
+
+// A 4-bit projection's weight is a meta tensor (its shape, no storage) until the loader gives it
+// the 4-bit one (weights/model_weights.h): the dense weight never exists on the device.
+Linear make_linear(const std::vector<int64_t>& shape, bool bias, const at::TensorOptions& options, bool weight_4bit) {
+  Linear layer;
+  layer.compute_dtype = c10::typeMetaToScalarType(options.dtype());
+  layer.weight = at::empty(shape, weight_4bit ? options.device(at::kMeta) : options);
+  if (bias) layer.bias = at::empty({shape[0]}, options);
+  return layer;
+}
+
+}  // namespace
+
+LayerLayout::LayerLayout(const Architecture& architecture, const ModelConfig& config) {
+  for (size_t m = 0; m < architecture.layer_modules.size(); ++m) {
+    const auto& module = architecture.layer_modules[m];
+    split_sizes.push_back(layer_module_split_sizes(module, config));
+    for (size_t output = 0; output < module.roles.size(); ++output) {
+      auto& slot = slots[static_cast<int>(module.roles[output])];
+      if (slot.module >= 0) throw Error(module.path + ": a second module with the same role in the architecture table");
+      slot = {static_cast<int>(m), static_cast<int>(output)};
+    }
+  }
+}
+
+DecoderLayer make_decoder_layer(const Architecture& architecture, const ModelConfig& config,
+                                const at::TensorOptions& options, bool projections_4bit) {
+  DecoderLayer layer;
+  layer.modules.resize(architecture.layer_modules.size());
+  for (size_t m = 0; m < architecture.layer_modules.size(); ++m) {
+    const auto& module = architecture.layer_modules[m];
+    const auto shape = layer_module_weight_shape(module, config);
+    if (module.is_projection()) {
+      layer.modules[m].projection =
+          make_linear(shape, role_has_bias(module.roles.front(), config), options, projections_4bit);
+    } else {
+      layer.modules[m].norm_weight = at::empty(shape, options);
+    }
+  }
+  return layer;
+}
+
+at::Tensor norm_block(const DecoderLayer& layer, ModuleRole role, const at::Tensor& x, const LayerContext& context) {
+  const auto& weight = layer.modules[context.layout.slot(role).module].norm_weight;
+  return rms_norm(x, weight, context.config.rms_norm_eps, context.kernels.fused_rms_norm);
+}
+
+std::vector<at::Tensor> projection_block(const DecoderLayer& layer, const std::vector<ModuleRole>& roles,
+                                         const at::Tensor& x, const LayerContext& context) {
+  // A fused module serves several roles: run it once, at its first role, and split its rows.
+  std::vector<std::pair<int, std::vector<at::Tensor>>> computed;  // (module, outputs)
+  std::vector<at::Tensor> out;
+  for (ModuleRole role : roles) {
+    const auto& slot = context.layout.slot(role);
+    const std::vector<at::Tensor>* outputs = nullptr;
+    for (const auto& [module, tensors] : computed) {
+      if (module == slot.module) outputs = &tensors;
+    }
+    if (!outputs) {
+      auto y = linear_forward(layer.modules[slot.module].projection, x, context.training);
+      const auto& sizes = context.layout.split_sizes[slot.module];
+      std::vector<at::Tensor> pieces{y};
+      if (sizes.size() > 1) {
+        pieces.clear();  // contiguous pieces: the fused elementwise kernels read contiguous memory
+        for (const auto& piece : y.split_with_sizes(sizes, -1)) pieces.push_back(piece.contiguous());
+      }
+      computed.emplace_back(slot.module, std::move(pieces));
+      outputs = &computed.back().second;
+    }
+    out.push_back((*outputs)[slot.output]);
+  }
+  return out;
+}
+
+at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
+  const int64_t batch = x.size(0);
+  const int64_t seq_len = x.size(1);
+  const int64_t head_dim = context.config.head_dim;
+  auto qkv = projection_block(layer, {ModuleRole::kQuery, ModuleRole::kKey, ModuleRole::kValue}, x, context);
+  auto q = qkv[0].view({batch, seq_len, -1, head_dim});
+  auto k = qkv[1].view({batch, seq_len, -1, head_dim});
+  auto v = qkv[2].view({batch, seq_len, -1, head_dim});
+  if (context.layout.has(ModuleRole::kQueryNorm)) q = norm_block(layer, ModuleRole::kQueryNorm, q, context);
+  if (context.layout.has(ModuleRole::kKeyNorm)) k = norm_block(layer, ModuleRole::kKeyNorm, k, context);
+  q = apply_rope(q, context.rope, context.kernels.fused_elementwise);  // (B, T, H, D)
+  k = apply_rope(k, context.rope, context.kernels.fused_elementwise);  // (B, T, KV, D)
+  const auto attention = context.attention_kernel(q, k, v);            // (B, T, H*D)
+  return projection_block(layer, {ModuleRole::kAttentionOutput}, attention, context)[0];
+}
+
+at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
+  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
+  const auto& gate = gate_up[0];
+  const auto& up = gate_up[1];
+  auto activation = context.kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+}
+
+}  // namespace finetune
