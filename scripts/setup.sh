@@ -24,7 +24,8 @@ log() { echo "[setup] $*" >&2; }
 # --- 1. system packages
 APT_PACKAGES=(cmake g++ ninja-build pkg-config python3-venv libcxxopts-dev nlohmann-json3-dev libspdlog-dev
               libsentencepiece-dev libgtest-dev openmpi-bin libopenmpi-dev libpcre2-dev libgloo-dev
-              libcurl4-openssl-dev libssl-dev)
+              libcurl4-openssl-dev libssl-dev
+              chromium)  # chromium: tests/e2e/test_plot.py renders finetune plot's HTML in a real browser
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

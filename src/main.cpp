@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "finetune/commands/commands.h"
+#include "finetune/commands/plot_command.h"
 #include "finetune/config/options.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -19,6 +20,7 @@ int run_action(const finetune::Command& command, const finetune::EnvMap& env) {
     case Action::Generate: return finetune::run_generate(command.options, env);
     case Action::Chat: return finetune::run_chat(command.options, env);
     case Action::Export: return finetune::run_export(command.options, env);
+    case Action::Plot: return finetune::run_plot(finetune::parse_plot_arguments(command.plot_words));
   }
   throw finetune::Error("main: a command without a run function");
 }

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"

@@ -9,7 +9,7 @@
 #include "finetune/model/device_selection.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 

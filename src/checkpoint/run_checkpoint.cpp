@@ -9,7 +9,7 @@
 #include <set>
 
 #include "finetune/checkpoint/adapter_io.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/util/atomic_directory.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"

@@ -15,7 +15,8 @@ bool is_run_artifact(const std::string& name) {
   for (const char* marker : {".tmp-", ".old-", ".tmp."}) {
     if (name.find(marker) != std::string::npos) return false;
   }
-  for (const char* file : {"metrics.jsonl", "adapter_model.safetensors", "adapter_config.json", "trainer_state.json"}) {
+  for (const char* file : {"metrics.jsonl", "adapter_model.safetensors", "adapter_config.json", "trainer_state.json",
+                           "report.html"}) {
     if (name == file) return true;
   }
   return starts_with(name, "checkpoint-") || (starts_with(name, "profile-rank") && ends_with(name, ".json")) ||

@@ -47,8 +47,8 @@ int run_export(const Options& options, const EnvMap& env) {
 
   create_output_directory(export_config.save_path, "--save_path");
   const auto gguf_files = export_model(*loaded.model, lora, export_config, loaded.model_dir);
-  log::info("model exported to " + export_config.save_path + " (" + export_config.save_method + ")");
-  std::cout << nlohmann::json{{"save_method", export_config.save_method},
+  log::info("model exported to " + export_config.save_path + " (" + save_method_name(export_config.save_method) + ")");
+  std::cout << nlohmann::json{{"save_method", save_method_name(export_config.save_method)},
                               {"save_path", export_config.save_path},
                               {"adapter", options.adapter},
                               {"gguf_files", gguf_files},

@@ -270,7 +270,7 @@ nlohmann::json run_outputs(const std::string& output_dir, const ExportSetup& exp
   nlohmann::json in_output_dir = nlohmann::json::array();
   for (const auto& name : run_artifacts(output_dir)) in_output_dir.push_back((std::filesystem::path(output_dir) / name).string());
   const bool model_directory = export_setup.save_model &&
-                               save_method_from_name(export_setup.export_config.save_method) != SaveMethod::Gguf;
+                               export_setup.export_config.save_method != SaveMethod::Gguf;
   return {{"output_dir", in_output_dir},
           {"save_path", model_directory ? nlohmann::json(export_setup.export_config.save_path) : nlohmann::json()},
           {"gguf_files", gguf_files}};

@@ -220,9 +220,9 @@ PushSetup push_setup_from(const Options& options) {
 }
 
 ExportSetup export_setup_from(const Options& options) {
-  ExportConfig config{options.save_method, options.save_path, options.model_name};
+  ExportConfig config{save_method_from_name(options.save_method), options.save_path, options.model_name};
   config.quantization = comma_list(options.quantization);  // already normalized by the parser
-  config.save_gguf = options.save_gguf && save_method_from_name(options.save_method) != SaveMethod::Gguf;
+  config.save_gguf = options.save_gguf && config.save_method != SaveMethod::Gguf;
   return {options.save_model, config};
 }
 

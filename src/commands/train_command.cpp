@@ -21,6 +21,7 @@
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/hub/hub_upload.h"
 #include "finetune/ddp/communicator.h"
+#include "finetune/report/html_report.h"
 #include "finetune/ddp/ddp_error.h"
 #include "finetune/ddp/rank0_agreement.h"
 #include "finetune/ddp/rendezvous.h"
@@ -37,9 +38,8 @@
 namespace finetune {
 namespace {
 
-// The adapter into --output_dir, then the export; a failure keeps the checkpoints and says where
-// the newest one is.
-// Returns the GGUF files written.
+// The adapter and the loss curves (report.html) into --output_dir, then the export; a failure
+// keeps the checkpoints and says where the newest one is. Returns the GGUF files written.
 std::vector<std::string> save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
                                     const std::string& output_dir, const std::string& model_dir,
                                     const std::string& last_checkpoint) {
@@ -47,9 +47,12 @@ std::vector<std::string> save_final(const CausalLM& model, const LoraConfig& lor
   try {
     save_adapter(model, lora, config.base_model_name, output_dir);
     log::info("adapter saved to " + output_dir);
+    const auto report = (std::filesystem::path(output_dir) / "report.html").string();
+    write_html_report({read_run_metrics(output_dir)}, report);
+    log::info("loss curves: " + report + " (finetune plot RUN_DIR... overlays runs)");
     if (!export_setup.save_model) return {};
     auto gguf_files = export_model(model, lora, config, model_dir);
-    log::info("model saved to " + config.save_path + " (" + config.save_method + ")");
+    log::info("model saved to " + config.save_path + " (" + save_method_name(config.save_method) + ")");
     for (const auto& file : gguf_files) log::info("GGUF written: " + file);
     return gguf_files;
   } catch (const std::exception& e) {
@@ -88,7 +91,7 @@ void push_final(const PushSetup& push, const ExportSetup& export_setup, const st
   request.private_repo = push.private_repo;
   if (export_setup.save_model) {
     request.folder = export_setup.export_config.save_path;
-    request.commit_message = "Upload " + export_setup.export_config.save_method + " model with finetune";
+    request.commit_message = std::string("Upload ") + save_method_name(export_setup.export_config.save_method) + " model with finetune";
   } else {
     request.folder = output_dir;
     request.files = adapter_files_to_push(output_dir);

@@ -20,6 +20,8 @@ const std::vector<ActionInfo>& action_table() {
        "finetune chat --model_name M [--adapter A] [--OPTION VALUE]..."},
       {Action::Export, "export", "merge an adapter into its base model and write merged_16bit, merged_4bit or GGUF",
        "finetune export --model_name M [--adapter A] --save_method METHOD --save_path DIR [--OPTION VALUE]..."},
+      {Action::Plot, "plot", "loss curves of one or more runs' metrics.jsonl, overlaid, as one HTML page",
+       "finetune plot RUN_DIR [RUN_DIR ...] [--out FILE]"},
   };
   return table;
 }

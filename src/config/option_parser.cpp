@@ -362,6 +362,10 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   bool action_named = false;
   command.action = take_action_word(args, action_named);
+  if (command.action == Action::Plot) {  // its own words, none of the option table's
+    command.plot_words = args;
+    return command;
+  }
   const cxxopts::ParseResult parsed = parse_with_cxxopts(argc > 0 ? argv[0] : "finetune", normalize_args(args));
 
   if (parsed.count("help")) {

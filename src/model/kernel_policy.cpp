@@ -24,7 +24,7 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   // Flash attention: fp16/bf16 on CUDA, head_dim a multiple of 8 up to 256.
   policy.variable_length_attention = cuda_half && config.head_dim % 8 == 0 && config.head_dim <= 256;
   policy.padding_free_batches = policy.variable_length_attention;
-  policy.cuda_graphs = cuda && policy.padding_free_batches;
+  policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in();
   policy.fused_adamw = cuda;
   return policy;
 }

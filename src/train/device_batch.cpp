@@ -17,7 +17,7 @@ AttentionMask mask_for(const HostBatch& batch, const at::Device& device, BatchLa
 }  // namespace
 
 BatchLayout batch_layout_for(const KernelPolicy& policy) {
-  return policy.variable_length_attention ? BatchLayout::kFlatRowVariableLength : BatchLayout::kPaddedRows;
+  return policy.padding_free_batches ? BatchLayout::kFlatRowVariableLength : BatchLayout::kPaddedRows;
 }
 
 DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLayout layout) {
@@ -43,10 +43,6 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLa
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
   return out;
-}
-
-DeviceBatch to_device(const HostBatch& batch, const at::Device& device, bool variable_length) {
-  return to_device(batch, device, variable_length ? BatchLayout::kFlatRowVariableLength : BatchLayout::kPaddedRows);
 }
 
 }  // namespace finetune

@@ -5,7 +5,7 @@
 
 #include "finetune/data/batch.h"
 #include "finetune/data/rank_assignment.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
 
@@ -28,7 +28,8 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
     std::vector<int64_t> batch_indices(indices.begin() + start, indices.begin() + end);
     const auto host = collate(samples, batch_indices, pad_token_id);
     // Dumped logits are read per padded row, so dumping keeps the padded layout.
-    const auto batch = to_device(host, model.device(), dump_logits_path.empty() && model.kernel_policy().variable_length_attention);
+    const auto batch = to_device(host, model.device(),
+                                 dump_logits_path.empty() ? batch_layout_for(model.kernel_policy()) : BatchLayout::kPaddedRows);
     ForwardOptions options;
     auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
     loss_sum += causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids).to(at::kDouble);

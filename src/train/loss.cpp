@@ -1,6 +1,8 @@
 #include "finetune/train/loss.h"
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -29,11 +31,27 @@ struct RowWeights {
   at::Tensor weights;  // undefined, or (N) fp32
 };
 
+// The output transform of the head (OutputHead::final_logit_softcapping), applied as transformers
+// does (in the model dtype, before the fp32 upcast): z -> cap * tanh(z / cap).
+struct Softcap {
+  std::optional<double> cap;
+};
+
+// The logits of `rows` through the head, upcast to fp32, and (with a soft-cap) the tanh values the
+// gradient needs: d(cap * tanh(z / cap)) / dz = 1 - tanh(z / cap)^2.
+std::pair<at::Tensor, at::Tensor> head_logits(const at::Tensor& rows, const at::Tensor& weight, const Softcap& softcap) {
+  auto logits = at::linear(rows, weight);  // (n, V), model dtype
+  if (!softcap.cap) return {logits.to(at::kFloat), at::Tensor()};
+  auto tanh = at::tanh(logits / *softcap.cap);
+  return {(tanh * *softcap.cap).to(at::kFloat), tanh.to(at::kFloat)};
+}
+
 struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {
   // target_weights: undefined, or (N) fp32: each row's loss and gradient times its weight (a 0 row
   // adds nothing: Note [Graphed micro-steps], the filler rows that pad a graph's target count).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& targets, const RowWeights& row_weights_of_targets) {
+                            const at::Tensor& targets, const RowWeights& row_weights_of_targets,
+                            const Softcap& softcap) {
     const at::Tensor& target_weights = row_weights_of_targets.weights;
     auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
     auto grad_hidden = at::empty_like(hidden);  // (N, C)
@@ -41,12 +59,13 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
     const int64_t chunk = logit_chunk_rows(weight.size(0));
     for (int64_t start = 0; start < count; start += chunk) {
       const int64_t n = std::min(chunk, count - start);
-      auto logits = at::linear(hidden.narrow(0, start, n), weight).to(at::kFloat);  // (n, V)
+      auto [logits, tanh] = head_logits(hidden.narrow(0, start, n), weight, softcap);  // (n, V) fp32
       auto target = targets.narrow(0, start, n).unsqueeze(1);                        // (n, 1)
       auto lse = logits.logsumexp(-1, /*keepdim=*/true);                             // (n, 1)
       auto token_losses = lse - logits.gather(1, target);                             // (n, 1)
       auto grad_logits = logits.sub_(lse).exp_();                                    // softmax, in place
       grad_logits.scatter_add_(1, target, at::full({n, 1}, -1.0, grad_logits.options()));
+      if (tanh.defined()) grad_logits.mul_(1 - tanh.square_());  // through the soft-cap
       if (target_weights.defined()) {
         auto row_weights = target_weights.narrow(0, start, n).unsqueeze(1);          // (n, 1)
         token_losses = token_losses * row_weights;
@@ -62,7 +81,8 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto grad_hidden = ctx->get_saved_variables()[0];
-    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -96,19 +116,24 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights) {
-  auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, target_positions);  // (N, C)
+  return output_head_loss_sum(model.output_head(), hidden, {target_positions, target_ids, target_weights});
+}
+
+at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets) {
+  auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.positions);  // (N, C)
+  const Softcap softcap{head.final_logit_softcapping};
   if (selected.requires_grad() && at::GradMode::is_enabled()) {
-    return FusedLinearCrossEntropy::apply(selected, model.lm_head_weight(), target_ids, RowWeights{target_weights});
+    return FusedLinearCrossEntropy::apply(selected, head.weight, targets.ids, RowWeights{targets.weights}, softcap);
   }
-  if (target_weights.defined()) throw Error("causal_lm_loss_sum: target weights are for training (the fused loss)");
+  if (targets.weights.defined()) throw Error("causal_lm_loss_sum: target weights are for training (the fused loss)");
   // Evaluation: transformers' arithmetic exactly (cross_entropy over upcast logits).
   auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
-  const int64_t count = target_positions.size(0);
-  const int64_t chunk = logit_chunk_rows(model.lm_head_weight().size(0));
+  const int64_t count = targets.positions.size(0);
+  const int64_t chunk = logit_chunk_rows(head.weight.size(0));
   for (int64_t start = 0; start < count; start += chunk) {
     const int64_t n = std::min(chunk, count - start);
-    auto logits = model.lm_head(selected.narrow(0, start, n)).to(at::kFloat);  // (n, V)
-    total = total + at::cross_entropy_loss(logits, target_ids.narrow(0, start, n), std::nullopt, at::Reduction::Sum,
+    const auto logits = head_logits(selected.narrow(0, start, n), head.weight, softcap).first;  // (n, V)
+    total = total + at::cross_entropy_loss(logits, targets.ids.narrow(0, start, n), std::nullopt, at::Reduction::Sum,
                                            kIgnoreIndex);
   }
   return total;

@@ -5,8 +5,7 @@
 namespace finetune {
 
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective) {
-  return cuda_kernels_compiled_in() && model.device().is_cuda() && model.kernel_policy().variable_length_attention &&
-         model.cuda_graph_safe() && objective.graph_capturable();
+  return model.kernel_policy().cuda_graphs && model.cuda_graph_safe() && objective.graph_capturable();
 }
 
 }  // namespace finetune

@@ -187,9 +187,9 @@ void Trainer::after_step(int64_t step, const StepOutcome& outcome, const Trainer
   if (every(config_.logging_steps, step) || step == config_.total_steps || eval_loss) {
     log_line(step, outcome, eval_loss);
   }
-  if (every(config_.save_steps, step) && step != config_.total_steps && hooks.save_checkpoint) {
-    save_checkpoint(step, hooks);
-  }
+  // HF's DefaultFlowCallback with save_strategy "steps": every save_steps, and at the last step.
+  const bool save_now = every(config_.save_steps, step) || (config_.save_steps > 0 && step == config_.total_steps);
+  if (save_now && hooks.save_checkpoint) save_checkpoint(step, hooks);
 }
 
 void Trainer::log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss) {

@@ -4,7 +4,7 @@
 
 #include "finetune/io/safetensors.h"
 #include "finetune/weights/projection_weights_4bit.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {

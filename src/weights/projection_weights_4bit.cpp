@@ -1,6 +1,6 @@
 #include "finetune/weights/projection_weights_4bit.h"
 
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"
 #include "finetune/util/errors.h"

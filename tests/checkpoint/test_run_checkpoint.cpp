@@ -10,7 +10,7 @@
 #include "../test_support.h"
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/train/adamw_8bit.h"
 #include "finetune/util/errors.h"

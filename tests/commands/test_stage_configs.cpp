@@ -195,9 +195,9 @@ TEST(StageConfigs, TrainerConfigTensorBoardFromReportTo) {
 TEST(StageConfigs, ExportSetup) {
   const auto setup = export_setup_from(non_default_options());
   EXPECT_TRUE(setup.save_model);
-  EXPECT_EQ(setup.export_config.save_method, "lora");
+  EXPECT_EQ(setup.export_config.save_method, SaveMethod::Lora);
   EXPECT_EQ(setup.export_config.save_path, "merged");
-  EXPECT_EQ(export_setup_from(parse_train({"--save_model"}).options).export_config.save_method, "merged_16bit");
+  EXPECT_EQ(export_setup_from(parse_train({"--save_model"}).options).export_config.save_method, SaveMethod::Merged16bit);
   EXPECT_EQ(setup.export_config.base_model_name, "m");
 }
 

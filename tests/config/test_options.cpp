@@ -239,7 +239,7 @@ TEST(OptionsTest, ActionWord) {
   EXPECT_EQ(parse_args({"eval", "--model_name", "m"}).action, Action::Eval);
   EXPECT_EQ(parse_args({"train", "--model_name", "m", "--dataset", "d"}).action, Action::Train);
   for (const auto& info : action_table()) EXPECT_EQ(action_name(info.action), info.name);
-  EXPECT_EQ(action_names(), (std::vector<std::string>{"train", "eval", "generate", "chat", "export"}));
+  EXPECT_EQ(action_names(), (std::vector<std::string>{"train", "eval", "generate", "chat", "export", "plot"}));
   EXPECT_TRUE(contains(usage_error_of([] { parse_args({"predict", "--model_name", "m"}); }), "predict"));
   const std::string junk = usage_error_of([] { parse_train({"extra"}); });
   EXPECT_TRUE(contains(junk, "extra")) << junk;
@@ -274,14 +274,25 @@ TEST(OptionsTest, TopLevelHelpListsTheCommands) {
     EXPECT_EQ(c.help_text, usage_text());
   }
   const std::string text = usage_text();
-  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export] ")) << text;
+  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export|plot] ")) << text;
   for (const auto& info : action_table()) EXPECT_TRUE(contains(text, "\n  " + info.name + " ")) << info.name;
   EXPECT_TRUE(contains(text, "finetune COMMAND --help"));
   EXPECT_FALSE(contains(text, "--learning_rate"));  // the options are each command's own help
 }
 
+// `finetune plot` reads none of the table's options: its words (run directories, --out, --help)
+// are handed over whole (commands/plot_command.h parses them, and prints its own help).
+TEST(OptionsTest, PlotTakesItsOwnWords) {
+  const Command c = parse_args({"plot", "runs/a", "runs/b", "--out", "r.html", "--help"});
+  EXPECT_EQ(c.action, Action::Plot);
+  EXPECT_FALSE(c.help);
+  EXPECT_EQ(c.plot_words, (std::vector<std::string>{"runs/a", "runs/b", "--out", "r.html", "--help"}));
+  for (const auto& spec : option_table()) EXPECT_FALSE(spec.read_by(Action::Plot)) << spec.name;
+}
+
 TEST(OptionsTest, EachCommandsHelpListsOnlyItsOptions) {
   for (const auto& info : action_table()) {
+    if (info.action == Action::Plot) continue;  // PlotTakesItsOwnWords
     SCOPED_TRACE(info.name);
     const Command c = parse_args({info.name, "--help"});
     ASSERT_TRUE(c.help);

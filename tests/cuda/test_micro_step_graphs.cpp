@@ -109,7 +109,7 @@ Trace train(int mode) {
       if (graphs) {
         loss = graphs->run(host, global_tokens, at::Tensor(), reducer).clone();
       } else {
-        const auto batch = to_device(host, kCuda, true);
+        const auto batch = to_device(host, kCuda, BatchLayout::kFlatRowVariableLength);
         auto hidden = model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);
         loss = causal_lm_loss_sum(*model, hidden, batch.target_positions, batch.target_ids);
         (loss / global_tokens).backward();

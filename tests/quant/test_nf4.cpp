@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "../reference/tensor_fixtures.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/quant/blockwise_8bit.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"

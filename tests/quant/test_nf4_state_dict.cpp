@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "../reference/tensor_fixtures.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"
 #include "finetune/util/errors.h"

@@ -11,7 +11,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "fixtures.h"
 
 namespace finetune {

@@ -17,7 +17,7 @@
 
 #include "../reference/tensor_fixtures.h"
 #include "../test_support.h"
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 #include "finetune/kernels/dynamic_map_search.h"
 #include "finetune/quant/blockwise_8bit.h"
 #include "finetune/train/adamw.h"

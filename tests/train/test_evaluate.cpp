@@ -27,7 +27,7 @@ TEST(Evaluate, MeanLossIsIndependentOfTheBatchSize) {
     const auto host = collate(data, {index}, 0);
     trainable += host.trainable_tokens;
     at::NoGradGuard no_grad;
-    const auto batch = to_device(host, at::kCPU, false);
+    const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
     auto hidden = model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, ForwardOptions{});
     loss_sum += causal_lm_loss_sum(*model, hidden, batch.target_positions, batch.target_ids).item<double>();
   }

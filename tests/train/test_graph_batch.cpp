@@ -36,7 +36,7 @@ TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
     EXPECT_EQ(in.position_ids[0][t].item<int64_t>(), t < 10 ? positions[t] : t - 10) << t;
   }
   // The real targets are exactly the ones the eager layout trains on, in its order.
-  const DeviceBatch eager = to_device(flat, at::kCPU);
+  const DeviceBatch eager = to_device(flat, at::kCPU, BatchLayout::kPaddedRows);
   const int64_t real = eager.target_positions.size(0);
   ASSERT_EQ(real, flat.trainable_tokens);
   EXPECT_TRUE(in.target_positions.narrow(0, 0, real).equal(eager.target_positions));

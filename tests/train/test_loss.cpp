@@ -45,6 +45,39 @@ TEST(FusedLinearCrossEntropy, MatchesAutogradThroughUpcastLogits) {
               1e-6 * reference.item<double>());
 }
 
+// A head with a final logit soft-cap (Gemma-2's final_logit_softcapping): the fused loss and its
+// gradient equal autograd through cap * tanh(h W^T / cap), with per-row weights, in fp32.
+TEST(FusedLinearCrossEntropy, SoftcappedHeadMatchesAutograd) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  OutputHead head;
+  head.weight = at::empty({500, 16}).normal_(0.0, 2.0, generator);  // logits well past the cap
+  head.final_logit_softcapping = 5.0;
+  auto hidden = at::empty({3, 40, 16}).normal_(0.0, 1.0, generator).requires_grad_(true);
+  const auto positions = at::arange(0, 120, 2, at::kLong);  // every other position
+  const auto ids = at::randint(0, 500, {60}, generator, at::TensorOptions().dtype(at::kLong));
+  const auto weights = at::empty({60}).uniform_(0.0, 2.0, generator);
+
+  auto fused = output_head_loss_sum(head, hidden, {positions, ids, weights});
+  (fused * 0.5).backward();
+
+  auto reference_hidden = hidden.detach().clone().requires_grad_(true);
+  auto rows = reference_hidden.reshape({-1, 16}).index_select(0, positions);
+  auto logits = at::tanh(at::linear(rows, head.weight) / 5.0) * 5.0;
+  ASSERT_GT(logits.abs().max().item<double>(), 4.0);  // the cap bends these logits
+  auto token_losses = at::cross_entropy_loss(logits, ids, std::nullopt, at::Reduction::None, -100);
+  auto reference = (token_losses * weights).sum();
+  (reference * 0.5).backward();
+
+  EXPECT_NEAR(fused.item<double>(), reference.item<double>(), 1e-6 * reference.item<double>());
+  const double rel = ((hidden.grad() - reference_hidden.grad()).norm() / reference_hidden.grad().norm()).item<double>();
+  EXPECT_LE(rel, 1e-6);
+
+  at::NoGradGuard no_grad;  // evaluation: the same soft-capped logits, unweighted
+  const auto plain = at::cross_entropy_loss(logits.detach(), ids, std::nullopt, at::Reduction::Sum, -100);
+  EXPECT_NEAR(output_head_loss_sum(head, hidden.detach(), {positions, ids, at::Tensor()}).item<double>(),
+              plain.item<double>(), 1e-6 * plain.item<double>());
+}
+
 TEST(FusedLinearCrossEntropy, ChunksHoldAboutAQuarterGibOfLogits) {
   EXPECT_EQ(logit_chunk_rows(151936), 441);  // Qwen2/Qwen3
   EXPECT_EQ(logit_chunk_rows(128256), 523);  // Llama 3

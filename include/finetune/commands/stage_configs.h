@@ -11,7 +11,7 @@
 
 #include "finetune/config/options.h"
 #include "finetune/export/model_export.h"
-#include "finetune/checkpoint/training_state.h"
+#include "finetune/train/training_state.h"
 #include "finetune/data/dataset.h"
 #include "finetune/data/raw_text.h"
 #include "finetune/data/micro_batch_stream.h"
@@ -109,7 +109,7 @@ struct RunDirectorySetup {
 };
 RunDirectorySetup run_directory_setup_from(const Options& options);
 
-// The settings a checkpoint records and a resumed run must share (checkpoint/training_state.h).
+// The settings a checkpoint records and a resumed run must share (train/training_state.h).
 RunIdentity run_identity_from(const Options& options, const LaunchEnv& launch, const LoraConfig& lora);
 
 // What to write after training besides the adapter in --output_dir.

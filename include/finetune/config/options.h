@@ -133,7 +133,7 @@ struct Options {
 };
 
 // The commands of the `finetune` executable (main.cpp dispatches on them).
-enum class Action { Train, Eval, Generate, Chat, Export };
+enum class Action { Train, Eval, Generate, Chat, Export, Plot };
 
 // One command: its word, what it does and its usage line, in the order the help lists them.
 struct ActionInfo {
@@ -181,6 +181,9 @@ struct Command {
   // once at debug level by main, after the log level is known): shared between commands, they
   // are ignored rather than refused. On the command line such an option is a UsageError.
   std::vector<std::string> ignored_settings;
+  // `finetune plot`'s own words (run directories, --out): it reads no option of the table
+  // (commands/plot_command.h parses them).
+  std::vector<std::string> plot_words;
 };
 
 // Parses argv (argv[0] is the program name; an optional first positional word picks the command)

@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "finetune/checkpoint/save_methods.h"
 #include "finetune/lora/lora_config.h"
 #include "finetune/model/causal_lm.h"
 
 namespace finetune {
 
 struct ExportConfig {
-  std::string save_method = "lora";  // one of supported_save_methods()
+  SaveMethod save_method = SaveMethod::Lora;
   std::string save_path;
   std::string base_model_name;       // recorded in adapter_config.json; names the GGUF files
   std::vector<std::string> quantization = {"q8_0"};  // GGUF types (gguf/quantization_names.h), one file each

@@ -15,15 +15,13 @@
 
 #include "finetune/config/model_config.h"
 #include "finetune/gguf/gguf_quantize.h"
+#include "finetune/model/named_tensors.h"
 
 namespace finetune {
 
 // SAVE_PATH/<model name>.<TYPE>.gguf, e.g. out/Llama-3.2-1B.Q8_0.gguf (`model_name` may be a hub id
 // or a path; its last component is used).
 std::string gguf_file_path(const std::string& save_path, const std::string& model_name, GgmlType type);
-
-// A tensor list in HF names, e.g. the merged model's (checkpoint/merged_export.h).
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Writes `out_path` atomically from `tensors` (the model's weights with adapters merged, HF
 // names). `base_model_dir` holds config.json and the tokenizer files.

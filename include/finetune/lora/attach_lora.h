@@ -12,11 +12,9 @@
 
 #include "finetune/lora/lora_config.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/model/named_tensors.h"
 
 namespace finetune {
-
-// The trainable tensors, in registration order, with their PEFT (saved) names.
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Adds an adapter to every projection whose leaf name is in config.target_modules (error if a
 // target matches nothing). Initialised as PEFT does: lora_A ~ kaiming_uniform(a=sqrt(5)) i.e.
@@ -24,6 +22,7 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // `random_state`, in model order, so the init does not depend on the device. fp32, requires grad.
 // With config.use_dora each is a DoraAdapter (dora_adapter.h) over that same pair, its magnitude
 // initialised from the base weight. The adapters follow the model's kernel policy.
+// Returns the trainable tensors, in registration order, with their PEFT (saved) names.
 NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t random_state);
 
 // The model's adapter tensors with PEFT names (after attach_lora).

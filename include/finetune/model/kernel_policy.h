@@ -3,9 +3,8 @@
 // choice: the layers (fused RoPE/SwiGLU/RMSNorm, the attention kernel), the adapters
 // (half-precision LoRA GEMMs, their fp32-output GEMMs and split kernel), the batch layout
 // (padding-free batches), CUDA graphs and the optimizer (fused AdamW). model/ and lora/ choose
-// their paths from this policy and never test the device themselves; train/ still tests
-// device.is_cuda() beside it in places (trainer.cpp, device_batch.cpp, micro_step_graphs.cpp),
-// which padding_free_batches and cuda_graphs below are meant to replace.
+// their paths from this policy and never test the device themselves; train/ reads the batch layout
+// (padding_free_batches) and CUDA graphs (cuda_graphs) from it too.
 #pragma once
 
 #include <string>
@@ -39,7 +38,7 @@ struct KernelPolicy {
   // attention kernel (a family whose attention the kernel cannot compute keeps padded batches).
   bool padding_free_batches = false;
   // Micro-steps may be captured and replayed as CUDA graphs (train/micro_step_graphs.h): a CUDA
-  // device with padding-free batches. Whether this model's adapters and base weights allow it
+  // device with padding-free batches, in a build with the CUDA code. Whether this model's adapters and base weights allow it
   // is CausalLM::cuda_graph_safe().
   bool cuda_graphs = false;
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.

@@ -39,8 +39,4 @@ struct DeviceBatch {
 
 DeviceBatch to_device(const HostBatch& batch, const at::Device& device, BatchLayout layout);
 
-// variable_length: KernelPolicy::variable_length_attention (the flat row through flash
-// attention), else padded rows. Kept for callers that hold the policy's flag rather than a layout.
-DeviceBatch to_device(const HostBatch& batch, const at::Device& device, bool variable_length = false);
-
 }  // namespace finetune

@@ -31,6 +31,10 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
                               const at::Tensor& target_ids, const at::Tensor& target_weights = {});
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets);
 
+// The same through any output head (what the CausalLM overloads call with model.output_head()):
+// the head's transform (a final logit soft-cap) is part of the loss and of its gradient.
+at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets);
+
 // The backward pass of a micro-step: loss_sum / global_tokens (Note [Global token normalisation]
 // in train/trainer.h), times loss_scale when it is defined (fp16, train/loss_scaler.h).
 void backward_normalised_loss(const at::Tensor& loss_sum, const at::Tensor& global_tokens,

@@ -36,6 +36,7 @@
 #include "finetune/data/batch.h"
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/objective.h"
 
 namespace finetune {
@@ -43,16 +44,16 @@ namespace finetune {
 struct MicroStepGraphsConfig {
   // Rows padded beyond this run eagerly: there the GPU's work outlasts the host's issuing, and
   // packed rows (many samples each) would make nearly every micro-step a new shape to capture.
-  int64_t max_tokens = 1024;
-  int64_t max_graphs = 48;     // shapes first seen after this many captures run eagerly (memory, capture time)
+  int64_t max_tokens = kCudaGraphMaxTokens;
+  int64_t max_graphs = kCudaGraphMaxShapes;  // shapes first seen after this many captures run eagerly
   int64_t eager_warmup = 2;    // micro-steps run without capture first
   bool capture = true;         // false: the same padded micro-steps, eagerly (for tests)
   int64_t filler_token_id = 0;
 };
 
-// Whether micro-steps of `model` under `objective` can be graphed: a CUDA build and device, the
-// variable-length layout (KernelPolicy::variable_length_attention: the padded graph layout keeps
-// its filler sample apart through it), a cuda_graph_safe() model and a graph_capturable objective.
+// Whether micro-steps of `model` under `objective` can be graphed: KernelPolicy::cuda_graphs (a
+// CUDA build and device with padding-free batches: the padded graph layout keeps its filler
+// sample apart through them), a cuda_graph_safe() model and a graph_capturable objective.
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective);
 
 class MicroStepGraphs {

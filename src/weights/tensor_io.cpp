@@ -1,4 +1,4 @@
-#include "finetune/checkpoint/tensor_io.h"
+#include "finetune/weights/tensor_io.h"
 
 #include "finetune/util/errors.h"
 
