@@ -7,6 +7,7 @@
 #include "finetune/commands/commands.h"
 #include "finetune/commands/plot_command.h"
 #include "finetune/config/options.h"
+#include "finetune/launch/stop_request.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
     log::configure(0, 1, log::level_from_name(command.options.log_level));
     for (const auto& note : command.ignored_settings) log::debug(note);
     return run_action(command, env);
+  } catch (const Preempted& e) {
+    log::warn(e.what());
+    return kPreemptedExitCode;
   } catch (const UsageError& e) {
     log::error(e.what());
     std::cerr << "Run `finetune --help` for the commands, `finetune COMMAND --help` for their options." << std::endl;

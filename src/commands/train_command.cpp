@@ -16,10 +16,12 @@
 #include "finetune/config/hf_hub.h"
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
+#include "finetune/commands/rank_settings_from.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/hub/hub_upload.h"
+#include "finetune/launch/stop_request.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/report/html_report.h"
 #include "finetune/ddp/ddp_error.h"
@@ -105,6 +107,7 @@ void push_final(const PushSetup& push, const ExportSetup& export_setup, const st
 }  // namespace
 
 int run_train(const Options& options, const EnvMap& env) {
+  StopRequest::install();  // from here a SIGTERM/SIGUSR1 stops training at a step boundary, saved
   const Rendezvous rendezvous(launch_env_from(env));
   const auto& launch = rendezvous.launch();
   log::configure(launch.rank, launch.world_size, log::level_from_name(options.log_level));
@@ -163,6 +166,8 @@ int run_train(const Options& options, const EnvMap& env) {
     }
     MicroBatchStream stream(data.train.samples, stream_config);
     const auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
+    // Note [Ranks agree before the first step]: a rank started with other settings stops them all.
+    check_ranks_agree(*communicator, rank_settings_from(options, identity, config, loaded.model_dir));
     if (resume && resume->global_step >= config.total_steps) {
       throw UsageError("--resume_from_checkpoint: the checkpoint is at step " + std::to_string(resume->global_step) +
                        ", and this run has " + std::to_string(config.total_steps) + " steps (raise --max_steps)");
@@ -189,6 +194,7 @@ int run_train(const Options& options, const EnvMap& env) {
       }
     };
 
+    hooks.stop_requested = [] { return StopRequest::signal_received() != 0; };  // Note [Preemption]
     const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
     std::vector<std::string> gguf_files;
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.
@@ -211,6 +217,9 @@ int run_train(const Options& options, const EnvMap& env) {
       std::cout << summary.dump() << std::endl;
     }
     if (options.require_loss_decrease) require_loss_decrease(result.step_losses);  // same losses on every rank
+  } catch (const Preempted&) {
+    communicator->finish();  // every rank stopped at the same step after the same collectives
+    throw;
   } catch (const std::exception& e) {
     communicator->abort(first_line(e.what()));  // tell the peers at once instead of leaving them to time out
     throw;

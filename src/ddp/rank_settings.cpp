@@ -9,6 +9,7 @@ namespace finetune {
 namespace {
 
 constexpr const char* kKeyPrefix = "rank_settings/";
+constexpr const char* kDoneKeyPrefix = "rank_settings_read/";
 
 std::string settings_json(const std::vector<RankSetting>& settings) {
   auto json = nlohmann::json::array();
@@ -74,7 +75,19 @@ void check_ranks_agree(Communicator& communicator, const std::vector<RankSetting
                                                                                   "'s run settings"),
                                                         rank));
   }
-  if (const auto disagreement = first_rank_disagreement(settings_by_rank)) throw UsageError(*disagreement);
+  const auto disagreement = first_rank_disagreement(settings_by_rank);
+  if (!disagreement) return;
+  // Every rank reached this verdict. Rank 0 may host the store: it leaves last, once every other
+  // rank has said it read everything, so no rank's last read meets a vanished store (and a relayed
+  // "rank 0 is gone" instead of the verdict).
+  if (communicator.rank() != 0) {
+    communicator.publish(kDoneKeyPrefix + std::to_string(communicator.rank()), "1");
+  } else {
+    for (int rank = 1; rank < communicator.world_size(); ++rank) {
+      communicator.wait_for(kDoneKeyPrefix + std::to_string(rank), "rank " + std::to_string(rank) + "'s verdict");
+    }
+  }
+  throw UsageError(*disagreement);
 }
 
 }  // namespace finetune

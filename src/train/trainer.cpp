@@ -94,6 +94,20 @@ void Trainer::load_state(const TrainingState& state) {
   generators_.load_state(state.generators);
 }
 
+bool Trainer::stop_agreed() const { return stop_votes_.defined() && stop_votes_.item<double>() > 0; }
+
+// Note [Preemption]: every rank is here at the same step boundary, with the same steps done.
+void Trainer::stop_for_preemption(const TrainerHooks& hooks) {
+  const bool saved_now = hooks.save_checkpoint && last_checkpoint_ != hooks.checkpoint_dir(global_step_);
+  if (saved_now) save_checkpoint(global_step_, hooks);
+  if (sinks_) sinks_->finish_progress();
+  throw Preempted("stopped after step " + std::to_string(global_step_) + " of " +
+                  std::to_string(config_.total_steps) + ": a rank was sent SIGTERM or SIGUSR1; " +
+                  (last_checkpoint_.empty() ? std::string("no checkpoint could be written (no save hook)")
+                                            : (saved_now ? "saved " : "the newest checkpoint is ") + last_checkpoint_ +
+                                                  " (continue with --resume_from_checkpoint true)"));
+}
+
 std::string Trainer::last_good_state() const {
   return last_checkpoint_.empty() ? "no checkpoint was written (--save_steps)"
                                   : "the last good checkpoint is " + last_checkpoint_;
@@ -109,7 +123,9 @@ TrainResult Trainer::train(const TrainerHooks& hooks) {
   TrainResult result;
   start_ = Clock::now();
   window_.restart_clock();
+  stop_requested_ = hooks.stop_requested ? &hooks.stop_requested : nullptr;
   for (int64_t step = global_step_ + 1; step <= config_.total_steps; ++step) {
+    if (stop_agreed()) stop_for_preemption(hooks);
     profiler_.before_step(step);
     const StepOutcome outcome = train_step(step);
     // A skipped fp16 step's gradient norm is inf / NaN by construction: overflow, not divergence.
@@ -145,11 +161,14 @@ at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, i
     normaliser += objective_.normaliser_share(batch);
     real_tokens += static_cast<double>(batch.real_tokens);
   }
-  auto counts = at::tensor({normaliser, real_tokens}, at::TensorOptions().dtype(at::kDouble));
+  // The third count: ranks asked to stop (Note [Preemption]), agreed on with the step's tokens.
+  const double stop_vote = stop_requested_ != nullptr && (*stop_requested_)() ? 1.0 : 0.0;
+  auto counts = at::tensor({normaliser, real_tokens, stop_vote}, at::TensorOptions().dtype(at::kDouble));
   // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
   // would wait for them on the host and leave the GPU idle while the next step is issued.
   if (!model_.device().is_cpu()) counts = counts.pin_memory().to(model_.device(), /*non_blocking=*/true);
   communicator_.all_reduce(counts, "token count of " + step_name(step));
+  stop_votes_ = counts[2];
   return counts;
 }
 

@@ -176,5 +176,51 @@ TEST(Trainer, ASaveHookNeedsACheckpointDirectory) {
   EXPECT_THROW(trainer.train(hooks), Error);
 }
 
+// Note [Preemption]: a stop asked for during step 2 is agreed on at the next step boundary; the
+// run saves the 2 steps done and throws Preempted, and resuming from that state trains what the
+// uninterrupted run trains.
+TEST(Trainer, AStopRequestSavesTheStepsDoneAndStopsAtTheNextBoundary) {
+  TrainingRun stopped;
+  int polls = 0;
+  std::optional<TrainingState> saved;
+  std::vector<at::Tensor> saved_adapter;
+  TrainerHooks hooks;
+  hooks.checkpoint_dir = [](int64_t step) { return "memory-" + std::to_string(step); };
+  hooks.save_checkpoint = [&](const std::string&, TrainingState state) {
+    saved = std::move(state);
+    saved_adapter = adapter_copy(stopped.trainable);
+  };
+  hooks.stop_requested = [&] { return ++polls >= 2; };  // polled once per step, in its token count
+  Trainer trainer(*stopped.model, stopped.trainable, stopped.stream, *stopped.communicator, stopped.config,
+                  stopped.objective);
+  std::string message;
+  try {
+    trainer.train(hooks);
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const Preempted& e) {
+    message = e.what();
+  }
+  testing::expect_contains(message, {"stopped after step 2 of 4", "saved memory-2", "--resume_from_checkpoint"});
+  EXPECT_EQ(polls, 2);  // step 3 never started
+  ASSERT_TRUE(saved.has_value());
+  EXPECT_EQ(saved->global_step, 2);
+
+  TrainingRun uninterrupted;
+  const auto full = Trainer(*uninterrupted.model, uninterrupted.trainable, uninterrupted.stream,
+                            *uninterrupted.communicator, uninterrupted.config, uninterrupted.objective)
+                        .train({});
+  TrainingRun resumed;
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
+  }
+  Trainer continued(*resumed.model, resumed.trainable, resumed.stream, *resumed.communicator, resumed.config,
+                    resumed.objective);
+  continued.load_state(*saved);
+  const auto rest = continued.train({});
+  EXPECT_EQ(rest.step_losses, full.step_losses);
+  expect_equal_tensors(adapter_copy(resumed.trainable), adapter_copy(uninterrupted.trainable));
+}
+
 }  // namespace
 }  // namespace finetune

@@ -73,6 +73,11 @@ struct TrainerHooks {
   // Writes a checkpoint of the adapter and `state` (whose identity the hook fills in) into `dir`;
   // called on rank 0 only, and every rank learns whether it succeeded (ddp/rank0_agreement.h).
   std::function<void(const std::string& dir, TrainingState state)> save_checkpoint;
+  // Whether this rank was asked to stop (a SIGTERM or SIGUSR1: Note [Preemption] in
+  // launch/stop_request.h). Each step's token-count all-reduce carries every rank's answer, and
+  // at the next step boundary all ranks stop together: they save a checkpoint of the steps done
+  // (with save_checkpoint) and train() throws Preempted. Unset: never.
+  std::function<bool()> stop_requested;
 };
 
 struct TrainResult {
@@ -123,6 +128,8 @@ class Trainer {
   void log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss);
   void save_checkpoint(int64_t step, const TrainerHooks& hooks);
   void finish(const TrainerHooks& hooks, TrainResult& result);
+  bool stop_agreed() const;
+  [[noreturn]] void stop_for_preemption(const TrainerHooks& hooks);
   std::string last_good_state() const;
 
   CausalLM& model_;
@@ -142,6 +149,10 @@ class Trainer {
   ForwardOptions forward_options_;
   BatchLayout layout_;
   at::Tensor loss_scale_;  // undefined: no loss scaling
+  // The last step's all-reduced count of ranks asked to stop (undefined before the first step),
+  // read at the next step boundary: by then its all-reduce has long finished on the device.
+  at::Tensor stop_votes_;
+  const std::function<bool()>* stop_requested_ = nullptr;  // the hook of the train() running
   int64_t global_step_ = 0;
   std::string last_checkpoint_;
   std::chrono::steady_clock::time_point start_;

@@ -1,0 +1,95 @@
+#include "finetune/commands/rank_settings_from.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "finetune/util/errors.h"
+#include "finetune/util/sha256.h"
+
+namespace finetune {
+namespace {
+
+constexpr std::streamoff kSampledBytes = 1 << 20;
+
+// SHA-256 of the file's first and last kSampledBytes (the whole file when it is smaller).
+std::string sampled_digest(const std::filesystem::path& path, std::streamoff size) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot read (to compare it across ranks)");
+  Sha256 digest;
+  std::string buffer(static_cast<size_t>(std::min(size, kSampledBytes)), '\0');
+  in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+  digest.update(buffer.data(), static_cast<size_t>(in.gcount()));
+  if (size > 2 * kSampledBytes) {
+    in.seekg(size - kSampledBytes);
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    digest.update(buffer.data(), static_cast<size_t>(in.gcount()));
+  } else if (size > kSampledBytes) {
+    buffer.resize(static_cast<size_t>(size - kSampledBytes));
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    digest.update(buffer.data(), static_cast<size_t>(in.gcount()));
+  }
+  return digest.hex_digest();
+}
+
+// A double as the text that reads back to it (%.17g), so equal values compare equal.
+std::string exact(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+}  // namespace
+
+std::string directory_fingerprint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path());  // snapshot links resolve to their blobs
+  }
+  std::sort(files.begin(), files.end());
+  Sha256 digest;
+  for (const auto& file : files) {
+    const auto size = static_cast<std::streamoff>(fs::file_size(file));
+    const std::string line = file.filename().string() + " " + std::to_string(size) + " " + sampled_digest(file, size) + "\n";
+    digest.update(line.data(), line.size());
+  }
+  return digest.hex_digest();
+}
+
+std::vector<RankSetting> rank_settings_from(const Options& options, const RunIdentity& identity,
+                                            const TrainerConfig& trainer, const std::string& model_dir) {
+  if (!identity.data) throw Error("rank_settings_from: the run identity has no data identity yet");
+  const DataIdentity& data = *identity.data;
+  std::vector<RankSetting> settings = {
+      {"--model_name", "files " + directory_fingerprint(model_dir)},
+      {"--init_adapter", options.init_adapter.empty() ? "none" : "files " + directory_fingerprint(options.init_adapter)},
+      {"the adapter settings (--r, --lora_alpha, --target_modules, ...)", identity.adapter_config.dump()},
+      {"--dataset", std::to_string(data.samples) + " samples, fingerprint " + data.samples_fingerprint},
+      {"--max_seq_length", std::to_string(data.max_seq_length)},
+      {"--packing", data.packing ? "true" : "false"},
+      {"--group_by_length", data.group_by_length ? "true" : "false"},
+      {"--shuffle", data.shuffle ? "true" : "false"},
+      {"--per_device_train_batch_size", std::to_string(identity.per_device_train_batch_size)},
+      {"--gradient_accumulation_steps", std::to_string(identity.gradient_accumulation_steps)},
+      {"--seed", std::to_string(identity.seed)},
+      {"--max_steps / --num_train_epochs (steps)", std::to_string(trainer.total_steps)},
+      {"--learning_rate", exact(trainer.learning_rate)},
+      {"--lr_scheduler_type", trainer.schedule.type},
+      {"--warmup_steps / --warmup_ratio (steps)", std::to_string(trainer.schedule.warmup_steps)},
+      {"--optim", trainer.optim},
+      {"--weight_decay", exact(trainer.adamw.weight_decay)},
+      {"--adam_beta1", exact(trainer.adamw.beta1)},
+      {"--adam_beta2", exact(trainer.adamw.beta2)},
+      {"--adam_epsilon", exact(trainer.adamw.eps)},
+      {"--max_grad_norm", exact(trainer.max_grad_norm)},
+      {"--dtype", options.dtype},
+      {"--load_in_4bit", options.load_in_4bit ? "true" : "false"},
+      {"--save_steps", std::to_string(trainer.save_steps)},  // checkpoints and evaluations are collectives
+      {"--eval_steps", std::to_string(trainer.eval_steps)},
+  };
+  return settings;
+}
+
+}  // namespace finetune
