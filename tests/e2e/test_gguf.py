@@ -163,6 +163,33 @@ def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_pa
     assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} F16: greedy tokens differ"
 
 
+def test_pre_tokenizer_hash_is_the_converters(exported, tmp_path):
+    """The refusal names the sha256 get_vocab_base_pre computes (its chktxt, str() of the ids of
+    AutoTokenizer.encode) for the same tokenizer: our probe text, our tokenizer's ids on it and their
+    formatting agree with the converter's, so a tokenizer in its table gets its name."""
+    import hashlib
+    import json
+    import re
+    import shutil
+    import transformers
+    model_dir = tmp_path / "unnamed"
+    shutil.copytree(exported["llama3_rope"][0], model_dir)
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r" ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+"
+    (model_dir / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"  # runs tokenizer.json as it is
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
+                         "--device", "cpu"], check=False)
+    assert proc.returncode == 1, proc.stderr
+    ours = re.search(r"the sha256 ([0-9a-f]{64})", proc.stderr).group(1)
+    with open(os.path.join(gguf_reference.converter_root(), "conversion", "base.py"), encoding="utf-8") as f:
+        chktxt = eval(re.search(r"chktxt = (.*)\n", f.read()).group(1))
+    ids = transformers.AutoTokenizer.from_pretrained(model_dir).encode(chktxt)
+    assert ours == hashlib.sha256(str(ids).encode()).hexdigest()
+
+
 def test_unknown_pre_tokenizer_and_bad_sentencepiece_are_refused(exported, vocab_exported, tmp_path):
     import json
     import shutil
