@@ -124,7 +124,9 @@ void export_gguf_quantized(const ModelConfig& config, NamedTensors tensors, cons
                    [](const auto& a, const auto& b) { return gguf_quantizer_order(a.first, b.first); });
   std::vector<std::string> names;
   for (const auto& entry : named) names.push_back(entry.first);
-  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers));
+  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers),
+                              gguf_is_70b(arch, config.num_hidden_layers, config.num_attention_heads,
+                                          config.num_key_value_heads));
   for (auto& [name, tensor] : named) {
     add_quantized_tensor(writer, mix, state, name, tensor);
     tensor = at::Tensor();

@@ -37,7 +37,7 @@ GgmlType mix_type(const GgufQuantMix& mix, GgufMixState& state, const std::strin
     }
   } else if (name.find("attn_v.weight") != std::string::npos) {
     if (k_m && use_more_bits(state.i_attention_wv, state.n_attention_wv)) type = GgmlType::kQ6_K;
-    if (state.n_layer == 80 && type == GgmlType::kQ4_K) type = GgmlType::kQ5_K;  // LLM_TYPE_70B
+    if (state.is_70b && type == GgmlType::kQ4_K) type = GgmlType::kQ5_K;
     ++state.i_attention_wv;
   } else if (name.find("ffn_down") != std::string::npos) {
     if (k_m && use_more_bits(state.i_ffn_down, state.n_layer)) type = GgmlType::kQ6_K;
@@ -79,9 +79,15 @@ bool gguf_quantizer_order(const std::string& a, const std::string& b) {
   return a < b;
 }
 
-GgufMixState gguf_mix_state(const std::vector<std::string>& gguf_names, int n_layer) {
+bool gguf_is_70b(const std::string& architecture, int64_t n_layer, int64_t n_head, int64_t n_head_kv) {
+  if (n_layer != 80) return false;
+  return architecture == "qwen2" || (architecture == "llama" && n_head != n_head_kv);
+}
+
+GgufMixState gguf_mix_state(const std::vector<std::string>& gguf_names, int n_layer, bool is_70b) {
   GgufMixState state;
   state.n_layer = n_layer;
+  state.is_70b = is_70b;
   for (const auto& name : gguf_names) {
     if (name.find("attn_v.weight") != std::string::npos) ++state.n_attention_wv;
     if (name == "output.weight") state.has_tied_embeddings = false;

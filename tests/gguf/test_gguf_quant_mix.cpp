@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, GgmlType>> types_of(const std::string& mix_na
                                                        int64_t row_length) {
   const auto mix = *gguf_quant_mix(mix_name);
   const auto names = model_names(layers, tied);
-  auto state = gguf_mix_state(names, layers);
+  auto state = gguf_mix_state(names, layers, false);
   std::vector<std::pair<std::string, GgmlType>> out;
   for (const auto& name : names) {
     const bool norm = name.find("_norm") != std::string::npos;
@@ -91,6 +91,24 @@ TEST(GgufQuantMix, RowsNotMultipleOf256FallBack) {
   EXPECT_THROW(types_of("q6_k", 2, false, 48), Error);    // output.weight: Q8_0 has no fallback
   EXPECT_THROW(types_of("q4_0", 2, false, 48), Error);  // llama.cpp has no fallback for Q4_0
 
+}
+
+TEST(GgufQuantMix, SeventyBModelsGetQ5_KAttnV) {
+  const auto mix = *gguf_quant_mix("q4_k_m");
+  const auto names = model_names(80, false);
+  auto state = gguf_mix_state(names, 80, gguf_is_70b("llama", 80, 64, 8));
+  std::vector<GgmlType> attn_v;
+  for (const auto& name : names) {
+    const auto type = gguf_mix_tensor_type(mix, state, name, 8192, name.find("_norm") != std::string::npos ? 1 : 2,
+                                           GgmlType::kF16);
+    if (name.find("attn_v") != std::string::npos) attn_v.push_back(type);
+  }
+  ASSERT_EQ(attn_v.size(), 80u);
+  EXPECT_EQ(attn_v[0], GgmlType::kQ6_K);   // use_more_bits(0, 80)
+  EXPECT_EQ(attn_v[10], GgmlType::kQ5_K);  // (10 - 10) % 3 == 0: not more bits, Q4_K -> Q5_K
+  EXPECT_FALSE(gguf_is_70b("llama", 80, 64, 64));  // MHA: LLM_TYPE_65B
+  EXPECT_TRUE(gguf_is_70b("qwen2", 80, 64, 8));
+  EXPECT_FALSE(gguf_is_70b("qwen3", 80, 64, 8));
 }
 
 TEST(GgufQuantMix, NamesAndFileTypes) {
