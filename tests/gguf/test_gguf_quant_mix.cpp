@@ -85,7 +85,8 @@ TEST(GgufQuantMix, RowsNotMultipleOf256FallBack) {
   const auto q4 = types_of("q4_k_m", 2, false, 64);
   EXPECT_EQ(type_of(q4, "output.weight"), GgmlType::kQ8_0);
   EXPECT_EQ(type_of(q4, "blk.0.attn_q.weight"), GgmlType::kQ5_0);
-  EXPECT_EQ(type_of(q4, "blk.0.attn_v.weight"), GgmlType::kQ8_0);  // Q6_K -> Q8_0
+  EXPECT_EQ(type_of(q4, "blk.0.attn_v.weight"), GgmlType::kQ5_0);  // use_more_bits(0, 2) is false
+  EXPECT_EQ(type_of(q4, "blk.1.attn_v.weight"), GgmlType::kQ8_0);  // use_more_bits(1, 2): Q6_K -> Q8_0
   EXPECT_EQ(type_of(types_of("q5_k_m", 2, false, 64), "blk.0.attn_q.weight"), GgmlType::kQ5_1);
   EXPECT_EQ(type_of(types_of("q4_0", 2, false, 64), "output.weight"), GgmlType::kQ8_0);  // Q6_K -> Q8_0
   EXPECT_THROW(types_of("q6_k", 2, false, 48), Error);    // output.weight: Q8_0 has no fallback

@@ -11,6 +11,7 @@
 #include "finetune/gguf/gguf_sentencepiece_vocab.h"
 #include "finetune/util/errors.h"
 #include "../reference/fixtures.h"
+#include "../test_support.h"
 
 namespace finetune {
 namespace {
@@ -42,16 +43,10 @@ TEST(GgufSentencePieceVocab, VocabSizeTruncates) {
 }
 
 TEST(GgufSentencePieceVocab, NotAModelIsAnErrorNamingTheFile) {
-  const auto dir = std::filesystem::temp_directory_path() / "gguf_spm_empty";
-  std::filesystem::create_directories(dir);
-  { std::ofstream(dir / "tokenizer.model") << "\x0a\xff"; }
-  try {
-    read_gguf_sentencepiece_vocab(dir.string(), 10);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.model: not a sentencepiece model"), std::string::npos) << e.what();
-  }
-  std::filesystem::remove_all(dir);
+  testing::TempDir dir("gguf_spm");
+  dir.write("tokenizer.model", "\x0a\xff");  // a piece whose length varint never ends
+  const auto message = testing::error_message([&] { read_gguf_sentencepiece_vocab(dir.str(), 10); });
+  EXPECT_NE(message.find("tokenizer.model: not a sentencepiece model"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // Which vocabularies the GGUF export names and refuses (gguf_vocab.h): the pre-tokenizer fallback
 // by structure, and check_gguf_vocabulary on a model directory built from the tokenizer fixtures.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +10,7 @@
 #include "finetune/gguf/gguf_vocab.h"
 #include "finetune/util/errors.h"
 #include "../reference/fixtures.h"
+#include "../test_support.h"
 
 namespace finetune {
 namespace {
@@ -19,18 +19,20 @@ nlohmann::json byte_level(bool use_regex) {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", use_regex}};
 }
 
-nlohmann::json sequence(std::initializer_list<nlohmann::json> steps) {
-  return {{"type", "Sequence"}, {"pretokenizers", nlohmann::json::array(steps)}};
+nlohmann::json sequence(const std::vector<nlohmann::json>& steps) {
+  nlohmann::json out = {{"type", "Sequence"}};
+  out["pretokenizers"] = steps;
+  return out;
 }
 
 TEST(GgufVocab, PreTokenizerByStructure) {
   EXPECT_EQ(gguf_pre_tokenizer_name_from_structure({{"pre_tokenizer", byte_level(true)}}), "gpt-2");
   EXPECT_EQ(gguf_pre_tokenizer_name_from_structure(
-                {{"pre_tokenizer", sequence({{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)})}}),
+                {{"pre_tokenizer", sequence({nlohmann::json{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)})}}),
             "smollm");
   EXPECT_EQ(gguf_pre_tokenizer_name_from_structure({{"pre_tokenizer", byte_level(false)}}), "");
   EXPECT_EQ(gguf_pre_tokenizer_name_from_structure(
-                {{"pre_tokenizer", sequence({{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}}, byte_level(false)})}}),
+                {{"pre_tokenizer", sequence({nlohmann::json{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}}, byte_level(false)})}}),
             "");
 }
 
@@ -43,11 +45,6 @@ TEST(GgufVocab, KnownRegexesFromTheFixtures) {
 
 class CheckGgufVocabulary : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("gguf_vocab_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void write_config(const std::string& model_type, int vocab_size) {
     std::ofstream(dir_ / "config.json") << nlohmann::json{{"model_type", model_type}, {"vocab_size", vocab_size}};
   }
@@ -63,7 +60,8 @@ class CheckGgufVocabulary : public ::testing::Test {
     }
     return "";
   }
-  std::filesystem::path dir_;
+  testing::TempDir temp_{"gguf_vocab"};
+  std::filesystem::path dir_ = temp_.path();
 };
 
 TEST_F(CheckGgufVocabulary, AcceptsByteLevelAndSentencePiece) {
