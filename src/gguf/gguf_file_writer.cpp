@@ -76,6 +76,13 @@ void GgufFileWriter::add_int32_array(const std::string& key, const std::vector<i
   for (int32_t value : values) put(kv_, value);
 }
 
+void GgufFileWriter::add_float32_array(const std::string& key, const std::vector<float>& values) {
+  begin_key(key, GgufValueType::kArray);
+  put<uint32_t>(kv_, static_cast<uint32_t>(GgufValueType::kFloat32));
+  put<uint64_t>(kv_, values.size());
+  for (float value : values) put(kv_, value);
+}
+
 void GgufFileWriter::add_tensor(const std::string& name, const std::vector<int64_t>& shape, uint32_t ggml_type,
                                 std::string bytes) {
   for (const auto& tensor : tensors_) {

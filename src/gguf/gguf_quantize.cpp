@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "finetune/gguf/gguf_quant_blocks.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -49,7 +50,8 @@ GgmlType ggml_type_from_name(const std::string& name) {
   if (name == "f16") return GgmlType::kF16;
   if (name == "bf16") return GgmlType::kBF16;
   if (name == "q8_0") return GgmlType::kQ8_0;
-  throw UsageError("--quantization: '" + name + "' is not a GGUF type this export writes (f32, f16, bf16, q8_0)");
+  throw UsageError("--quantization: '" + name +
+                   "' is not a GGUF type this export writes (f32, f16, bf16, q8_0, q4_0, q5_0, q6_k, q4_k_m, q5_k_m)");
 }
 
 std::string ggml_type_name(GgmlType type) {
@@ -58,6 +60,12 @@ std::string ggml_type_name(GgmlType type) {
     case GgmlType::kF16: return "F16";
     case GgmlType::kBF16: return "BF16";
     case GgmlType::kQ8_0: return "Q8_0";
+    case GgmlType::kQ4_0: return "Q4_0";
+    case GgmlType::kQ5_0: return "Q5_0";
+    case GgmlType::kQ5_1: return "Q5_1";
+    case GgmlType::kQ4_K: return "Q4_K";
+    case GgmlType::kQ5_K: return "Q5_K";
+    case GgmlType::kQ6_K: return "Q6_K";
   }
   throw Error("unknown ggml type " + std::to_string(static_cast<uint32_t>(type)));
 }
@@ -68,13 +76,25 @@ uint32_t llama_file_type(GgmlType type) {
     case GgmlType::kF16: return 1;
     case GgmlType::kQ8_0: return 7;
     case GgmlType::kBF16: return 32;
+    default: break;
   }
-  throw Error("unknown ggml type " + std::to_string(static_cast<uint32_t>(type)));
+  throw Error("GGUF: no converter file type for " + ggml_type_name(type));
 }
 
-bool ggml_can_encode(GgmlType type, int64_t row_length) {
-  return type != GgmlType::kQ8_0 || row_length % kQ8_0BlockSize == 0;
+int64_t ggml_block_size(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ8_0: return 32;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return 256;
+    default: return 1;
+  }
 }
+
+bool ggml_can_encode(GgmlType type, int64_t row_length) { return row_length % ggml_block_size(type) == 0; }
 
 uint16_t fp32_to_fp16_bits(float value) { return c10::Half(value).x; }
 
@@ -88,7 +108,7 @@ uint16_t fp32_to_bf16_bits(float value) {
 std::string ggml_encode(const float* data, int64_t rows, int64_t row_length, GgmlType type) {
   if (!ggml_can_encode(type, row_length)) {
     throw Error("GGUF " + ggml_type_name(type) + ": rows of " + std::to_string(row_length) +
-                " values are not a multiple of " + std::to_string(kQ8_0BlockSize));
+                " values are not a multiple of " + std::to_string(ggml_block_size(type)));
   }
   const int64_t count = rows * row_length;
   std::string out;
@@ -108,6 +128,12 @@ std::string ggml_encode(const float* data, int64_t rows, int64_t row_length, Ggm
       out.reserve(count / kQ8_0BlockSize * 34);
       for (int64_t i = 0; i < count; i += kQ8_0BlockSize) encode_q8_0_block(data + i, out);
       break;
+    case GgmlType::kQ4_0: encode_q4_0(data, count, out); break;
+    case GgmlType::kQ5_0: encode_q5_0(data, count, out); break;
+    case GgmlType::kQ5_1: encode_q5_1(data, count, out); break;
+    case GgmlType::kQ4_K: encode_q4_k(data, count, out); break;
+    case GgmlType::kQ5_K: encode_q5_k(data, count, out); break;
+    case GgmlType::kQ6_K: encode_q6_k(data, count, out); break;
   }
   return out;
 }

@@ -6,7 +6,10 @@
 #include <optional>
 #include <vector>
 
+#include "finetune/gguf/gguf_sentencepiece_vocab.h"
+#include "finetune/tokenizer/tokenizer.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/sha256.h"
 #include "finetune/util/file_contents.h"
 #include "finetune/util/text.h"
 
@@ -16,6 +19,18 @@ namespace {
 // gguf-py TokenType.
 enum TokenType : int32_t { kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5 };
 
+// convert_hf_to_gguf.py's get_vocab_base_pre: probe text and {sha256, name} table.
+const char kPreTokenizerProbe[] =
+#include "gguf_pre_tokenizer_probe.inc"
+    ;
+
+const std::map<std::string, std::string>& pre_tokenizer_hashes() {
+  static const std::map<std::string, std::string> table = {
+#include "gguf_pre_tokenizer_hashes.inc"
+  };
+  return table;
+}
+
 // The Split regexes that name llama.cpp's pre-tokenizers (llama-vocab.cpp's regexes for them).
 const std::vector<std::pair<std::string, std::string>>& known_pre_tokenizers() {
   static const std::vector<std::pair<std::string, std::string>> names = {
@@ -23,6 +38,8 @@ const std::vector<std::pair<std::string, std::string>>& known_pre_tokenizers() {
        "llama-bpe"},
       {R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
        "qwen2"},
+      {R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       "tekken"},
   };
   return names;
 }
@@ -46,8 +63,9 @@ nlohmann::json read_json(const std::filesystem::path& path) {
   }
 }
 
-// The converter's does_token_look_special.
-bool looks_special(const std::string& token) {
+}  // namespace
+
+bool gguf_token_looks_special(const std::string& token) {
   auto starts = [&](const std::string& prefix) { return starts_with(token, prefix); };
   auto ends = [&](const std::string& suffix) { return ends_with(token, suffix); };
   if (token == "<pad>" || token == "<mask>" || token == "<2mass>" || token == "[@BOS@]") return true;
@@ -55,6 +73,8 @@ bool looks_special(const std::string& token) {
   if (starts("<\xef\xbd\x9c") && ends("\xef\xbd\x9c>")) return true;  // deepseek's fullwidth bar
   return starts("<unused") && ends(">");
 }
+
+namespace {
 
 std::string replace_all(std::string text, const std::string& from, const std::string& to) {
   for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
@@ -86,10 +106,12 @@ struct SpecialTokens {
   std::vector<std::string> types = {"bos", "eos", "unk", "sep", "pad", "cls", "mask"};
   std::vector<std::pair<std::string, int64_t>> ids;
   std::vector<std::pair<std::string, bool>> add;
+  int64_t n_vocab = -1;  // ids at or past it are skipped (SpecialVocab's n_vocab); < 0: no limit
 
   void set_id(const std::string& type, const nlohmann::json& id) {
     if (!id.is_number_integer()) return;
     if (id.get<int64_t>() < 0) throw Error("invalid value for special token type " + type);
+    if (n_vocab >= 0 && id.get<int64_t>() >= n_vocab) return;
     for (const auto& [t, _] : ids) {
       if (t == type) return;
     }
@@ -235,10 +257,18 @@ void read_normalizer(const nlohmann::json& normalizer, std::optional<bool>& lowe
 
 }  // namespace
 
-std::string gguf_pre_tokenizer_name(const nlohmann::json& tokenizer_json, const std::string& source) {
+std::string gguf_pre_tokenizer_name_from_structure(const nlohmann::json& tokenizer_json) {
   const auto pre = tokenizer_json.contains("pre_tokenizer") ? tokenizer_json["pre_tokenizer"] : nlohmann::json();
   const auto steps =
       pre.is_object() && pre.contains("pretokenizers") ? pre["pretokenizers"] : nlohmann::json::array({pre});
+  auto gpt2_byte_level = [](const nlohmann::json& step) {
+    return step.is_object() && step.value("type", std::string()) == "ByteLevel" && step.value("use_regex", true);
+  };
+  if (steps.size() == 1 && gpt2_byte_level(steps[0])) return "gpt-2";
+  if (steps.size() == 2 && steps[0].is_object() && steps[0].value("type", std::string()) == "Digits" &&
+      steps[0].value("individual_digits", false) && gpt2_byte_level(steps[1])) {
+    return "smollm";
+  }
   for (const auto& step : steps) {
     if (!step.is_object() || step.value("type", std::string()) != "Split") continue;
     const auto& pattern = step.contains("pattern") ? step["pattern"] : nlohmann::json();
@@ -247,41 +277,30 @@ std::string gguf_pre_tokenizer_name(const nlohmann::json& tokenizer_json, const 
       if (pattern["Regex"] == regex) return name;
     }
   }
-  throw Error(source + ": pre_tokenizer: not a pre-tokenizer the GGUF export knows (a Split with Llama-3's "
-              "regex -> llama-bpe, or Qwen2's -> qwen2)");
+  return "";
 }
 
-void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const nlohmann::json& config_json,
-                    int64_t vocab_size) {
-  const std::filesystem::path dir(model_dir);
-  const auto tokenizer_path = dir / "tokenizer.json";
-  if (!std::filesystem::exists(tokenizer_path)) {
-    if (std::filesystem::exists(dir / "tokenizer.model")) {
-      throw Error((dir / "tokenizer.model").string() +
-                  ": sentencepiece tokenizers have no GGUF export yet (needs a tokenizer.json BPE tokenizer)");
-    }
-    throw Error(tokenizer_path.string() + ": not found (the GGUF export needs the tokenizer)");
-  }
-  const auto source = tokenizer_path.string();
-  const auto tokenizer = read_json(tokenizer_path);
-  const auto& model = tokenizer.contains("model") ? tokenizer["model"] : nlohmann::json();
-  if (!model.is_object() || model.value("type", std::string()) != "BPE" || !model.contains("vocab")) {
-    throw Error(source + ": model.type: the GGUF export supports byte-level BPE tokenizers only");
-  }
-  const auto pre = gguf_pre_tokenizer_name(tokenizer, source);
+std::string gguf_pre_tokenizer_name(const std::string& model_dir) {
+  const auto source = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+  const auto ids = load_tokenizer(model_dir)->encode(kPreTokenizerProbe, true);
+  std::string text = "[";  // Python's str(list of ints)
+  for (size_t i = 0; i < ids.size(); ++i) text += (i ? ", " : "") + std::to_string(ids[i]);
+  const auto digest = sha256_hex(text + "]");
+  if (const auto it = pre_tokenizer_hashes().find(digest); it != pre_tokenizer_hashes().end()) return it->second;
+  const auto name = gguf_pre_tokenizer_name_from_structure(read_json(source));
+  if (!name.empty()) return name;
+  throw Error(source + ": pre_tokenizer: llama.cpp's converter could not name this pre-tokenizer (the sha256 " +
+              digest + " of its token ids on the converter's probe text is not in its table) and it is none " +
+              "of the GGUF export's known ones (a Split with Llama-3's, Qwen2's or Mistral-Nemo's regex, a GPT-2 " +
+              "ByteLevel, SmolLM's Digits + ByteLevel)");
+}
 
-  nlohmann::json tc = nlohmann::json::object();
-  const auto tc_path = dir / "tokenizer_config.json";
-  if (std::filesystem::exists(tc_path)) tc = read_json(tc_path);
-  // LlamaModel.set_vocab writes add_space_prefix before the vocabulary.
-  const auto model_type = config_json.value("model_type", std::string());
-  if (model_type == "llama" || model_type == "mistral") {
-    if (tc.contains("add_prefix_space") && tc["add_prefix_space"].is_boolean()) {
-      writer.add_bool("tokenizer.ggml.add_space_prefix", tc["add_prefix_space"].get<bool>());
-    }
-  }
+namespace {
 
-  // Tokens by id: the model vocabulary, then added tokens (which win), "[PAD<i>]" for holes.
+// get_vocab_base's token list: the model vocabulary, then added tokens (which win), "[PAD<i>]" for holes.
+void add_gpt2_tokens(GgufFileWriter& writer, const nlohmann::json& tokenizer, const std::string& source,
+                     int64_t vocab_size) {
+  const auto& model = tokenizer["model"];
   std::vector<std::optional<std::string>> by_id(vocab_size);
   std::map<int64_t, std::pair<bool, bool>> added;  // id -> (special, normalized)
   auto place = [&](const std::string& token, int64_t id) {
@@ -292,8 +311,7 @@ void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const 
     by_id[id] = token;
   };
   for (const auto& [token, id] : model["vocab"].items()) place(token, id.get<int64_t>());
-  const auto added_tokens = tokenizer.value("added_tokens", nlohmann::json::array());
-  for (const auto& token : added_tokens) {
+  for (const auto& token : tokenizer.value("added_tokens", nlohmann::json::array())) {
     const int64_t id = token.at("id").get<int64_t>();
     place(token.at("content").get<std::string>(), id);
     added[id] = {token.value("special", false), token.value("normalized", true)};
@@ -305,7 +323,7 @@ void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const 
       tokens.push_back("[PAD" + std::to_string(i) + "]");
       types.push_back(kUnused);
     } else if (auto it = added.find(i); it != added.end()) {
-      if (it->second.first || looks_special(*by_id[i])) {
+      if (it->second.first || gguf_token_looks_special(*by_id[i])) {
         tokens.push_back(*by_id[i]);
         types.push_back(kControl);
       } else {
@@ -317,52 +335,74 @@ void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const 
       types.push_back(kNormal);
     }
   }
-  writer.add_string("tokenizer.ggml.model", "gpt2");
-  writer.add_string("tokenizer.ggml.pre", pre);
   writer.add_string_array("tokenizer.ggml.tokens", tokens);
   writer.add_int32_array("tokenizer.ggml.token_type", types);
+}
 
-  // SpecialVocab(load_merges=True).
-  const auto merges = merges_of(model, source);
+// The chat template SpecialVocab exports: tokenizer_config.json's, else chat_template.jinja / .json.
+nlohmann::json chat_template_of(const std::filesystem::path& dir, const nlohmann::json& tc) {
+  nlohmann::json alternative;
+  if (std::filesystem::exists(dir / "chat_template.jinja")) {
+    alternative = read_file((dir / "chat_template.jinja").string());
+  } else if (std::filesystem::exists(dir / "chat_template.json")) {
+    alternative = read_json(dir / "chat_template.json").value("chat_template", nlohmann::json());
+  }
+  auto chat_template = tc.contains("chat_template") ? tc["chat_template"] : alternative;
+  if (!chat_template.is_null() && !chat_template.is_string()) {
+    throw Error((dir / "tokenizer_config.json").string() +
+                ": chat_template: only a single template string is exported to GGUF");
+  }
+  return chat_template;
+}
+
+// tokenizer_config.json's add_<type>_token flags and <type>_token ids (looked up among
+// tokenizer.json's added tokens).
+void read_tokenizer_config(const nlohmann::json& tc, const nlohmann::json& added_tokens, SpecialTokens& special) {
+  for (const auto& type : special.types) {
+    const auto add_key = "add_" + type + "_token";
+    if (tc.contains(add_key) && tc[add_key].is_boolean()) special.set_add(type, tc[add_key].get<bool>());
+    const auto entry_key = type + "_token";
+    if (!tc.contains(entry_key)) continue;
+    const auto& entry = tc[entry_key];
+    std::string content;
+    if (entry.is_string()) {
+      content = entry.get<std::string>();
+    } else if (entry.is_object() && entry.contains("content") && entry["content"].is_string()) {
+      content = entry["content"].get<std::string>();
+    } else {
+      continue;
+    }
+    for (const auto& token : added_tokens) {
+      if (token.value("content", std::string()) == content) {
+        special.set_id(type, token.at("id"));
+        break;
+      }
+    }
+  }
+}
+
+// gguf-py SpecialVocab(dir, load_merges, n_vocab).add_to_gguf; `tokenizer` is tokenizer.json
+// (null when the directory has none); n_vocab < 0: ids are not range-checked.
+void add_special_vocab(GgufFileWriter& writer, const std::filesystem::path& dir, const nlohmann::json& tokenizer,
+                       const nlohmann::json& config_json, bool load_merges, int64_t n_vocab) {
+  const auto source = (dir / "tokenizer.json").string();
+  std::vector<std::string> merges;
+  if (load_merges && tokenizer.is_object() && tokenizer.contains("model")) merges = merges_of(tokenizer["model"], source);
   SpecialTokens special;
+  special.n_vocab = n_vocab;
   std::optional<bool> lowercase, strip_accents;
-  if (tokenizer.contains("normalizer") && truthy(tokenizer["normalizer"])) {
+  if (tokenizer.is_object() && tokenizer.contains("normalizer") && truthy(tokenizer["normalizer"])) {
     read_normalizer(tokenizer["normalizer"], lowercase, strip_accents);
   }
-  read_post_processor(tokenizer, tc, special);
+  nlohmann::json tc = nlohmann::json::object();
+  if (std::filesystem::exists(dir / "tokenizer_config.json")) tc = read_json(dir / "tokenizer_config.json");
+  if (tokenizer.is_object()) read_post_processor(tokenizer, tc, special);
   nlohmann::json chat_template;
   if (!tc.empty()) {
-    nlohmann::json alternative;
-    if (std::filesystem::exists(dir / "chat_template.jinja")) {
-      alternative = read_file((dir / "chat_template.jinja").string());
-    } else if (std::filesystem::exists(dir / "chat_template.json")) {
-      alternative = read_json(dir / "chat_template.json").value("chat_template", nlohmann::json());
-    }
-    chat_template = tc.contains("chat_template") ? tc["chat_template"] : alternative;
-    if (!chat_template.is_null() && !chat_template.is_string()) {
-      throw Error(tc_path.string() + ": chat_template: only a single template string is exported to GGUF");
-    }
-    for (const auto& type : special.types) {
-      const auto add_key = "add_" + type + "_token";
-      if (tc.contains(add_key) && tc[add_key].is_boolean()) special.set_add(type, tc[add_key].get<bool>());
-      const auto entry_key = type + "_token";
-      if (!tc.contains(entry_key)) continue;
-      const auto& entry = tc[entry_key];
-      std::string content;
-      if (entry.is_string()) {
-        content = entry.get<std::string>();
-      } else if (entry.is_object() && entry.contains("content") && entry["content"].is_string()) {
-        content = entry["content"].get<std::string>();
-      } else {
-        continue;
-      }
-      for (const auto& token : added_tokens) {
-        if (token.value("content", std::string()) == content) {
-          special.set_id(type, token.at("id"));
-          break;
-        }
-      }
-    }
+    chat_template = chat_template_of(dir, tc);
+    const auto added_tokens = tokenizer.is_object() ? tokenizer.value("added_tokens", nlohmann::json::array())
+                                                    : nlohmann::json::array();
+    read_tokenizer_config(tc, added_tokens, special);
   }
   for (const auto& type : special.types) {
     const auto key = type + "_token_id";
@@ -383,6 +423,73 @@ void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const 
   if (chat_template.is_string()) writer.add_string("tokenizer.chat_template", chat_template.get<std::string>());
   if (lowercase) writer.add_bool("tokenizer.ggml.normalizer.lowercase", *lowercase);
   if (strip_accents) writer.add_bool("tokenizer.ggml.normalizer.strip_accents", *strip_accents);
+}
+
+// _set_vocab_sentencepiece.
+void add_sentencepiece_vocab(GgufFileWriter& writer, const std::filesystem::path& dir,
+                             const nlohmann::json& config_json, int64_t vocab_size) {
+  const auto vocab = read_gguf_sentencepiece_vocab(dir.string(), vocab_size);
+  writer.add_string("tokenizer.ggml.model", "llama");
+  writer.add_string("tokenizer.ggml.pre", "default");
+  writer.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  writer.add_float32_array("tokenizer.ggml.scores", vocab.scores);
+  writer.add_int32_array("tokenizer.ggml.token_type", vocab.types);
+  const auto tokenizer_path = dir / "tokenizer.json";
+  const auto tokenizer = std::filesystem::exists(tokenizer_path) ? read_json(tokenizer_path) : nlohmann::json();
+  add_special_vocab(writer, dir, tokenizer, config_json, false, static_cast<int64_t>(vocab.tokens.size()));
+}
+
+// _set_vocab_gpt2.
+void add_gpt2_vocab(GgufFileWriter& writer, const std::filesystem::path& dir, const nlohmann::json& config_json,
+                    int64_t vocab_size) {
+  const auto tokenizer_path = dir / "tokenizer.json";
+  if (!std::filesystem::exists(tokenizer_path)) {
+    throw Error(tokenizer_path.string() + ": not found (the GGUF export needs tokenizer.json, or a sentencepiece " +
+                "tokenizer.model for a Llama/Mistral model)");
+  }
+  const auto source = tokenizer_path.string();
+  const auto tokenizer = read_json(tokenizer_path);
+  const auto& model = tokenizer.contains("model") ? tokenizer["model"] : nlohmann::json();
+  if (!model.is_object() || model.value("type", std::string()) != "BPE" || !model.contains("vocab")) {
+    throw Error(source + ": model.type: the GGUF export supports byte-level BPE tokenizers (or a sentencepiece " +
+                "tokenizer.model for a Llama/Mistral model) only");
+  }
+  const auto pre = gguf_pre_tokenizer_name(dir.string());
+  writer.add_string("tokenizer.ggml.model", "gpt2");
+  writer.add_string("tokenizer.ggml.pre", pre);
+  add_gpt2_tokens(writer, tokenizer, source, vocab_size);
+  add_special_vocab(writer, dir, tokenizer, config_json, true, -1);
+}
+
+}  // namespace
+
+void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const nlohmann::json& config_json,
+                    int64_t vocab_size) {
+  const std::filesystem::path dir(model_dir);
+  const auto model_type = config_json.value("model_type", std::string());
+  const bool llama_model = model_type == "llama" || model_type == "mistral";
+  if (llama_model) {  // LlamaModel.set_vocab writes add_space_prefix before the vocabulary
+    const auto tc_path = dir / "tokenizer_config.json";
+    const auto tc = std::filesystem::exists(tc_path) ? read_json(tc_path) : nlohmann::json::object();
+    if (tc.contains("add_prefix_space") && tc["add_prefix_space"].is_boolean()) {
+      writer.add_bool("tokenizer.ggml.add_space_prefix", tc["add_prefix_space"].get<bool>());
+    }
+  }
+  if (llama_model && std::filesystem::exists(dir / "tokenizer.model")) {
+    add_sentencepiece_vocab(writer, dir, config_json, vocab_size);
+  } else {
+    add_gpt2_vocab(writer, dir, config_json, vocab_size);
+  }
+}
+
+void check_gguf_vocabulary(const std::string& model_dir) {
+  const auto config_path = std::filesystem::path(model_dir) / "config.json";
+  const auto config_json = read_json(config_path);
+  if (!config_json.contains("vocab_size") || !config_json["vocab_size"].is_number_integer()) {
+    throw Error(config_path.string() + ": vocab_size: missing (the GGUF export sizes the vocabulary by it)");
+  }
+  GgufFileWriter scratch;
+  add_gguf_vocab(scratch, model_dir, config_json, config_json["vocab_size"].get<int64_t>());
 }
 
 }  // namespace finetune

@@ -5,7 +5,15 @@
     converter guesses a title-cased name and a parameter-count label, we write the directory
     name), the same tensors in the same order with identical types, shapes and bytes. Covered:
     Llama with Llama-3 rope scaling (rope_freqs, q/k permutation, tied embeddings), Qwen2 (q/k/v
-    bias, untied output), Qwen3 (q/k norm, head_dim), for f32/f16/bf16/q8_0.
+    bias, untied output), Qwen3 (q/k norm, head_dim), for f32/f16/bf16/q8_0; and the other
+    vocabularies (gguf_vocab_models.py): a Llama-2-layout sentencepiece tokenizer.model beside its
+    byte_fallback tokenizer.json, byte-level BPE with GPT-2's and tekken's pre-tokenizers (SmolLM's
+    Digits step is not one src/tokenizer loads, so its vocabulary is not exported yet).
+(c) --quantization q4_0/q5_0/q6_k/q4_k_m/q5_k_m: the whole file equals, byte for byte, what
+    llama.cpp's own quantizer (llama_model_quantize, cyllama) writes from our F16 file: on the
+    64-wide tiny models (every K type falls back: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) and on
+    256-wide ones (Q4_K, Q5_K, Q6_K rows; Q6_K for output and for attn_v/ffn_down of the layers
+    use_more_bits picks).
 (b) llama.cpp itself (cyllama wheel, llama_cpp_reference.py) loads each file and its logits match
     transformers' on the base model within a bound set by the weight type, and its greedy tokens
     agree (see LOGIT_BOUNDS).
@@ -18,6 +26,8 @@ import torch
 
 from conftest import last_json_line, run_finetune
 import gguf_models
+import gguf_quant_models
+import gguf_vocab_models
 import gguf_reference
 import llama_cpp_reference
 
@@ -110,7 +120,77 @@ def test_llama_cpp_tokenizes_like_transformers(exported, case):
     assert llama_cpp_reference.llama_cpp_tokenize(files["Q8_0"], TEXT) == expected
 
 
-def test_unknown_pre_tokenizer_and_sentencepiece_are_refused(exported, tmp_path):
+@pytest.fixture(scope="module")
+def vocab_exported(tmp_path_factory):
+    """case -> (model dir, transformers model, expected tokenizer.ggml.pre, our F16 gguf path)."""
+    out = {}
+    for case in ("spm_llama", "gpt2_bpe", "tekken_bpe"):  # smollm_bpe: our tokenizer has no Digits step
+        root = tmp_path_factory.mktemp(case)
+        model_dir = root / case
+        model, pre = gguf_vocab_models.make_vocab_model(case, model_dir, TOKENIZERS)
+        (path,) = export_gguf(model_dir, root / "gguf", "f16")
+        out[case] = (model_dir, model, pre, path)
+    return out
+
+
+@pytest.mark.parametrize("case", ["spm_llama", "gpt2_bpe", "tekken_bpe"])
+def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_path, case):
+    """The converter's file byte for byte (tokens, scores and token types for sentencepiece), and
+    llama.cpp tokenizes TEXT like Hugging Face and runs the model within the F16 bound."""
+    import transformers
+    model_dir, model, pre, path = vocab_exported[case]
+    reference = tmp_path / "reference.gguf"
+    gguf_reference.run_converter(model_dir, pre, "f16", reference)  # `pre` unused for sentencepiece
+    fields, _ = assert_same_gguf(path, reference)
+    assert fields["tokenizer.ggml.pre"][1] == pre
+    assert fields["tokenizer.ggml.model"][1] == ("llama" if case == "spm_llama" else "gpt2")
+    if case == "spm_llama":
+        expected_ids = transformers.AutoTokenizer.from_pretrained(model_dir)(TEXT)["input_ids"]
+        assert llama_cpp_reference.llama_cpp_tokenize(path, TEXT) == expected_ids
+    else:
+        # The tokenizers library runs tokenizer.json's own pre_tokenizer (transformers 5's
+        # Qwen2Tokenizer class would put Qwen2's back); no specials: these hybrids name no BOS, and
+        # llama.cpp adds its default one for tekken.
+        from tokenizers import Tokenizer
+        expected_ids = Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(TEXT, add_special_tokens=False).ids
+        assert llama_cpp_reference.llama_cpp_tokenize(path, TEXT, add_special=False) == expected_ids
+    with torch.no_grad():
+        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
+    got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
+    rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+    print(f"{case} F16: relative logits error {rel:.3e}")
+    assert rel <= LOGIT_BOUNDS["F16"], f"{case} F16: relative logits error {rel:.3e}"
+    assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} F16: greedy tokens differ"
+
+
+def test_pre_tokenizer_hash_is_the_converters(exported, tmp_path):
+    """The refusal names the sha256 get_vocab_base_pre computes (its chktxt, str() of the ids of
+    AutoTokenizer.encode) for the same tokenizer: our probe text, our tokenizer's ids on it and their
+    formatting agree with the converter's, so a tokenizer in its table gets its name."""
+    import hashlib
+    import json
+    import re
+    import shutil
+    import transformers
+    model_dir = tmp_path / "unnamed"
+    shutil.copytree(exported["llama3_rope"][0], model_dir)
+    tokenizer = json.loads((model_dir / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r" ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+|\s+"
+    (model_dir / "tokenizer.json").write_text(json.dumps(tokenizer))
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"  # runs tokenizer.json as it is
+    (model_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
+                         "--device", "cpu"], check=False)
+    assert proc.returncode == 1, proc.stderr
+    ours = re.search(r"the sha256 ([0-9a-f]{64})", proc.stderr).group(1)
+    with open(os.path.join(gguf_reference.converter_root(), "conversion", "base.py"), encoding="utf-8") as f:
+        chktxt = eval(re.search(r"chktxt = (.*)\n", f.read()).group(1))
+    ids = transformers.AutoTokenizer.from_pretrained(model_dir).encode(chktxt)
+    assert ours == hashlib.sha256(str(ids).encode()).hexdigest()
+
+
+def test_unknown_pre_tokenizer_and_bad_sentencepiece_are_refused(exported, vocab_exported, tmp_path):
     import json
     import shutil
     model_dir = tmp_path / "odd"
@@ -121,9 +201,68 @@ def test_unknown_pre_tokenizer_and_sentencepiece_are_refused(exported, tmp_path)
     proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
                          "--device", "cpu"], check=False)
     assert proc.returncode == 1 and "tokenizer.json: pre_tokenizer" in proc.stderr
-    (model_dir / "tokenizer.json").unlink()
-    (model_dir / "tokenizer.model").write_bytes(b"")
-    proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
+    assert "could not name this pre-tokenizer" in proc.stderr
+    spm_dir = tmp_path / "spm"
+    shutil.copytree(vocab_exported["spm_llama"][0], spm_dir)
+    (spm_dir / "tokenizer.model").write_bytes(b"")
+    proc = run_finetune(["export", "--model_name", spm_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
                          "--device", "cpu"], check=False)
-    assert proc.returncode == 1 and "tokenizer.model: sentencepiece" in proc.stderr
+    assert proc.returncode == 1 and "tokenizer.model: sentencepiece model has no pieces" in proc.stderr
     assert not list((tmp_path / "o").glob("*.gguf"))  # nothing half-written
+
+
+QUANT_LABELS = ["Q4_0", "Q5_0", "Q6_K", "Q4_K_M", "Q5_K_M"]
+QUANTIZATIONS = "f16,q4_0,q5_0,q6_k,q4_k_m,q5_k_m"
+
+
+@pytest.fixture(scope="module")
+def quant_exported(tmp_path_factory):
+    """case -> (model dir, transformers model, {label: our gguf path})."""
+    out = {}
+    for case in ("llama3_rope", "wide_llama", "wide_qwen2"):
+        root = tmp_path_factory.mktemp(case)
+        model_dir = root / case
+        if case in gguf_quant_models.WIDE_CASES:
+            model = gguf_quant_models.make_wide_model(case, model_dir, TOKENIZERS)
+        else:
+            model = gguf_models.make_gguf_model(case, model_dir, TOKENIZERS)
+        files = export_gguf(model_dir, root / "gguf", QUANTIZATIONS)
+        out[case] = (model_dir, model, {os.path.basename(f).split(".")[-2]: f for f in files})
+    return out
+
+
+@pytest.mark.parametrize("case", ["llama3_rope", "wide_llama", "wide_qwen2"])
+@pytest.mark.parametrize("label", QUANT_LABELS)
+def test_quantized_matches_llama_quantize(quant_exported, tmp_path, case, label):
+    _, _, files = quant_exported[case]
+    reference = tmp_path / "reference.gguf"
+    llama_cpp_reference.llama_quantize(files["F16"], reference, label)
+    _, tensors = assert_same_gguf(files[label], reference)
+    with open(files[label], "rb") as ours, open(reference, "rb") as ref:
+        assert ours.read() == ref.read()
+    types = {qtype for qtype, *_ in tensors.values()}
+    print(f"{case} {label}: tensor types {sorted(types)}")
+    if case.startswith("wide") and label.endswith("_K_M"):
+        assert {"Q6_K", label[:4]} <= types  # K rows, and the more-bits layers
+
+
+# Relative logits error bounds of the quantized files (llama.cpp vs transformers fp32, as
+# LOGIT_BOUNDS), about 2x the largest error measured on the three models: Q4_0 1.1-2.0e-1,
+# Q5_0 5.8e-2-1.1e-1, Q6_K 1.2-4.8e-2, Q4_K_M 4.8e-2-1.8e-1, Q5_K_M 4.6-8.4e-2. Greedy tokens are
+# printed, not asserted: these random models' logits are nearly flat, so 4-5 bit weights flip
+# some argmaxes (5-10 of 10 agree); the exactness check is the byte comparison with llama.cpp's
+# quantizer above.
+QUANT_LOGIT_BOUNDS = {"Q4_0": 0.4, "Q5_0": 0.2, "Q6_K": 0.1, "Q4_K_M": 0.4, "Q5_K_M": 0.2}
+
+
+@pytest.mark.parametrize("case", ["llama3_rope", "wide_llama", "wide_qwen2"])
+def test_llama_cpp_runs_quantized_files(quant_exported, case):
+    _, model, files = quant_exported[case]
+    with torch.no_grad():
+        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
+    for label in QUANT_LABELS:
+        got = llama_cpp_reference.llama_cpp_logits(files[label], TOKENS)
+        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        agree = int((got.argmax(-1) == expected.argmax(-1)).sum())
+        print(f"{case} {label}: relative logits error {rel:.3e}, greedy agreement {agree}/{len(TOKENS)}")
+        assert rel <= QUANT_LOGIT_BOUNDS[label], f"{case} {label}: relative logits error {rel:.3e}"

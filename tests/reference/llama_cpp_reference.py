@@ -52,3 +52,17 @@ def llama_cpp_tokenize(path, text, add_special=True):
     params.n_gpu_layers = 0  # the whole model: llama.cpp aborts on vocab_only for these files
     model = Model(str(path), params)
     return list(model.get_vocab().tokenize(text, add_special, True))
+
+
+# llama_ftype values of the mixes the GGUF export writes (llama.h).
+LLAMA_FTYPES = {"Q4_0": 2, "Q5_0": 8, "Q4_K_M": 15, "Q5_K_M": 17, "Q6_K": 18}
+
+
+def llama_quantize(source, destination, label, n_threads=1):
+    """llama.cpp's llama_model_quantize (no importance matrix, default parameters) of `source`."""
+    import cyllama.llama.llama_cpp as cy
+    cy.disable_logging()
+    params = cy.LlamaModelQuantizeParams()
+    params.ftype = LLAMA_FTYPES[label]
+    params.nthread = n_threads
+    cy.model_quantize(str(source), str(destination), params)

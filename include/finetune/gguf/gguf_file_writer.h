@@ -29,6 +29,7 @@ class GgufFileWriter {
   void add_string(const std::string& key, const std::string& value);
   void add_string_array(const std::string& key, const std::vector<std::string>& values);
   void add_int32_array(const std::string& key, const std::vector<int32_t>& values);
+  void add_float32_array(const std::string& key, const std::vector<float>& values);
 
   // `shape` in PyTorch order (outermost first); GGUF stores it reversed. `bytes` is the tensor's
   // data already encoded as `ggml_type`. Names are unique (an Error otherwise).

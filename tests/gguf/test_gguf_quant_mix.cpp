@@ -1,0 +1,126 @@
+// llama-quantize's per-tensor types (gguf_quant_mix.h) for a 16-layer model with 256-multiple
+// rows, and the fallbacks for rows that are not (the tiny e2e models), as llama-quant.cpp's
+// llama_tensor_get_type chooses them; tests/e2e/test_gguf.py compares whole files with it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "finetune/gguf/gguf_quant_mix.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+std::vector<std::string> model_names(int layers, bool tied) {
+  std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
+  if (!tied) names.push_back("output.weight");
+  for (int i = 0; i < layers; ++i) {
+    for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down", "attn_norm"}) {
+      names.push_back("blk." + std::to_string(i) + "." + t + ".weight");
+    }
+  }
+  std::sort(names.begin(), names.end(), gguf_quantizer_order);
+  return names;
+}
+
+// name -> type for every 2-D tensor (rows of `row_length`), in the quantizer's order.
+std::vector<std::pair<std::string, GgmlType>> types_of(const std::string& mix_name, int layers, bool tied,
+                                                       int64_t row_length) {
+  const auto mix = *gguf_quant_mix(mix_name);
+  const auto names = model_names(layers, tied);
+  auto state = gguf_mix_state(names, layers, false);
+  std::vector<std::pair<std::string, GgmlType>> out;
+  for (const auto& name : names) {
+    const bool norm = name.find("_norm") != std::string::npos;
+    out.emplace_back(name, gguf_mix_tensor_type(mix, state, name, norm ? 1 : row_length, norm ? 1 : 2,
+                                                norm ? GgmlType::kF32 : GgmlType::kF16));
+  }
+  return out;
+}
+
+GgmlType type_of(const std::vector<std::pair<std::string, GgmlType>>& types, const std::string& name) {
+  for (const auto& [n, t] : types) {
+    if (n == name) return t;
+  }
+  ADD_FAILURE() << name;
+  return GgmlType::kF32;
+}
+
+TEST(GgufQuantMix, OrderIsNonLayerByNameThenLayers) {
+  const auto names = model_names(11, false);
+  EXPECT_EQ(names[0], "output.weight");
+  EXPECT_EQ(names[1], "output_norm.weight");
+  EXPECT_EQ(names[2], "token_embd.weight");
+  EXPECT_EQ(names[3], "blk.0.attn_k.weight");
+  EXPECT_EQ(names.back(), "blk.10.ffn_up.weight");  // 10 after 9, numerically
+}
+
+TEST(GgufQuantMix, Q4_K_MUsesMoreBitsOnSomeLayers) {
+  const auto types = types_of("q4_k_m", 16, false, 4096);
+  EXPECT_EQ(type_of(types, "output.weight"), GgmlType::kQ6_K);
+  EXPECT_EQ(type_of(types, "token_embd.weight"), GgmlType::kQ4_K);
+  EXPECT_EQ(type_of(types, "output_norm.weight"), GgmlType::kF32);
+  // use_more_bits(i, 16): i < 2, i >= 14, (i - 2) % 3 == 2
+  for (int i = 0; i < 16; ++i) {
+    const bool more = i < 2 || i >= 14 || (i - 2) % 3 == 2;
+    const auto expected = more ? GgmlType::kQ6_K : GgmlType::kQ4_K;
+    const auto layer = "blk." + std::to_string(i) + ".";
+    EXPECT_EQ(type_of(types, layer + "attn_v.weight"), expected) << i;
+    EXPECT_EQ(type_of(types, layer + "ffn_down.weight"), expected) << i;
+    EXPECT_EQ(type_of(types, layer + "attn_q.weight"), GgmlType::kQ4_K) << i;
+    EXPECT_EQ(type_of(types, layer + "attn_norm.weight"), GgmlType::kF32) << i;
+  }
+}
+
+TEST(GgufQuantMix, TiedEmbeddingsTakeTheOutputType) {
+  EXPECT_EQ(type_of(types_of("q4_0", 2, true, 4096), "token_embd.weight"), GgmlType::kQ6_K);
+  EXPECT_EQ(type_of(types_of("q4_0", 2, false, 4096), "token_embd.weight"), GgmlType::kQ4_0);
+  EXPECT_EQ(type_of(types_of("q5_0", 2, false, 4096), "blk.1.ffn_down.weight"), GgmlType::kQ5_0);
+  EXPECT_EQ(type_of(types_of("q6_k", 2, false, 4096), "blk.1.ffn_down.weight"), GgmlType::kQ6_K);
+}
+
+TEST(GgufQuantMix, RowsNotMultipleOf256FallBack) {
+  const auto q4 = types_of("q4_k_m", 2, false, 64);
+  EXPECT_EQ(type_of(q4, "output.weight"), GgmlType::kQ8_0);
+  EXPECT_EQ(type_of(q4, "blk.0.attn_q.weight"), GgmlType::kQ5_0);
+  EXPECT_EQ(type_of(q4, "blk.0.attn_v.weight"), GgmlType::kQ5_0);  // use_more_bits(0, 2) is false
+  EXPECT_EQ(type_of(q4, "blk.1.attn_v.weight"), GgmlType::kQ8_0);  // use_more_bits(1, 2): Q6_K -> Q8_0
+  EXPECT_EQ(type_of(types_of("q5_k_m", 2, false, 64), "blk.0.attn_q.weight"), GgmlType::kQ5_1);
+  EXPECT_EQ(type_of(types_of("q4_0", 2, false, 64), "output.weight"), GgmlType::kQ8_0);  // Q6_K -> Q8_0
+  EXPECT_THROW(types_of("q6_k", 2, false, 48), Error);    // output.weight: Q8_0 has no fallback
+  EXPECT_THROW(types_of("q4_0", 2, false, 48), Error);  // llama.cpp has no fallback for Q4_0
+
+}
+
+TEST(GgufQuantMix, SeventyBModelsGetQ5_KAttnV) {
+  const auto mix = *gguf_quant_mix("q4_k_m");
+  const auto names = model_names(80, false);
+  auto state = gguf_mix_state(names, 80, gguf_is_70b("llama", 80, 64, 8));
+  std::vector<GgmlType> attn_v;
+  for (const auto& name : names) {
+    const auto type = gguf_mix_tensor_type(mix, state, name, 8192, name.find("_norm") != std::string::npos ? 1 : 2,
+                                           GgmlType::kF16);
+    if (name.find("attn_v") != std::string::npos) attn_v.push_back(type);
+  }
+  ASSERT_EQ(attn_v.size(), 80u);
+  EXPECT_EQ(attn_v[0], GgmlType::kQ6_K);   // use_more_bits(0, 80)
+  EXPECT_EQ(attn_v[10], GgmlType::kQ5_K);  // (10 - 10) % 3 == 0: not more bits, Q4_K -> Q5_K
+  EXPECT_FALSE(gguf_is_70b("llama", 80, 64, 64));  // MHA: LLM_TYPE_65B
+  EXPECT_TRUE(gguf_is_70b("qwen2", 80, 64, 8));
+  EXPECT_FALSE(gguf_is_70b("qwen3", 80, 64, 8));
+}
+
+TEST(GgufQuantMix, NamesAndFileTypes) {
+  EXPECT_EQ(gguf_quant_mix("q4_k_m")->label, "Q4_K_M");
+  EXPECT_EQ(gguf_quant_mix("q4_k_m")->file_type, 15u);
+  EXPECT_EQ(gguf_quant_mix("q5_k_m")->file_type, 17u);
+  EXPECT_EQ(gguf_quant_mix("q6_k")->file_type, 18u);
+  EXPECT_EQ(gguf_quant_mix("q4_0")->file_type, 2u);
+  EXPECT_EQ(gguf_quant_mix("q5_0")->file_type, 8u);
+  EXPECT_FALSE(gguf_quant_mix("q8_0"));
+}
+
+}  // namespace
+}  // namespace finetune
