@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "finetune/util/errors.h"
 #include "finetune/util/sha256.h"
 
@@ -40,6 +42,13 @@ std::string exact(double value) {
   return buffer;
 }
 
+// adapter_config.json's settings without the base model's name: each node may name the same
+// model by another path (--model_name is compared by content above).
+std::string adapter_settings(nlohmann::json adapter_config) {
+  if (adapter_config.is_object()) adapter_config.erase("base_model_name_or_path");
+  return adapter_config.dump();
+}
+
 }  // namespace
 
 std::string directory_fingerprint(const std::string& dir) {
@@ -65,7 +74,7 @@ std::vector<RankSetting> rank_settings_from(const Options& options, const RunIde
   std::vector<RankSetting> settings = {
       {"--model_name", "files " + directory_fingerprint(model_dir)},
       {"--init_adapter", options.init_adapter.empty() ? "none" : "files " + directory_fingerprint(options.init_adapter)},
-      {"the adapter settings (--r, --lora_alpha, --target_modules, ...)", identity.adapter_config.dump()},
+      {"the adapter settings (--r, --lora_alpha, --target_modules, ...)", adapter_settings(identity.adapter_config)},
       {"--dataset", std::to_string(data.samples) + " samples, fingerprint " + data.samples_fingerprint},
       {"--max_seq_length", std::to_string(data.max_seq_length)},
       {"--packing", data.packing ? "true" : "false"},

@@ -148,7 +148,7 @@ def test_missing_config_file_names_it(assets, tmp_path):
 
 def test_help_lists_the_commands():
     proc = expect_success(["--help"])
-    assert proc.stdout.startswith("Usage: finetune [train|eval|generate|chat|export] "), proc.stdout
+    assert proc.stdout.startswith("Usage: finetune [train|eval|generate|chat|export|plot] "), proc.stdout
     for command in ["train", "eval", "generate", "chat", "export"]:
         assert re.search(rf"^  {command} ", proc.stdout, flags=re.MULTILINE), proc.stdout
     assert "finetune COMMAND --help" in proc.stdout

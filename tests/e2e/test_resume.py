@@ -289,7 +289,7 @@ def test_output_dir_of_another_run_is_refused_unless_overwritten(setup, uninterr
     proc = run_launched("single", 1, args)
     assert proc.returncode == 2
     assert "holds another run's files" in proc.stderr and "metrics.jsonl" in proc.stderr
-    assert "11 checkpoint-N directories" in proc.stderr and "--overwrite_output_dir" in proc.stderr
+    assert "12 checkpoint-N directories" in proc.stderr and "--overwrite_output_dir" in proc.stderr
     assert len(metrics(out)) == 4  # nothing was touched
     check_ok(run_launched("single", 1, args + ["--overwrite_output_dir"]), "overwrite")
     assert [m["step"] for m in metrics(out)] == [2]
