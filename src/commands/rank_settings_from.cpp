@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -35,10 +36,14 @@ std::string sampled_digest(const std::filesystem::path& path, std::streamoff siz
   return digest.hex_digest();
 }
 
-// A double as the text that reads back to it (%.17g), so equal values compare equal.
+// The shortest text that reads back to the same double (as Python's repr: 0.0002, not
+// 0.00020000000000000001), so equal values compare equal and messages read as typed.
 std::string exact(double value) {
   char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof buffer, "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
   return buffer;
 }
 

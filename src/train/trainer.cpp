@@ -1,5 +1,7 @@
 #include "finetune/train/trainer.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "finetune/ddp/rank0_agreement.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/micro_step.h"
@@ -94,7 +96,11 @@ void Trainer::load_state(const TrainingState& state) {
   generators_.load_state(state.generators);
 }
 
-bool Trainer::stop_agreed() const { return stop_votes_.defined() && stop_votes_.item<double>() > 0; }
+bool Trainer::stop_agreed() const {
+  if (!stop_votes_.defined()) return false;
+  if (stop_votes_copied_) stop_votes_copied_->synchronize();
+  return stop_votes_.item<double>() > 0;
+}
 
 // Note [Preemption]: every rank is here at the same step boundary, with the same steps done.
 void Trainer::stop_for_preemption(const TrainerHooks& hooks) {
@@ -168,7 +174,15 @@ at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, i
   // would wait for them on the host and leave the GPU idle while the next step is issued.
   if (!model_.device().is_cpu()) counts = counts.pin_memory().to(model_.device(), /*non_blocking=*/true);
   communicator_.all_reduce(counts, "token count of " + step_name(step));
-  stop_votes_ = counts[2];
+  if (model_.device().is_cpu()) {
+    stop_votes_ = counts[2];  // the all-reduce has finished
+  } else {
+    if (!stop_votes_.defined()) stop_votes_ = at::empty({}, at::TensorOptions().dtype(at::kDouble).pinned_memory(true));
+    stop_votes_.copy_(counts[2], /*non_blocking=*/true);
+    const auto* streams = c10::impl::getDeviceGuardImpl(model_.device().type());
+    if (!stop_votes_copied_) stop_votes_copied_.emplace(model_.device().type());
+    stop_votes_copied_->record(streams->getStream(model_.device()));
+  }
   return counts;
 }
 

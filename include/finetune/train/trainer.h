@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Event.h>
+
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/ddp_defaults.h"
@@ -149,9 +151,12 @@ class Trainer {
   ForwardOptions forward_options_;
   BatchLayout layout_;
   at::Tensor loss_scale_;  // undefined: no loss scaling
-  // The last step's all-reduced count of ranks asked to stop (undefined before the first step),
-  // read at the next step boundary: by then its all-reduce has long finished on the device.
+  // The last step's all-reduced count of ranks asked to stop, copied to pinned host memory right
+  // behind its all-reduce (undefined before the first step); read at the next step boundary after
+  // waiting for that copy alone (stop_votes_copied_), never for the rest of the queued work, so
+  // the host keeps running ahead of the device between log lines.
   at::Tensor stop_votes_;
+  std::optional<c10::Event> stop_votes_copied_;
   const std::function<bool()>* stop_requested_ = nullptr;  // the hook of the train() running
   int64_t global_step_ = 0;
   std::string last_checkpoint_;
