@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -14,10 +16,12 @@
 
 namespace finetune::testing {
 
-// lora_dropout > 0 makes the trainer's generators matter.
-inline std::unique_ptr<CausalLM> tiny_lora_model(double lora_dropout = 0.0) {
+// lora_dropout > 0 makes the trainer's generators matter. Deterministic: every call (every rank)
+// builds the same weights from `seed`.
+inline std::unique_ptr<CausalLM> tiny_lora_model(double lora_dropout = 0.0, uint64_t seed = 7,
+                                                 std::vector<std::string> targets = {"q_proj", "v_proj", "down_proj"}) {
   auto model = std::make_unique<CausalLM>(tiny_llama_config({64, 32, 48, 2, 4, 2, 8}), at::kFloat, at::kCPU);
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model->named_parameters()) {
     if (name.find("norm") != std::string::npos) {
@@ -30,7 +34,7 @@ inline std::unique_ptr<CausalLM> tiny_lora_model(double lora_dropout = 0.0) {
   lora.r = 4;
   lora.lora_alpha = 8;
   lora.lora_dropout = lora_dropout;
-  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  lora.target_modules = std::move(targets);
   attach_lora(*model, lora, 3);
   for (auto& [name, tensor] : lora_parameters(*model)) {
     if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.1, generator);
