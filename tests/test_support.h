@@ -62,6 +62,17 @@ std::string error_message(Action&& action) {
   return "";
 }
 
+// Bytes as lower-case hex digits, for comparing encodings with the references' bytes.
+inline std::string hex(const std::string& bytes) {
+  static const char* const kDigits = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes) {
+    out += kDigits[static_cast<uint8_t>(c) >> 4];
+    out += kDigits[static_cast<uint8_t>(c) & 0xF];
+  }
+  return out;
+}
+
 // Every part occurs in `message`.
 inline void expect_contains(const std::string& message, const std::vector<std::string>& parts) {
   for (const std::string& part : parts) {

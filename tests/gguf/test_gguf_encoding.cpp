@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../test_support.h"
 #include "finetune/gguf/gguf_file_writer.h"
 #include "finetune/gguf/gguf_quantize.h"
 #include "finetune/gguf/gguf_tensor_names.h"
@@ -26,15 +27,7 @@ std::vector<float> floats(const uint32_t (&bits)[N]) {
   return out;
 }
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
+using testing::hex;
 
 TEST(GgufEncoding, Q8_0MatchesGgufPy) {
   const auto input = floats(kQ8Input);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../test_support.h"
 #include "finetune/gguf/gguf_quant_blocks.h"
 #include "finetune/gguf/gguf_quantize.h"
 #include "finetune/util/errors.h"
@@ -22,15 +23,7 @@ std::vector<float> input() {
   return out;
 }
 
-std::string hex(const std::string& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
+using testing::hex;
 
 TEST(GgufQuantBlocks, Q4_0MatchesGgufPy) {
   const auto x = input();

@@ -9,21 +9,14 @@
 
 #include <string>
 
+#include "../test_support.h"
 #include "finetune/report/event_proto.h"
 #include "finetune/report/tfrecord.h"
 
 namespace finetune {
 namespace {
 
-std::string hex(const std::string& bytes) {
-  static const char* const kDigits = "0123456789abcdef";
-  std::string out;
-  for (const char c : bytes) {
-    out += kDigits[static_cast<uint8_t>(c) >> 4];
-    out += kDigits[static_cast<uint8_t>(c) & 0xF];
-  }
-  return out;
-}
+using testing::hex;
 
 TEST(TensorBoardRecords, FileVersionEvent) {
   EXPECT_EQ(hex(tfrecord_frame(encode_file_version_event(1700000000.25, "finetune"))),

@@ -2,9 +2,7 @@
 // and the same LoRA gradients on the same samples: padding and packing never change training.
 #include <gtest/gtest.h>
 
-#include <ATen/CPUGeneratorImpl.h>
-
-#include "../model/tiny_config.h"
+#include "trainer_test_model.h"
 #include "finetune/data/batch.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
@@ -15,29 +13,8 @@
 namespace finetune {
 namespace {
 
-ModelConfig tiny_config() { return tiny_llama_config({64, 32, 48, 2, 4, 2, 8}); }
-
-std::unique_ptr<CausalLM> random_model() {
-  auto model = std::make_unique<CausalLM>(tiny_config(), at::kFloat, at::kCPU);
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(7);
-  at::NoGradGuard no_grad;
-  for (auto& [name, parameter] : model->named_parameters()) {
-    if (name.find("norm") != std::string::npos) {
-      parameter.fill_(1.0);
-    } else {
-      parameter.normal_(0.0, 0.2, generator);
-    }
-  }
-  LoraConfig lora;
-  lora.r = 4;
-  lora.lora_alpha = 8;
-  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
-  attach_lora(*model, lora, 3);
-  for (auto& [name, tensor] : lora_parameters(*model)) {
-    if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.1, generator);
-  }
-  return model;
-}
+// The trainer tests' tiny model (its defaults: seed 7, LoRA on q/v/down_proj, no dropout).
+std::unique_ptr<CausalLM> random_model() { return testing::tiny_lora_model(); }
 
 std::vector<Sample> samples() {
   return {{{5, 6, 7, 8, 9}, {-100, -100, 7, 8, 9}},
