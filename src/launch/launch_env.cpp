@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "finetune/launch/slurm_nodelist.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -136,6 +137,21 @@ std::optional<LauncherView> read_slurm(const EnvMap& env) {
   return view;
 }
 
+// Note [Slurm rendezvous]
+// An srun job without MASTER_ADDR meets at the first node of its node list (srun starts task 0
+// there), on MASTER_PORT or else 15000 + the job id's last four digits, so that two jobs sharing a
+// node don't collide on one port. MASTER_ADDR/MASTER_PORT, when set, win.
+void apply_slurm_rendezvous(const EnvMap& env, LaunchEnv& out) {
+  if (!out.master_addr_given && out.multi_node) {
+    if (const auto host = slurm_rank0_host(env)) {
+      out.master_addr = *host;
+      out.master_addr_given = true;
+    }
+  }
+  if (lookup(env, "MASTER_PORT") == nullptr)
+    if (const auto port = slurm_job_port(env)) out.master_port = *port;
+}
+
 std::string describe(const LauncherView& v) {
   return launcher_name(v.launcher) + " says rank " + std::to_string(v.rank) + " of " + std::to_string(v.world_size) +
          " (" + v.rank_var + ", " + v.world_var + ")";
@@ -210,6 +226,8 @@ LaunchEnv launch_env_from(const EnvMap& env) {
     out.master_port = static_cast<int>(value);
   }
   out.multi_node = out.world_size > out.local_world_size;
+  if (out.launcher == Launcher::Slurm) apply_slurm_rendezvous(env, out);
+  out.gloo_socket_ifname = env_value(env, "GLOO_SOCKET_IFNAME");
   // mpirun / PMI jobs may find their rendezvous over MPI instead (dist/rendezvous.h decides).
   const bool mpi_launch = out.launcher == Launcher::OpenMpi || out.launcher == Launcher::Pmi;
   if (out.multi_node && !out.master_addr_given && !mpi_launch)

@@ -6,7 +6,8 @@ binary runs on CPU/Gloo under each launcher's multi-node form:
   (1 and 2 ranks per node);
 * mpirun on node1 with a hostfile of the two addresses, reaching node2 through an rsh agent that
   enters node2's namespace instead of ssh;
-* Slurm's variables (SLURM_PROCID, SLURM_LOCALID, SLURM_NODELIST ...) set by hand, one process per
+* Slurm's variables (SLURM_PROCID, SLURM_LOCALID, SLURM_NODELIST ...) set by hand without MASTER_ADDR
+  (finetune meets on the node list's first node), one process per
   task, as srun would start them.
 
 For each: every rank knows its local rank (local rank 0 of each node downloads, the others wait),
@@ -218,13 +219,6 @@ def start_mpirun(job, cluster, hub, cache_root, args, per_node):
     job.start(first, first.hostname, argv, clean_env(HF_ENDPOINT=hub.url))
 
 
-def expand_first_host(nodelist):
-    """The first host of a Slurm node list ("node[1-2]" -> "node1"), as `scontrol show hostnames
-    $SLURM_JOB_NODELIST | head -n 1` gives it in a batch script."""
-    match = re.fullmatch(r"([^\[,]+)(?:\[(\d+)[^\]]*\])?.*", nodelist)
-    return match.group(1) + (match.group(2) or "")
-
-
 def start_slurm(job, cluster, hub, cache_root, args, per_node):
     nodelist = "node[1-2]"
     port = cluster.fresh_port()
@@ -239,8 +233,8 @@ def start_slurm(job, cluster, hub, cache_root, args, per_node):
                      "SLURM_TASKS_PER_NODE": f"{per_node}(x2)", "SLURM_STEP_TASKS_PER_NODE": f"{per_node}(x2)",
                      "SLURM_NODELIST": nodelist, "SLURM_JOB_NODELIST": nodelist, "SLURM_STEP_NODELIST": nodelist,
                      "SLURMD_NODENAME": node.hostname, "SLURM_CPUS_ON_NODE": 1}
-            env = node_env(cache_root, node, HF_ENDPOINT=hub.url, MASTER_ADDR=expand_first_host(nodelist),
-                           MASTER_PORT=port, **slurm)
+            # No MASTER_ADDR: finetune takes the node list's first node (Note [Slurm rendezvous]).
+            env = node_env(cache_root, node, HF_ENDPOINT=hub.url, MASTER_PORT=port, **slurm)
             job.start(node, f"{node.hostname}.task{rank}", [finetune_bin()] + args, env)
 
 

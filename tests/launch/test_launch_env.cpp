@@ -107,6 +107,11 @@ TEST(LaunchEnvTest, MasterDefaultsAndOverrides) {
   EXPECT_FALSE(e.use_agent_store);
 }
 
+TEST(LaunchEnvTest, GlooSocketIfnameIsCarried) {
+  EXPECT_EQ(launch_env_from({}).gloo_socket_ifname, "");
+  EXPECT_EQ(launch_env_from({{"GLOO_SOCKET_IFNAME", "ib0,ib1"}}).gloo_socket_ifname, "ib0,ib1");
+}
+
 TEST(LaunchEnvTest, TorchrunRestartCount) {
   const EnvMap torchrun{{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
   EXPECT_EQ(launch_env_from(torchrun).restart_count, 0);

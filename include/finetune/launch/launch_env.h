@@ -6,7 +6,8 @@
 //   MPICH / PMI:    PMI_RANK PMI_SIZE MPI_LOCALRANKID (MPI_LOCALNRANKS)
 //   Slurm (srun):   SLURM_PROCID SLURM_NTASKS SLURM_LOCALID (SLURM_NTASKS_PER_NODE)
 //   none:           a single process.
-// Single-node jobs default MASTER_ADDR to 127.0.0.1 and MASTER_PORT to 29500. Partial or
+// Single-node jobs default MASTER_ADDR to 127.0.0.1 and MASTER_PORT to 29500; srun jobs take the
+// first node of their node list and a port from the job id (Note [Slurm rendezvous]). Partial or
 // conflicting variables are an error naming them.
 #pragma once
 
@@ -32,6 +33,7 @@ struct LaunchEnv {
   bool use_agent_store = false;    // torchrun's agent hosts the TCP store; we connect as a client
   int restart_count = 0;           // torchrun's TORCHELASTIC_RESTART_COUNT (0 on the first attempt)
   bool multi_node = false;         // world_size > local_world_size
+  std::string gloo_socket_ifname;  // GLOO_SOCKET_IFNAME: the interfaces Gloo binds to ("" = its choice)
 };
 
 LaunchEnv launch_env_from(const EnvMap& env);
