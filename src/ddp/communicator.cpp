@@ -5,6 +5,7 @@
 
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/ddp_error.h"
+#include "finetune/ddp/network_interfaces.h"
 #include "finetune/ddp/store_bootstrap.h"
 #include "finetune/launch/environment.h"
 #include "finetune/util/log.h"
@@ -82,15 +83,19 @@ std::unique_ptr<Communicator> make_communicator(const LaunchEnv& launch, const a
             (launch.use_agent_store ? " (torchrun agent store)" : ""));
   auto store = connect_store(launch, timeout);
   if (backend == "nccl") return make_nccl_communicator(store, launch, device, options);
-  // One node: every peer is on this host, so bind Gloo to loopback (works without a resolvable
-  // hostname). Several nodes: Gloo's default device binds to this host's address.
-  const std::string gloo_hostname = launch.multi_node ? "" : "127.0.0.1";
-  return make_gloo_communicator(store, launch, gloo_hostname, options);
+  // GLOO_SOCKET_IFNAME, when set, names the interfaces. Otherwise one node: every peer is on this
+  // host, so bind Gloo to loopback (works without a resolvable hostname); several nodes: Gloo's
+  // default device binds to this host's address.
+  GlooDevices devices;
+  devices.interfaces = split_interface_names(launch.gloo_socket_ifname, "GLOO_SOCKET_IFNAME");
+  require_host_interfaces(devices.interfaces, "GLOO_SOCKET_IFNAME");
+  if (!launch.multi_node) devices.hostname = "127.0.0.1";
+  return make_gloo_communicator(store, launch, devices, options);
 }
 
 #ifndef FINETUNE_WITH_GLOO
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>&, const LaunchEnv&,
-                                                     const std::string&, const CommunicatorOptions&) {
+                                                     const GlooDevices&, const CommunicatorOptions&) {
   throw UsageError("distributed backend 'gloo' (CPU) requested but this build has no Gloo headers: install "
                    "libgloo-dev (scripts/setup.sh does) and rebuild, or train on GPUs with NCCL");
 }

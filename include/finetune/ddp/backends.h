@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -13,10 +14,17 @@ namespace finetune {
 
 std::unique_ptr<Communicator> make_local_communicator();
 
-// CPU collectives through c10d::ProcessGroupGloo. `gloo_hostname` is the address the Gloo
-// transport binds to (loopback on one node); empty: Gloo's default device (this host's name).
+// Where the Gloo transport binds: the interfaces named by GLOO_SOCKET_IFNAME (one device each, as
+// torch.distributed does), else `hostname` (loopback on one node), else Gloo's default device (the
+// address this host's name resolves to).
+struct GlooDevices {
+  std::vector<std::string> interfaces;
+  std::string hostname;
+};
+
+// CPU collectives through c10d::ProcessGroupGloo.
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     const LaunchEnv& launch, const std::string& gloo_hostname,
+                                                     const LaunchEnv& launch, const GlooDevices& devices,
                                                      const CommunicatorOptions& options);
 
 // True when this build has CUDA + NCCL (src/ddp/cuda is compiled in).

@@ -83,14 +83,18 @@ class GlooWork : public CollectiveWork {
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                   std::optional<int> store_host, const std::string& gloo_hostname, Milliseconds timeout,
+                   std::optional<int> store_host, const GlooDevices& devices, Milliseconds timeout,
                    const PeerMonitorOptions& monitor_options)
       : rank_(rank), world_size_(world_size), timeout_(timeout), signals_(store, rank, timeout) {
     try {
       auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-      options->devices.push_back(gloo_hostname.empty()
-                                     ? c10d::ProcessGroupGloo::createDefaultDevice()
-                                     : c10d::ProcessGroupGloo::createDeviceForHostname(gloo_hostname));
+      for (const std::string& interface : devices.interfaces)
+        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+      if (options->devices.empty()) {
+        options->devices.push_back(devices.hostname.empty()
+                                       ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                       : c10d::ProcessGroupGloo::createDeviceForHostname(devices.hostname));
+      }
       options->threads = 2;
       // Gloo's rendezvous reads the store with the store's timeout.
       store->setTimeout(timeout);
@@ -177,10 +181,10 @@ class GlooCommunicator : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store,
-                                                     const LaunchEnv& launch, const std::string& gloo_hostname,
+                                                     const LaunchEnv& launch, const GlooDevices& devices,
                                                      const CommunicatorOptions& options) {
   return std::make_unique<GlooCommunicator>(store, launch.rank, launch.world_size, store_host_rank(launch),
-                                            gloo_hostname, timeout_from_seconds(options.timeout_seconds),
+                                            devices, timeout_from_seconds(options.timeout_seconds),
                                             options.peer_monitor);
 }
 

@@ -192,5 +192,45 @@ TEST(MakeCommunicator, MissingStoreServerTimesOut) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 4.0);
 }
 
+// GLOO_SOCKET_IFNAME names the interface Gloo binds to: loopback by name carries the collectives.
+TEST(GlooCommunicator, BindsToTheInterfaceGlooSocketIfnameNames) {
+  const int world = 2;
+  const auto errors = testing::run_ranks_collecting_with(
+      world, 20.0, "gloo",
+      [world](int rank, int port, const CommunicatorOptions& options) {
+        LaunchEnv launch = testing::thread_launch_env(rank, world, port);
+        launch.gloo_socket_ifname = "lo";
+        return make_communicator(launch, at::Device(at::kCPU), options);
+      },
+      [](int rank, Communicator& communicator) {
+        at::Tensor t = at::full({3}, static_cast<double>(rank + 1));
+        communicator.all_reduce(t, "sum over lo");
+        EXPECT_TRUE(t.equal(at::full({3}, 3.0)));
+      });
+  for (const auto& error : errors) EXPECT_FALSE(error) << describe(error);
+}
+
+// A name this host lacks is a usage error naming the variable and the interfaces it has, before
+// Gloo's rendezvous (which would otherwise wait for the timeout).
+TEST(GlooCommunicator, AnUnknownGlooSocketIfnameIsAUsageError) {
+  CommunicatorOptions options;
+  options.backend = "gloo";
+  options.timeout_seconds = 30.0;
+  const int port = testing::free_local_port();
+  LaunchEnv launch = testing::thread_launch_env(0, 2, port);
+  launch.gloo_socket_ifname = "lo,nosuch9";
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    make_communicator(launch, at::Device(at::kCPU), options);
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("GLOO_SOCKET_IFNAME: this host has no network interface 'nosuch9' (it has: "),
+              std::string::npos) << message;
+    EXPECT_NE(message.find("lo"), std::string::npos) << message;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 10.0);
+}
+
 }  // namespace
 }  // namespace finetune
