@@ -12,6 +12,7 @@
 
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
+#include "finetune/util/sha256.h"
 
 namespace finetune {
 namespace {
@@ -188,31 +189,6 @@ std::string timestamp_text(int64_t value, const arrow::TimestampType& type) {
   return text;
 }
 
-std::string base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string text;
-  text.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t triple = static_cast<uint8_t>(bytes[i]) << 16 | static_cast<uint8_t>(bytes[i + 1]) << 8 |
-                            static_cast<uint8_t>(bytes[i + 2]);
-    for (int shift = 18; shift >= 0; shift -= 6) text += kAlphabet[(triple >> shift) & 63];
-  }
-  if (i + 1 == bytes.size()) {
-    const uint32_t single = static_cast<uint8_t>(bytes[i]) << 16;
-    text += kAlphabet[(single >> 18) & 63];
-    text += kAlphabet[(single >> 12) & 63];
-    text += "==";
-  } else if (i + 2 == bytes.size()) {
-    const uint32_t pair = static_cast<uint8_t>(bytes[i]) << 16 | static_cast<uint8_t>(bytes[i + 1]) << 8;
-    text += kAlphabet[(pair >> 18) & 63];
-    text += kAlphabet[(pair >> 12) & 63];
-    text += kAlphabet[(pair >> 6) & 63];
-    text += '=';
-  }
-  return text;
-}
-
 ordered_json number_json(double value) {
   return std::isfinite(value) ? ordered_json(value) : ordered_json(nullptr);
 }
@@ -264,7 +240,7 @@ ordered_json text_json(const arrow::Array& array, int64_t i) {
 
 template <typename ArrayType>
 ordered_json bytes_json(const arrow::Array& array, int64_t i) {
-  return ordered_json(base64(static_cast<const ArrayType&>(array).GetView(i)));
+  return ordered_json(base64_encode(std::string(static_cast<const ArrayType&>(array).GetView(i))));
 }
 
 template <typename ArrayType>
