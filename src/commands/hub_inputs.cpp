@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "finetune/config/data_file_splits.h"
-#include "finetune/config/hf_hub.h"
+#include "finetune/data/data_file_splits.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/launch/environment.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"

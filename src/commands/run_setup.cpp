@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <tuple>
 
-#include "finetune/config/hf_hub.h"
-#include "finetune/config/model_config.h"
+#include "finetune/hub/cache_lookup.h"
+#include "finetune/io/model_config.h"
 #include "finetune/data/dataset_mixture.h"
 #include "finetune/data/raw_text.h"
 #include "finetune/data/sampler.h"

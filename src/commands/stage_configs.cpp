@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "finetune/checkpoint/save_methods.h"
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"

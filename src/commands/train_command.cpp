@@ -13,7 +13,7 @@
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
 #include "finetune/util/run_lock.h"
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/rank_settings_from.h"

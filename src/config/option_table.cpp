@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "finetune/checkpoint/save_methods.h"
-#include "finetune/config/data_file_splits.h"
+#include "finetune/data/data_file_splits.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"

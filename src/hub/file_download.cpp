@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <memory>
 
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/util/log.h"
 
 namespace finetune {

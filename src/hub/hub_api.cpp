@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 
 namespace finetune {
 namespace {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <optional>
 
-#include "finetune/config/data_file_splits.h"
-#include "finetune/config/dataset_source.h"
-#include "finetune/config/hf_hub.h"
+#include "finetune/data/data_file_splits.h"
+#include "finetune/data/dataset_source.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/hub/hub_api.h"
 #include "finetune/hub/hub_cache.h"
 #include "finetune/hub/repo_files.h"

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "../data/byte_tokenizer.h"
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/config/options.h"
 #include "finetune/data/chat_template.h"
 #include "finetune/data/dataset.h"

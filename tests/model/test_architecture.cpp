@@ -9,7 +9,7 @@
 #include <cmath>
 #include <functional>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/model/architecture.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/model/decoder_blocks.h"

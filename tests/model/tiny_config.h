@@ -1,7 +1,7 @@
 // A Llama-family ModelConfig built in code, for tests that need a model but no checkpoint.
 #pragma once
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 
 namespace finetune {
 

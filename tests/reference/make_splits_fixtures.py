@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for dataset split inference (config/data_file_splits.h, config/dataset_source.h).
+"""Reference fixtures for dataset split inference (data/data_file_splits.h, data/dataset_source.h).
 
 Usage: make_splits_fixtures.py OUTDIR
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "finetune/commands/stage_configs.h"
-#include "finetune/config/dataset_source.h"
+#include "finetune/data/dataset_source.h"
 #include "finetune/data/dataset.h"
 #include "finetune/hub/hub_fetch.h"
 #include "finetune/launch/environment.h"
@@ -70,7 +70,7 @@ struct Datasets {
 
 // The files training reads: the split setup.dataset_split of each of setup.datasets (none with
 // setup.raw_text_file), and setup.eval_dataset (a path, hub id or split name of the first dataset:
-// config/dataset_source.h) when given. Cheap (file names only), so commands resolve them before
+// data/dataset_source.h) when given. Cheap (file names only), so commands resolve them before
 // loading the model and a wrong split fails at once.
 struct DataSplits {
   std::vector<DatasetSplit> train;

@@ -69,7 +69,7 @@ ModelStageSetup model_stage_setup_from(const Options& options, Action action);
 struct DataSetup {
   std::vector<std::string> datasets;    // --dataset split at commas
   std::vector<double> dataset_weights;  // one per dataset (all 1 unless --dataset_weights)
-  std::string dataset_split = "train";  // the split of each dataset to train on (config/dataset_source.h)
+  std::string dataset_split = "train";  // the split of each dataset to train on (data/dataset_source.h)
   std::string eval_dataset;             // a path or hub id, or a split of the (first) dataset
   double eval_split = 0;
   uint64_t seed = 3407;      // for the --eval_split hold-out and dataset weights

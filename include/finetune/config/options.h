@@ -65,7 +65,7 @@ struct Options {
   int64_t seed = 3407;
 
   // --- data
-  std::string dataset;               // file, directory or hub id in the local HF cache (config/dataset_source.h)
+  std::string dataset;               // file, directory or hub id in the local HF cache (data/dataset_source.h)
   std::string dataset_split = "train";  // the split of --dataset to train on (HF datasets' file-name rules)
   std::string eval_dataset;          // a file, directory or hub id, or the name of a split of --dataset
   double eval_split = 0.0;           // fraction of the training rows held out for evaluation

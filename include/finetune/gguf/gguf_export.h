@@ -14,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/gguf/gguf_quant_mix.h"
 #include "finetune/gguf/gguf_quantize.h"
 #include "finetune/model/named_tensors.h"

@@ -1,6 +1,6 @@
 // Fetching what a run names by hub id into the cache before anything reads it (huggingface_hub's
 // snapshot_download, limited to the files finetune needs: repo_files.h). Afterwards the cache
-// lookups (config/hf_hub.h, config/dataset_source.h) find everything as if it had been there.
+// lookups (hub/cache_lookup.h, data/dataset_source.h) find everything as if it had been there.
 //   model    repo info for the revision -> the configuration, tokenizer and safetensors files
 //   dataset  repo info of main -> the data files of the wanted splits, as HF datasets splits the
 //            repo; a repo without data files finetune reads (csv, a loading script, ...) -> the same

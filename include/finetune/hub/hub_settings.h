@@ -4,7 +4,7 @@
 //             `hf auth login` writes: HF_TOKEN_PATH, else $HF_HOME/token, else
 //             ~/.cache/huggingface/token. Sent only to the endpoint's host.
 //   offline   HF_HUB_OFFLINE=1 (or TRANSFORMERS_OFFLINE=1): no request at all, only the cache
-//   cache     HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (config/hf_hub.h)
+//   cache     HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub (hub/cache_lookup.h)
 //   timeouts  HF_HUB_ETAG_TIMEOUT (metadata requests) and HF_HUB_DOWNLOAD_TIMEOUT (a download that
 //             moves no byte for that long), 10 s each as in huggingface_hub
 //   deadlines what bounds a request whatever the server does (a byte every few seconds, an

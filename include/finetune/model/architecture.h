@@ -2,7 +2,7 @@
 // (architectures[0], model_type), transformers' defaults for the keys config.json leaves out, and
 // every tensor of a decoder layer as the checkpoint names it, with what the tensor does (its
 // role) and what llama.cpp calls it. The one name table read by config.json dispatch
-// (config/model_config.h), the model's layout and its per-architecture composition
+// (io/model_config.h), the model's layout and its per-architecture composition
 // (decoder_composition.h), weight loading, LoRA target matching, PEFT adapter names, merged
 // export, GGUF tensor names and the option parser's --target_modules.
 // Header-only and LibTorch-free, so the option parser (finetune_base) reads it too.
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {

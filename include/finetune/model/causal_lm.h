@@ -16,7 +16,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/model/architecture.h"
 #include "finetune/model/attention_mask.h"
 #include "finetune/model/decoder_blocks.h"

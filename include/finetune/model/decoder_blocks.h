@@ -11,7 +11,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/model/architecture.h"
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"

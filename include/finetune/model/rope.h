@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 
 namespace finetune {
 

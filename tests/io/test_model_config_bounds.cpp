@@ -7,7 +7,7 @@
 #include <string>
 
 #include "../test_support.h"
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {

@@ -1,6 +1,6 @@
 // config.json -> ModelConfig, with transformers 5.17's per-architecture defaults for absent keys
 // (checked against the Python config classes by tests/reference/make_config_fixtures.py).
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 
 #include <cmath>
 #include <limits>

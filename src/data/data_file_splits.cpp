@@ -1,6 +1,6 @@
 // Split inference as datasets does it (data_file_splits.h); the pattern lists are datasets'
 // DEFAULT_PATTERNS_* and SPLIT_PATTERN_SHARDED, matched with fsspec's glob rules (path_glob.h).
-#include "finetune/config/data_file_splits.h"
+#include "finetune/data/data_file_splits.h"
 
 #include <algorithm>
 #include <map>
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "finetune/config/datasets_file_types.h"
+#include "finetune/data/datasets_file_types.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 #include "path_glob.h"

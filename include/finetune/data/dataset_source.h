@@ -3,7 +3,7 @@
 //             has it)
 //   DIR       a directory, whose splits come from its file names exactly as HF datasets infers
 //             them (data_file_splits.h): a test file is never in the train split
-//   ORG/NAME  a dataset repo in the local Hugging Face cache (hf_hub.h): the refs/main snapshot,
+//   ORG/NAME  a dataset repo in the local Hugging Face cache (hub/cache_lookup.h): the refs/main snapshot,
 //             split like a directory, when it has data files; else the auto-converted Parquet
 //             branch (refs/convert/parquet), split by its <config>/<split>/ directories
 // Accepted: the files of datasets' json, parquet and text builders (the row readers,

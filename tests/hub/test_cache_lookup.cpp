@@ -8,7 +8,7 @@
 #include <fstream>
 #include <functional>
 
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -44,6 +44,12 @@ class HfHubTest : public ::testing::Test {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Commit ids as the hub writes them (refs hold nothing else).
+const std::string kA(40, 'a');
+const std::string kB(40, 'b');
+const std::string kP(40, 'c');
+const std::string kMissing = "deadbeef" + std::string(32, '0');
+
 TEST_F(HfHubTest, LocalDirectoryWins) {
   const std::string local = dir("my_model");
   touch("hub/models--my_model/snapshots/abc/config.json");
@@ -51,11 +57,11 @@ TEST_F(HfHubTest, LocalDirectoryWins) {
 }
 
 TEST_F(HfHubTest, RefsMainPicksTheSnapshot) {
-  touch("hub/models--Qwen--Qwen2.5-0.5B/snapshots/aaa/config.json");
-  touch("hub/models--Qwen--Qwen2.5-0.5B/snapshots/bbb/config.json");
-  touch("hub/models--Qwen--Qwen2.5-0.5B/refs/main", "bbb\n");
+  touch("hub/models--Qwen--Qwen2.5-0.5B/snapshots/" + kA + "/config.json");
+  touch("hub/models--Qwen--Qwen2.5-0.5B/snapshots/" + kB + "/config.json");
+  touch("hub/models--Qwen--Qwen2.5-0.5B/refs/main", kB + "\n");
   EXPECT_EQ(resolve_model_dir("Qwen/Qwen2.5-0.5B", {{"HF_HUB_CACHE", path("hub")}}),
-            path("hub/models--Qwen--Qwen2.5-0.5B/snapshots/bbb"));
+            path("hub/models--Qwen--Qwen2.5-0.5B/snapshots/" + kB));
 }
 
 TEST_F(HfHubTest, CacheRootPrecedence) {
@@ -88,10 +94,32 @@ TEST_F(HfHubTest, ModelNotFoundListsEveryPathTried) {
 }
 
 TEST_F(HfHubTest, RefsMainNamingAMissingSnapshot) {
-  touch("hub/models--org--m/refs/main", "deadbeef");
+  touch("hub/models--org--m/refs/main", kMissing);
   dir("hub/models--org--m/snapshots/other");
   const std::string msg = testing::error_message([&] { resolve_model_dir("org/m", {{"HF_HUB_CACHE", path("hub")}}); });
-  EXPECT_TRUE(contains(msg, "deadbeef") && contains(msg, "refs/main")) << msg;
+  EXPECT_TRUE(contains(msg, kMissing) && contains(msg, "refs/main")) << msg;
+}
+
+TEST_F(HfHubTest, ARefThatIsNotACommitIsRefusedNotFollowed) {
+  // A ref's content becomes a path: "../../.." would leave the cache.
+  dir("hub/models--org--m/snapshots/" + kA);
+  touch("hub/models--org--m/refs/main", "../../../../outside\n");
+  const std::string msg = testing::error_message([&] { resolve_model_dir("org/m", {{"HF_HUB_CACHE", path("hub")}}); });
+  EXPECT_TRUE(contains(msg, path("hub/models--org--m/refs/main")) && contains(msg, "not a commit id")) << msg;
+  EXPECT_TRUE(contains(testing::error_message([&] { cached_snapshot(path("hub/models--org--m"), "main"); }),
+                       "not a commit id"));
+}
+
+TEST_F(HfHubTest, ARevisionThatLeavesRefsIsRefused) {
+  touch("hub/models--org--m/snapshots/" + kA + "/config.json");
+  touch("hub/models--org--secret", kA);
+  for (const char* revision : {"../../models--org--secret", "/etc/passwd", "a/../../b"}) {
+    const std::string msg =
+        testing::error_message([&] { resolve_model_dir("org/m", {{"HF_HUB_CACHE", path("hub")}}, revision); });
+    EXPECT_TRUE(contains(msg, std::string("revision '") + revision + "'")) << msg;
+    EXPECT_TRUE(contains(testing::error_message([&] { cached_snapshot(path("hub/models--org--m"), revision); }),
+                         "not a branch, tag or commit name"));
+  }
 }
 
 TEST_F(HfHubTest, NonHubLocalPathNotFound) {
@@ -112,19 +140,19 @@ TEST_F(HfHubTest, NoCacheConfigured) {
 
 TEST_F(HfHubTest, DatasetSnapshotsOfMainAndTheParquetBranch) {
   // huggingface_hub records revision "refs/convert/parquet" in refs/refs/convert/parquet.
-  dir("hub/datasets--org--d/snapshots/aaa");
-  dir("hub/datasets--org--d/snapshots/ppp");
-  touch("hub/datasets--org--d/refs/main", "aaa");
-  touch("hub/datasets--org--d/refs/refs/convert/parquet", "ppp\n");
+  dir("hub/datasets--org--d/snapshots/" + kA);
+  dir("hub/datasets--org--d/snapshots/" + kP);
+  touch("hub/datasets--org--d/refs/main", kA);
+  touch("hub/datasets--org--d/refs/refs/convert/parquet", kP + "\n");
   std::vector<std::string> tried;
   const auto found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
-  EXPECT_EQ(found.main, path("hub/datasets--org--d/snapshots/aaa"));
-  EXPECT_EQ(found.parquet_export, path("hub/datasets--org--d/snapshots/ppp"));
+  EXPECT_EQ(found.main, path("hub/datasets--org--d/snapshots/" + kA));
+  EXPECT_EQ(found.parquet_export, path("hub/datasets--org--d/snapshots/" + kP));
 }
 
 TEST_F(HfHubTest, WithoutRefsMainTheParquetSnapshotIsNotTakenForMain) {
-  const std::string parquet = dir("hub/datasets--org--d/snapshots/ppp");
-  touch("hub/datasets--org--d/refs/refs/convert/parquet", "ppp");
+  const std::string parquet = dir("hub/datasets--org--d/snapshots/" + kP);
+  touch("hub/datasets--org--d/refs/refs/convert/parquet", kP);
   std::vector<std::string> tried;
   auto found = find_dataset_snapshots("org/d", {{"HF_HUB_CACHE", path("hub")}}, tried);
   EXPECT_EQ(found.parquet_export, parquet);

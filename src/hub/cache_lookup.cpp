@@ -1,10 +1,11 @@
 // Local Hugging Face cache lookup (the layout huggingface_hub writes; never the network).
-#include "finetune/config/hf_hub.h"
+#include "finetune/hub/cache_lookup.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 
+#include "finetune/hub/hub_api.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
@@ -29,14 +30,28 @@ namespace {
 // "refs/convert/parquet" in refs/refs/convert/parquet (file_download.py).
 const char* const kParquetExportRef = "refs/convert/parquet";
 
-// The commit a refs/<revision> file names, or "" when there is no such file.
+// The commit a refs/<revision> file names, or "" when there is no such file. Its content becomes a
+// path (snapshots/<commit>), so anything but a commit id is refused rather than followed.
 std::string read_ref(const fs::path& ref) {
   std::error_code ec;
   if (!fs::is_regular_file(ref, ec)) return "";
   std::ifstream in(ref);
-  std::string revision;
-  std::getline(in, revision);
-  return trim(revision);
+  std::string commit;
+  std::getline(in, commit);
+  commit = trim(commit);
+  if (!is_commit_hash(commit)) {
+    throw Error(ref.string() + ": holds '" + commit.substr(0, 80) + "', not a commit id (40 lowercase hex digits); "
+                "the cache is damaged: delete this file or the repo's cache folder");
+  }
+  return commit;
+}
+
+// A revision names a file under refs/: a repo-relative path without "." or ".." parts.
+void require_safe_revision(const std::string& revision) {
+  if (!is_repo_relative_path(revision)) {
+    throw Error("revision '" + revision + "': not a branch, tag or commit name (it would name a file outside the "
+                "cache's refs/)");
+  }
 }
 
 // The snapshot refs/<revision> names, or "" (with what was looked at appended to `tried`).
@@ -94,6 +109,7 @@ std::string repo_cache_folder(const std::string& cache_root, const std::string& 
 std::string cached_snapshot(const std::string& repo_folder, const std::string& revision) {
   const fs::path repo(repo_folder);
   std::error_code ec;
+  require_safe_revision(revision);
   const std::string commit = is_commit_hash(revision) ? revision : read_ref(repo / "refs" / revision);
   if (commit.empty()) return "";
   const fs::path snapshot = repo / "snapshots" / commit;
@@ -124,6 +140,7 @@ std::string resolve_model_dir(const std::string& model_name, const EnvMap& env, 
   if (fs::exists(model_name, ec))
     throw Error("model " + model_name + ": is a file; expected a model directory (with config.json)");
   if (looks_like_hub_id(model_name) && cache_configured(env, tried)) {
+    require_safe_revision(revision);
     const fs::path repo = repo_cache_folder(hub_cache_root(env), model_name, "models");
     if (is_commit_hash(revision)) {
       const fs::path snapshot = repo / "snapshots" / revision;

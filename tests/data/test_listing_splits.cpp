@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../test_support.h"
-#include "finetune/config/data_file_splits.h"
+#include "finetune/data/data_file_splits.h"
 
 namespace finetune {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "../reference/fixtures.h"
-#include "finetune/config/datasets_file_types.h"
+#include "finetune/data/datasets_file_types.h"
 
 namespace finetune {
 namespace {

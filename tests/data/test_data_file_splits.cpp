@@ -6,7 +6,7 @@
 
 #include "../reference/fixtures.h"
 #include "../test_support.h"
-#include "finetune/config/data_file_splits.h"
+#include "finetune/data/data_file_splits.h"
 
 namespace finetune {
 namespace {

@@ -1,12 +1,12 @@
 // --dataset / --eval_dataset to files (dataset_source.h).
-#include "finetune/config/dataset_source.h"
+#include "finetune/data/dataset_source.h"
 
 #include <algorithm>
 #include <filesystem>
 
-#include "finetune/config/data_file_splits.h"
-#include "finetune/config/datasets_file_types.h"
-#include "finetune/config/hf_hub.h"
+#include "finetune/data/data_file_splits.h"
+#include "finetune/data/datasets_file_types.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/util/json_parse.h"
 #include "finetune/util/errors.h"
 

@@ -15,7 +15,7 @@
 //   4. the builder is that of the most common extension, every split must agree, and only the
 //      builder's files stay (a directory of mostly .jsonl drops its .parquet files).
 // Not read: a README.md `configs:` section, which can name data files explicitly on the hub.
-// tests/config/test_data_file_splits.cpp checks every layout of make_splits_fixtures.py against
+// tests/data/test_data_file_splits.cpp checks every layout of make_splits_fixtures.py against
 // datasets itself.
 #pragma once
 

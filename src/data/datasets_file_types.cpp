@@ -1,7 +1,7 @@
 // datasets' file-name tables (datasets 5.2: packaged_modules/__init__.py, data_files.py) and its
 // choice of builder. See datasets_file_types.h; the tables are compared with datasets' own in
 // tests/config/test_datasets_file_types.cpp.
-#include "finetune/config/datasets_file_types.h"
+#include "finetune/data/datasets_file_types.h"
 
 #include <algorithm>
 #include <map>

@@ -11,7 +11,7 @@
 
 #include "../reference/fixtures.h"
 #include "../test_support.h"
-#include "finetune/config/dataset_source.h"
+#include "finetune/data/dataset_source.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
