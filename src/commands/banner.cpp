@@ -38,7 +38,8 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
   log::info("chat template: " + data.chat_template_description);
   log::info("batch " + std::to_string(shape.per_device_batch) + " per device x " +
             std::to_string(shape.gradient_accumulation_steps) + " accumulation x " + std::to_string(launch.world_size) +
-            " ranks = " + std::to_string(global_batch) + " | " + std::to_string(stream.steps_per_epoch()) +
+            " ranks = " + std::to_string(global_batch) + " | step planning " + step_planning_name(stream.planning()) +
+            " | " + std::to_string(stream.steps_per_epoch()) +
             " steps per epoch, " + std::to_string(shape.total_steps) + " steps, " + std::to_string(shape.warmup_steps) +
             " warmup | optimizer " + shape.optimizer + " | launcher " + launcher_name(launch.launcher));
 }

@@ -88,6 +88,7 @@ std::vector<RankSetting> rank_settings_from(const Options& options, const RunIde
       {"--per_device_train_batch_size", std::to_string(identity.per_device_train_batch_size)},
       {"--gradient_accumulation_steps", std::to_string(identity.gradient_accumulation_steps)},
       {"--seed", std::to_string(identity.seed)},
+      {"--step_planning", options.step_planning},
       {"--max_steps / --num_train_epochs (steps)", std::to_string(trainer.total_steps)},
       {"--learning_rate", exact(trainer.learning_rate)},
       {"--lr_scheduler_type", trainer.schedule.type},

@@ -137,7 +137,8 @@ CommunicatorOptions communicator_options_from(const Options& options) {
   return out;
 }
 
-MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id) {
+MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id,
+                                          bool padding_free) {
   MicroBatchStreamConfig config;
   config.sampler.world_size = launch.world_size;
   config.sampler.rank = launch.rank;
@@ -150,6 +151,8 @@ MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEn
   config.packing = options.packing;
   config.max_seq_length = options.max_seq_length;
   config.pad_token_id = pad_token_id;
+  config.planning = step_planning_from_name(options.step_planning);
+  config.padding_free = padding_free;
   return config;
 }
 

@@ -152,7 +152,7 @@ int run_train(const Options& options, const EnvMap& env) {
     }
 
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
-    const auto stream_config = stream_config_from(options, launch, pad_id);
+    const auto stream_config = stream_config_from(options, launch, pad_id, model.kernel_policy().padding_free_batches);
     const std::string dataset_name = options.dataset.empty() ? options.raw_text_file : options.dataset;
     auto identity = run_identity_from(options, launch, adapter.config);
     identity.data = data_identity(dataset_name, data.train.samples, stream_config);  // Note [Resume identity]
@@ -210,7 +210,8 @@ int run_train(const Options& options, const EnvMap& env) {
                                 {"train_loss", result.train_loss()},  // the run's mean, as HF Trainer reports it
                                 {"tokens", result.tokens},
                                 {"elapsed_s", result.elapsed_s},
-                                {"tokens_per_s", result.tokens_per_second()}};
+                                {"tokens_per_s", result.tokens_per_second()},
+                                {"rank_imbalance", result.mean_rank_imbalance}};  // mean over metrics.jsonl's lines
       if (result.final_eval_loss) summary["eval_loss"] = *result.final_eval_loss;
       if (const auto peak = peak_device_memory_gib(device)) summary["peak_memory_gib"] = *peak;
       summary["outputs"] = run_outputs(run_directory.output_dir, export_setup, gguf_files);

@@ -8,6 +8,7 @@
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/data/data_file_splits.h"
 #include "finetune/data/chat_template.h"
+#include "finetune/data/step_planner.h"
 #include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
@@ -191,6 +192,7 @@ std::vector<OptionRow> build_option_table() {
   for (const auto& target : report_targets()) report_to_names.push_back(target.name);
   const ChoiceSet report_to{report_to_names, {}, integrations};
   const ChoiceSet ddp_backend{{"auto", "nccl", "gloo"}};
+  const ChoiceSet step_planning{step_planning_names()};
 
   return {
       // --- model
@@ -249,6 +251,12 @@ std::vector<OptionRow> build_option_table() {
                 "gradient clipping norm; <= 0 disables clipping"),
       choice_row("lr_scheduler_type", {"training", kTrain}, &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
       int_row("seed", {"training", kTrainAndDecoding}, &Options::seed, 0, "seed for data order and dropout"),
+      choice_row("step_planning", {"training", kTrain}, &Options::step_planning, step_planning,
+                 "how each optimizer step's samples (world x batch x accumulation; packed rows with --packing) "
+                 "are spread over ranks and micro-batches: balanced (ranks balanced by tokens, micro-batches "
+                 "padding-free up to per_device_train_batch_size x max_seq_length tokens) or literal "
+                 "(DistributedSampler's rank r gets samples r, r + world, ...; micro-batches of "
+                 "per_device_train_batch_size samples); the same samples per step either way"),
       bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) +
                    " tokens from CUDA graphs captured once per padded length, for the first " +

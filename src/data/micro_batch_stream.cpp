@@ -1,6 +1,8 @@
+// The rank's stream of optimizer steps (see micro_batch_stream.h).
 #include "finetune/data/micro_batch_stream.h"
 
 #include <algorithm>
+#include <string>
 
 #include "finetune/data/rank_assignment.h"
 #include "finetune/util/errors.h"
@@ -14,7 +16,6 @@ MicroBatchStream::MicroBatchStream(const std::vector<Sample>& samples, MicroBatc
   lengths_.reserve(samples_.size());
   for (const auto& sample : samples_) lengths_.push_back(static_cast<int64_t>(sample.input_ids.size()));
   start_epoch(0);
-  micro_batches_per_epoch_ = static_cast<int64_t>(epoch_batches_.size());
   if (micro_batches_per_epoch_ == 0) {
     throw Error("the training set has fewer rows than one global batch and --dataloader_drop_last is set");
   }
@@ -25,28 +26,14 @@ int64_t MicroBatchStream::steps_per_epoch() const {
   return (micro_batches_per_epoch_ + accumulation - 1) / accumulation;
 }
 
-std::vector<std::vector<std::vector<int64_t>>> MicroBatchStream::packed_micro_batches(int64_t epoch) const {
-  SamplerConfig whole = config_.sampler;  // the epoch order every rank agrees on
-  whole.world_size = 1;
-  whole.rank = 0;
-  whole.drop_last = false;
-  auto rows = pack_samples(rank_indices(whole, epoch), lengths_, config_.max_seq_length);
-  // Best-fit decreasing creates rows longest-first; visiting them in that order would feed every
-  // epoch its longest samples first. With shuffling the rows go in the epoch's own random order.
-  if (config_.sampler.shuffle) {
-    const auto order = epoch_permutation(static_cast<int64_t>(rows.size()), config_.sampler.seed, epoch);
-    std::vector<std::vector<int64_t>> shuffled;
-    shuffled.reserve(rows.size());
-    for (int64_t index : order) shuffled.push_back(std::move(rows[static_cast<size_t>(index)]));
-    rows = std::move(shuffled);
-  }
-  // Note [One rule for ranks]: the rows are dealt like the sampler deals samples.
-  rows = rank_share(rows, config_.sampler.world_size, config_.sampler.rank,
-                    config_.sampler.drop_last ? RankPadding::drop_remainder : RankPadding::wrap_around);
-  std::vector<std::vector<std::vector<int64_t>>> batches;
-  for (auto& row : rows) {
+// A rank's share of the epoch's items (Note [One rule for ranks]) in micro-batches of batch_size.
+std::vector<MicroBatchStream::Rows> MicroBatchStream::rank_share_of(const Rows& items, int rank) const {
+  const Rows share = rank_share(items, config_.sampler.world_size, rank,
+                                config_.sampler.drop_last ? RankPadding::drop_remainder : RankPadding::wrap_around);
+  std::vector<Rows> batches;
+  for (const auto& item : share) {
     if (batches.empty() || static_cast<int64_t>(batches.back().size()) == config_.batch_size) batches.emplace_back();
-    batches.back().push_back(std::move(row));
+    batches.back().push_back(item);
   }
   if (config_.sampler.drop_last && !batches.empty() && static_cast<int64_t>(batches.back().size()) < config_.batch_size) {
     batches.pop_back();
@@ -54,42 +41,117 @@ std::vector<std::vector<std::vector<int64_t>>> MicroBatchStream::packed_micro_ba
   return batches;
 }
 
+std::vector<std::vector<MicroBatchStream::Rows>> MicroBatchStream::packed_micro_batches(int64_t epoch) const {
+  auto rows = pack_samples(epoch_order(config_.sampler, epoch), lengths_, config_.max_seq_length);
+  // Best-fit decreasing creates rows longest-first; visiting them in that order would feed every
+  // epoch its longest samples first. With shuffling the rows go in the epoch's own random order.
+  if (config_.sampler.shuffle) {
+    const auto order = epoch_permutation(static_cast<int64_t>(rows.size()), config_.sampler.seed, epoch);
+    Rows shuffled;
+    shuffled.reserve(rows.size());
+    for (int64_t index : order) shuffled.push_back(std::move(rows[static_cast<size_t>(index)]));
+    rows = std::move(shuffled);
+  }
+  std::vector<std::vector<Rows>> per_rank;
+  for (int rank = 0; rank < config_.sampler.world_size; ++rank) per_rank.push_back(rank_share_of(rows, rank));
+  return per_rank;
+}
+
+std::vector<std::vector<MicroBatchStream::Rows>> MicroBatchStream::sampled_micro_batches(int64_t epoch) const {
+  SamplerConfig sampler = config_.sampler;
+  std::vector<std::vector<Rows>> per_rank;
+  for (int rank = 0; rank < sampler.world_size; ++rank) {
+    sampler.rank = rank;
+    std::vector<Rows> batches;
+    for (const auto& batch : micro_batches(rank_indices(sampler, epoch), config_.batch_size, config_.group_by_length,
+                                           lengths_, sampler.drop_last)) {
+      Rows rows;
+      for (int64_t index : batch) rows.push_back({index});
+      batches.push_back(std::move(rows));
+    }
+    per_rank.push_back(std::move(batches));
+  }
+  return per_rank;
+}
+
 void MicroBatchStream::start_epoch(int64_t epoch) {
   epoch_ = epoch;
-  cursor_ = 0;
-  if (config_.packing) {
-    epoch_batches_ = packed_micro_batches(epoch);
-    return;
-  }
-  const auto indices = rank_indices(config_.sampler, epoch);
-  epoch_batches_.clear();
-  for (const auto& batch : micro_batches(indices, config_.batch_size, config_.group_by_length, lengths_,
-                                         config_.sampler.drop_last)) {
-    std::vector<std::vector<int64_t>> rows;
-    for (int64_t index : batch) rows.push_back({index});
-    epoch_batches_.push_back(std::move(rows));
+  step_ = 0;
+  rank_batches_ = config_.packing ? packed_micro_batches(epoch) : sampled_micro_batches(epoch);
+  micro_batches_per_epoch_ = static_cast<int64_t>(rank_batches_.front().size());
+  for (const auto& batches : rank_batches_) {
+    if (static_cast<int64_t>(batches.size()) != micro_batches_per_epoch_) {
+      throw Error("data stream: ranks got different numbers of micro-batches in epoch " + std::to_string(epoch));
+    }
   }
 }
 
-int64_t MicroBatchStream::steps_into_epoch() const {
-  const auto accumulation = static_cast<size_t>(config_.gradient_accumulation_steps);
-  return static_cast<int64_t>((cursor_ + accumulation - 1) / accumulation);
+void MicroBatchStream::load_state(const MicroBatchStreamState& state) {
+  if (state.epoch < 0 || state.steps_into_epoch < 0) throw Error("data position: negative epoch or step");
+  start_epoch(state.epoch);
+  step_ = std::min(state.steps_into_epoch, steps_per_epoch());
 }
 
-void MicroBatchStream::seek(int64_t epoch, int64_t steps_into_epoch) {
-  if (epoch < 0 || steps_into_epoch < 0) throw Error("data position: negative epoch or step");
-  start_epoch(epoch);
-  const auto wanted = static_cast<uint64_t>(steps_into_epoch) * static_cast<uint64_t>(config_.gradient_accumulation_steps);
-  cursor_ = static_cast<size_t>(std::min<uint64_t>(wanted, epoch_batches_.size()));
+// The step's items in the literal rule's global order: micro-batch by micro-batch, item k of every
+// rank before item k + 1 (Note [One rule for ranks]).
+MicroBatchStream::Rows MicroBatchStream::step_items(int64_t step) const {
+  const int64_t first = step * config_.gradient_accumulation_steps;
+  const int64_t end = std::min(first + config_.gradient_accumulation_steps, micro_batches_per_epoch_);
+  Rows items;
+  for (int64_t m = first; m < end; ++m) {
+    for (int64_t k = 0; k < config_.batch_size; ++k) {
+      for (const auto& batches : rank_batches_) {
+        const Rows& batch = batches[static_cast<size_t>(m)];
+        if (k < static_cast<int64_t>(batch.size())) items.push_back(batch[static_cast<size_t>(k)]);
+      }
+    }
+  }
+  return items;
+}
+
+std::vector<HostBatch> MicroBatchStream::literal_step(int64_t step) const {
+  const auto& batches = rank_batches_[static_cast<size_t>(config_.sampler.rank)];
+  const int64_t first = step * config_.gradient_accumulation_steps;
+  const int64_t end = std::min(first + config_.gradient_accumulation_steps, micro_batches_per_epoch_);
+  std::vector<HostBatch> micro_batches;
+  for (int64_t m = first; m < end; ++m) {
+    micro_batches.push_back(collate_rows(samples_, batches[static_cast<size_t>(m)], config_.pad_token_id));
+  }
+  return micro_batches;
+}
+
+std::vector<HostBatch> MicroBatchStream::balanced_step(int64_t step) const {
+  const Rows items = step_items(step);
+  std::vector<StepItem> planned;
+  StepPlannerConfig planner;
+  planner.world_size = config_.sampler.world_size;
+  planner.padded_rows = !config_.padding_free;
+  planner.token_budget = config_.batch_size * config_.max_seq_length;
+  for (const auto& row : items) {
+    std::vector<int64_t> row_lengths;
+    for (int64_t index : row) row_lengths.push_back(lengths_[static_cast<size_t>(index)]);
+    planned.push_back(packed_row_step_item(row_lengths));
+    // A sample longer than max_seq_length (a --raw_text_file chunk) still fits a micro-batch alone.
+    planner.token_budget = std::max(planner.token_budget, planned.back().tokens);
+  }
+  const StepPlan plan = plan_step_balanced(planned, planner);
+  std::vector<HostBatch> micro_batches;
+  for (const auto& positions : plan[static_cast<size_t>(config_.sampler.rank)]) {
+    if (positions.empty()) {
+      micro_batches.emplace_back();  // zero weight: rows == 0
+      continue;
+    }
+    Rows rows;
+    for (int64_t position : positions) rows.push_back(items[static_cast<size_t>(position)]);
+    micro_batches.push_back(collate_rows(samples_, rows, config_.pad_token_id));
+  }
+  return micro_batches;
 }
 
 std::vector<HostBatch> MicroBatchStream::next_step() {
-  if (cursor_ >= epoch_batches_.size()) start_epoch(epoch_ + 1);
-  std::vector<HostBatch> step;
-  for (int64_t i = 0; i < config_.gradient_accumulation_steps && cursor_ < epoch_batches_.size(); ++i) {
-    step.push_back(collate_rows(samples_, epoch_batches_[cursor_++], config_.pad_token_id));
-  }
-  return step;
+  if (step_ >= steps_per_epoch()) start_epoch(epoch_ + 1);
+  const int64_t step = step_++;
+  return config_.planning == StepPlanning::literal ? literal_step(step) : balanced_step(step);
 }
 
 }  // namespace finetune

@@ -51,16 +51,18 @@ std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) 
   return order;
 }
 
+std::vector<int64_t> epoch_order(const SamplerConfig& config, int64_t epoch) {
+  if (config.num_samples < 0) throw Error("sampler: negative num_samples " + std::to_string(config.num_samples));
+  return config.shuffle ? epoch_permutation(config.num_samples, config.seed, epoch) : identity_order(config.num_samples);
+}
+
 std::vector<int64_t> rank_indices(const SamplerConfig& config, int64_t epoch) {
   if (config.world_size < 1) throw Error("sampler: world_size must be >= 1, got " + std::to_string(config.world_size));
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw Error("sampler: rank " + std::to_string(config.rank) + " outside [0, " +
                 std::to_string(config.world_size) + ")");
   }
-  if (config.num_samples < 0) throw Error("sampler: negative num_samples " + std::to_string(config.num_samples));
-  const int64_t n = config.num_samples;
-  const std::vector<int64_t> order = config.shuffle ? epoch_permutation(n, config.seed, epoch) : identity_order(n);
-  return rank_share(order, config.world_size, config.rank,
+  return rank_share(epoch_order(config, epoch), config.world_size, config.rank,
                     config.drop_last ? RankPadding::drop_remainder : RankPadding::wrap_around);
 }
 

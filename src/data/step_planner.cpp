@@ -13,9 +13,17 @@ namespace {
 
 using Positions = std::vector<int64_t>;
 
-// First-fit decreasing by tokens (ties: the earlier item) into micro-batches of at most `budget`
-// tokens; `positions` is ascending.
-std::vector<Positions> form_micro_batches(Positions positions, const std::vector<StepItem>& items, int64_t budget) {
+// Whether one more item of `tokens` fits a micro-batch that holds `count` items of `used` tokens,
+// the first (longest) of `longest` tokens: items arrive longest first.
+bool fits(const StepPlannerConfig& config, int64_t count, int64_t used, int64_t longest, int64_t tokens) {
+  if (config.padded_rows) return (count + 1) * longest <= config.token_budget;
+  return used + tokens <= config.token_budget;
+}
+
+// First-fit decreasing by tokens (ties: the earlier item) into micro-batches within the budget;
+// `positions` is ascending.
+std::vector<Positions> form_micro_batches(Positions positions, const std::vector<StepItem>& items,
+                                          const StepPlannerConfig& config) {
   std::stable_sort(positions.begin(), positions.end(), [&](int64_t a, int64_t b) {
     return items[static_cast<size_t>(a)].tokens > items[static_cast<size_t>(b)].tokens;
   });
@@ -24,7 +32,11 @@ std::vector<Positions> form_micro_batches(Positions positions, const std::vector
   for (int64_t position : positions) {
     const int64_t tokens = items[static_cast<size_t>(position)].tokens;
     size_t b = 0;
-    while (b < batches.size() && used[b] + tokens > budget) ++b;
+    while (b < batches.size() &&
+           !fits(config, static_cast<int64_t>(batches[b].size()), used[b],
+                 items[static_cast<size_t>(batches[b].front())].tokens, tokens)) {
+      ++b;
+    }
     if (b == batches.size()) {
       batches.emplace_back();
       used.push_back(0);
@@ -38,7 +50,7 @@ std::vector<Positions> form_micro_batches(Positions positions, const std::vector
 double share_cost(const Positions& share, const std::vector<StepItem>& items, const StepPlannerConfig& config) {
   double cost = 0;
   for (int64_t position : share) cost += config.cost.item_cost(items[static_cast<size_t>(position)]);
-  return cost + config.cost.per_micro_batch * static_cast<double>(form_micro_batches(share, items, config.token_budget).size());
+  return cost + config.cost.per_micro_batch * static_cast<double>(form_micro_batches(share, items, config).size());
 }
 
 // Longest processing time first: the costliest item to the least loaded rank (ties: lower rank).
@@ -124,6 +136,23 @@ void pad_to_equal_counts(StepPlan& plan) {
 
 }  // namespace
 
+const std::vector<std::string>& step_planning_names() {
+  static const std::vector<std::string> names = {"balanced", "literal"};
+  return names;
+}
+
+StepPlanning step_planning_from_name(const std::string& name) {
+  const auto& names = step_planning_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<StepPlanning>(i);
+  }
+  throw Error("step planning: unknown planning \"" + name + "\" (balanced or literal)");
+}
+
+const std::string& step_planning_name(StepPlanning planning) {
+  return step_planning_names().at(static_cast<size_t>(planning));
+}
+
 StepItem sample_step_item(int64_t length) { return {length, length * length}; }
 
 StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths) {
@@ -148,7 +177,7 @@ StepPlan plan_step_balanced(const std::vector<StepItem>& items, const StepPlanne
   for (size_t round = 0; round < max_rounds && improve_once(shares, costs, items, config); ++round) {
   }
   StepPlan plan;
-  for (const auto& share : shares) plan.push_back(form_micro_batches(share, items, config.token_budget));
+  for (const auto& share : shares) plan.push_back(form_micro_batches(share, items, config));
   pad_to_equal_counts(plan);
   return plan;
 }

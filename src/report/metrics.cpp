@@ -11,7 +11,8 @@ std::string metrics_json_line(const StepMetrics& m) { return metrics_json(m).dum
 nlohmann::json metrics_json(const StepMetrics& m) {
   nlohmann::json json = {{"step", m.step},       {"epoch", m.epoch},         {"loss", m.loss},
                          {"lr", m.lr},           {"grad_norm", m.grad_norm}, {"tokens", m.tokens},
-                         {"tokens_per_s", m.tokens_per_s}, {"elapsed_s", m.elapsed_s}};
+                         {"tokens_per_s", m.tokens_per_s}, {"elapsed_s", m.elapsed_s},
+                         {"rank_imbalance", m.rank_imbalance}};
   if (m.eval_loss) json["eval_loss"] = *m.eval_loss;
   return json;
 }

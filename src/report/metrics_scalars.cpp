@@ -20,6 +20,7 @@ std::vector<ScalarValue> step_scalars(const StepMetrics& m) {
       {tensorboard_tag("num_input_tokens_seen"), static_cast<double>(m.tokens)},
       {tensorboard_tag("tokens_per_second"), m.tokens_per_s},
       {tensorboard_tag("elapsed_s"), m.elapsed_s},
+      {tensorboard_tag("rank_imbalance"), m.rank_imbalance},
   };
   if (m.eval_loss) scalars.push_back({tensorboard_tag("eval_loss"), *m.eval_loss});
   return scalars;

@@ -11,9 +11,10 @@ LogWindow::LogWindow(const at::Device& device)
       window_tokens_(at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))),
       window_start_(std::chrono::steady_clock::now()) {}
 
-void LogWindow::add_step(const at::Tensor& loss, const at::Tensor& tokens) {
+void LogWindow::add_step(const at::Tensor& loss, const at::Tensor& tokens, const at::Tensor& rank_tokens) {
   window_losses_.push_back(loss);
   window_tokens_ += tokens;
+  last_rank_tokens_ = rank_tokens;
 }
 
 void LogWindow::restart_clock() { window_start_ = std::chrono::steady_clock::now(); }
@@ -27,12 +28,28 @@ StepMetrics LogWindow::close(StepMetrics line) {
   line.tokens = logged_tokens_;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
   line.tokens_per_s = static_cast<double>(tokens) / std::max(1e-9, seconds);
+  if (last_rank_tokens_.defined()) {
+    const auto rank_tokens = last_rank_tokens_.cpu();
+    const double mean = rank_tokens.mean().item<double>();
+    line.rank_imbalance = mean > 0 ? rank_tokens.max().item<double>() / mean : 1.0;
+  }
   for (int64_t i = 0; i < losses.size(0); ++i) logged_losses_.push_back(losses[i].item<double>());
   history_.push_back(metrics_json(line));
   window_losses_.clear();
   window_tokens_.zero_();
   restart_clock();
   return line;
+}
+
+double LogWindow::mean_rank_imbalance() const {
+  double sum = 0;
+  int64_t lines = 0;
+  for (const auto& line : history_) {
+    if (!line.contains("rank_imbalance")) continue;
+    sum += line["rank_imbalance"].get<double>();
+    ++lines;
+  }
+  return lines > 0 ? sum / static_cast<double>(lines) : 1.0;
 }
 
 MetricsState LogWindow::state() const {

@@ -41,6 +41,9 @@ ForwardOptions training_forward(const TrainerConfig& config) {
 
 std::string step_name(int64_t step) { return "step " + std::to_string(step); }
 
+// Trainer::global_counts' layout: normaliser, non-padding tokens, stop votes, then each rank's tokens.
+constexpr int64_t kRankTokensOffset = 3;
+
 }  // namespace
 
 double TrainResult::train_loss() const {
@@ -78,7 +81,7 @@ TrainingState Trainer::state() const {
   TrainingState state;
   state.global_step = global_step_;
   state.total_steps = config_.total_steps;
-  state.position = data_position(stream_);
+  state.position = stream_.state();
   state.metrics = window_.state();
   state.optimizer = optimizer_->state();
   if (scaler_) state.loss_scaler = scaler_->state();
@@ -91,7 +94,7 @@ void Trainer::load_state(const TrainingState& state) {
   last_checkpoint_ = state.source_dir;
   optimizer_->load_state(state.optimizer);
   if (scaler_ && state.loss_scaler) scaler_->load_state(*state.loss_scaler);  // else HF: init_scale
-  seek_data_position(stream_, state.position);
+  stream_.load_state(state.position);
   window_.load_state(state.metrics);
   generators_.load_state(state.generators);
 }
@@ -145,18 +148,22 @@ TrainResult Trainer::train(const TrainerHooks& hooks) {
 }
 
 Trainer::StepOutcome Trainer::train_step(int64_t step) {
+  // Every rank gets as many micro-batches (data/micro_batch_stream.h), so prepare_for_backward()
+  // and finalize() pair up across ranks; an empty one has zero weight and runs nothing (finalize()
+  // reduces what the rank's earlier micro-batches accumulated).
   const auto micro_batches = stream_.next_step();
-  const auto counts = global_counts(micro_batches, step);  // (normaliser, non-padding tokens)
+  const auto counts = global_counts(micro_batches, step);  // (normaliser, non-padding tokens, stop votes, per rank)
   const auto normaliser = counts[0].to(at::kFloat);
   auto loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     reducer_.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
+    if (micro_batches[i].rows == 0) continue;
     loss_sum += forward_backward(micro_batches[i], normaliser).to(at::kDouble);
   }
   reducer_.finalize();
   const StepOutcome outcome = update_parameters();
   communicator_.all_reduce(loss_sum, "loss of " + step_name(step));
-  window_.add_step(loss_sum / counts[0], counts[1]);
+  window_.add_step(loss_sum / counts[0], counts[1], counts.narrow(0, kRankTokensOffset, communicator_.world_size()));
   return outcome;
 }
 
@@ -164,12 +171,19 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
 at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, int64_t step) {
   double normaliser = 0, real_tokens = 0;
   for (const auto& batch : micro_batches) {
+    if (batch.rows == 0) continue;  // a zero-weight micro-batch
     normaliser += objective_.normaliser_share(batch);
     real_tokens += static_cast<double>(batch.real_tokens);
   }
-  // The third count: ranks asked to stop (Note [Preemption]), agreed on with the step's tokens.
+  // The third count: ranks asked to stop (Note [Preemption]), agreed on with the step's tokens;
+  // then one slot per rank, each rank's own tokens (the sum gathers them: rank_imbalance).
   const double stop_vote = stop_requested_ != nullptr && (*stop_requested_)() ? 1.0 : 0.0;
-  auto counts = at::tensor({normaliser, real_tokens, stop_vote}, at::TensorOptions().dtype(at::kDouble));
+  auto counts = at::zeros({kRankTokensOffset + communicator_.world_size()}, at::TensorOptions().dtype(at::kDouble));
+  auto slots = counts.accessor<double, 1>();
+  slots[0] = normaliser;
+  slots[1] = real_tokens;
+  slots[2] = stop_vote;
+  slots[kRankTokensOffset + communicator_.rank()] = real_tokens;
   // From pinned memory the copy is queued behind the previous step's kernels; a pageable copy
   // would wait for them on the host and leave the GPU idle while the next step is issued.
   if (!model_.device().is_cpu()) counts = counts.pin_memory().to(model_.device(), /*non_blocking=*/true);
@@ -260,6 +274,7 @@ void Trainer::finish(const TrainerHooks& hooks, TrainResult& result) {
   finite_.check(last_good_state());
   result.step_losses = window_.logged_step_losses();
   result.tokens = window_.logged_tokens();
+  result.mean_rank_imbalance = window_.mean_rank_imbalance();
   result.last_checkpoint = last_checkpoint_;
   result.elapsed_s = seconds_since(start_);
   const bool final_eval = hooks.evaluate && !every(config_.eval_steps, config_.total_steps);

@@ -17,12 +17,6 @@ void hash_value(uint64_t& hash, int64_t value) {
 
 }  // namespace
 
-DataPosition data_position(const MicroBatchStream& stream) { return {stream.epoch(), stream.steps_into_epoch()}; }
-
-void seek_data_position(MicroBatchStream& stream, const DataPosition& position) {
-  stream.seek(position.epoch, position.steps_into_epoch);
-}
-
 std::string samples_fingerprint(const std::vector<Sample>& samples) {
   uint64_t hash = kFnvOffset;
   hash_value(hash, static_cast<int64_t>(samples.size()));

@@ -12,6 +12,7 @@
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/data/chat_template.h"
+#include "finetune/data/step_planner.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/model/device_selection.h"
@@ -54,6 +55,18 @@ TEST(OptionConsumers, DtypeSpellingsMeanTheSameToParserAndModel) {
   EXPECT_EQ(select_dtype("auto", at::kCPU), at::kFloat);
   EXPECT_THROW(select_dtype("float8", at::kCPU), UsageError);
   EXPECT_THROW(parse_train({"--dtype", "float8"}), UsageError);
+}
+
+TEST(OptionConsumers, StepPlanningNamesMeanTheSameToParserAndStream) {
+  EXPECT_EQ(spec_of("step_planning").choices, step_planning_names());
+  EXPECT_EQ(parse_train({}).options.step_planning, "balanced");
+  for (const auto& name : step_planning_names()) {
+    const auto parsed = parse_train({"--step_planning", name}).options.step_planning;
+    EXPECT_EQ(parsed, name);
+    EXPECT_EQ(step_planning_name(step_planning_from_name(parsed)), name);
+  }
+  EXPECT_THROW(parse_train({"--step_planning", "greedy"}), UsageError);
+  EXPECT_THROW(step_planning_from_name("greedy"), Error);
 }
 
 TEST(OptionConsumers, ChatTemplateNamesMeanTheSameToParserAndData) {

@@ -29,7 +29,7 @@ Options non_default_options() {
                            "out", "--ddp_check_consistency_steps", "10", "--ddp_bucket_cap_mb", "4",
                            "--ddp_find_unused_parameters", "--profile_start_step", "2", "--profile_steps", "5",
                            "--save_model", "--save_method", "lora", "--save_path", "merged",
-                           "--dataset_split", "validation"})
+                           "--dataset_split", "validation", "--step_planning", "literal"})
       .options;
 }
 
@@ -143,7 +143,7 @@ TEST(StageConfigs, StreamConfigTakesTheRankFromTheLaunch) {
   LaunchEnv launch;
   launch.rank = 2;
   launch.world_size = 4;
-  const auto config = stream_config_from(non_default_options(), launch, /*pad_token_id=*/17);
+  const auto config = stream_config_from(non_default_options(), launch, /*pad_token_id=*/17, /*padding_free=*/true);
   EXPECT_EQ(config.sampler.rank, 2);
   EXPECT_EQ(config.sampler.world_size, 4);
   EXPECT_EQ(config.sampler.seed, 11u);
@@ -155,6 +155,9 @@ TEST(StageConfigs, StreamConfigTakesTheRankFromTheLaunch) {
   EXPECT_TRUE(config.packing);
   EXPECT_EQ(config.max_seq_length, 512);
   EXPECT_EQ(config.pad_token_id, 17);
+  EXPECT_EQ(config.planning, StepPlanning::literal);
+  EXPECT_TRUE(config.padding_free);
+  EXPECT_EQ(stream_config_from(parse_train({}).options, launch, 0, false).planning, StepPlanning::balanced);
 }
 
 TEST(StageConfigs, TrainerConfig) {

@@ -1,7 +1,10 @@
-// MicroBatchStream: the rank's optimizer steps, packed or not, and resuming.
+// MicroBatchStream: the rank's optimizer steps, packed or not, planned literally or balanced, and
+// resuming.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/data/rank_assignment.h"
@@ -64,15 +67,17 @@ TEST(MicroBatchStreamPacking, ShuffledRowsCoverEverySampleOnceAndAreNotLongestFi
 
 
 // Resuming: a stream moved to (epoch, steps into it) yields exactly what the uninterrupted
-// stream yields from that point on, across an epoch boundary, packed or not.
-TEST(MicroBatchStream, SeekContinuesExactlyWhereTheStreamWas) {
+// stream yields from that point on, across an epoch boundary, packed or not, planned either way.
+TEST(MicroBatchStream, LoadStateContinuesExactlyWhereTheStreamWas) {
   std::vector<Sample> samples;
   for (int i = 0; i < 23; ++i) {
     const int length = 3 + (i * 7) % 11;
     samples.push_back({std::vector<int32_t>(length, i + 1), std::vector<int32_t>(length, i + 1)});
   }
-  for (bool packing : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool packing = variant % 2 == 1;
     MicroBatchStreamConfig config;
+    config.planning = variant < 2 ? StepPlanning::literal : StepPlanning::balanced;
     config.sampler = {0, 2, 1, /*seed=*/5, /*shuffle=*/true, /*drop_last=*/false};
     config.batch_size = 2;
     config.gradient_accumulation_steps = 2;
@@ -84,7 +89,7 @@ TEST(MicroBatchStream, SeekContinuesExactlyWhereTheStreamWas) {
       MicroBatchStream original(samples, config);
       for (int64_t s = 0; s < stop; ++s) original.next_step();
       MicroBatchStream resumed(samples, config);
-      resumed.seek(original.epoch(), original.steps_into_epoch());
+      resumed.load_state(original.state());
       for (int64_t s = stop; s < total; ++s) {
         const auto want = original.next_step();
         const auto got = resumed.next_step();
@@ -99,7 +104,7 @@ TEST(MicroBatchStream, SeekContinuesExactlyWhereTheStreamWas) {
 }
 
 // Note [One rule for ranks]: packed rows are dealt to ranks as the sampler deals samples (wrap
-// padding to a multiple of the world size, rank r takes rows r, r + world, ...).
+// padding to a multiple of the world size, rank r takes rows r, r + world, ...): literal planning.
 TEST(MicroBatchStreamPacking, RowsAreDealtByTheRankRule) {
   std::vector<Sample> samples;
   for (int32_t i = 0; i < 29; ++i) {
@@ -109,6 +114,7 @@ TEST(MicroBatchStreamPacking, RowsAreDealtByTheRankRule) {
   const auto rows_of = [&](int world, int rank) {
     MicroBatchStreamConfig config;
     config.sampler = {0, world, rank, /*seed=*/3, /*shuffle=*/true, /*drop_last=*/false};
+    config.planning = StepPlanning::literal;
     config.batch_size = 1;
     config.packing = true;
     config.max_seq_length = 20;
@@ -127,6 +133,104 @@ TEST(MicroBatchStreamPacking, RowsAreDealtByTheRankRule) {
           << "world " << world << " rank " << rank;
     }
   }
+}
+
+// The samples of each micro-batch row of `batch` (each sample's tokens are its index + 1).
+std::vector<int64_t> samples_in(const HostBatch& batch) {
+  std::vector<int64_t> found;
+  for (int64_t row = 0; row < batch.rows; ++row) {
+    int64_t start = row * batch.seq_len;
+    for (int64_t length : batch.sample_lengths[static_cast<size_t>(row)]) {
+      found.push_back(batch.input_ids[static_cast<size_t>(start)] - 1);
+      start += length;
+    }
+  }
+  return found;
+}
+
+// Balanced planning moves a step's items between ranks and micro-batches and nothing else: every
+// step holds the samples the literal rule gives it (as a multiset over all ranks: wrap padding may
+// repeat one), ranks get equally many micro-batches, and each micro-batch stays within the token
+// budget (padding-free: its tokens; padded: rows x longest row).
+TEST(MicroBatchStreamPlanning, BalancedStepsHoldTheLiteralStepsSamples) {
+  std::vector<Sample> samples;
+  for (int32_t i = 0; i < 37; ++i) {
+    const int32_t length = 2 + (i * 11) % 29;
+    samples.push_back({std::vector<int32_t>(length, i + 1), std::vector<int32_t>(length, i + 1)});
+  }
+  for (int world : {1, 2, 3}) {
+    for (int variant = 0; variant < 16; ++variant) {
+      MicroBatchStreamConfig config;
+      config.sampler = {0, world, 0, /*seed=*/9, /*shuffle=*/true, /*drop_last=*/(variant & 1) != 0};
+      config.packing = (variant & 2) != 0;
+      config.group_by_length = (variant & 4) != 0;
+      config.padding_free = (variant & 8) != 0;
+      config.batch_size = 2;
+      config.gradient_accumulation_steps = 3;
+      config.max_seq_length = 32;
+      SCOPED_TRACE("world " + std::to_string(world) + " variant " + std::to_string(variant));
+      std::vector<MicroBatchStream> literal, balanced;
+      for (int rank = 0; rank < world; ++rank) {
+        config.sampler.rank = rank;
+        config.planning = StepPlanning::literal;
+        literal.emplace_back(samples, config);
+        config.planning = StepPlanning::balanced;
+        balanced.emplace_back(samples, config);
+      }
+      const int64_t budget = config.batch_size * config.max_seq_length;
+      for (int64_t step = 0; step < 2 * literal[0].steps_per_epoch() + 1; ++step) {
+        std::map<int64_t, int> want, got;
+        size_t micro_batches = 0;
+        for (int rank = 0; rank < world; ++rank) {
+          for (const auto& batch : literal[static_cast<size_t>(rank)].next_step()) {
+            for (int64_t sample : samples_in(batch)) ++want[sample];
+          }
+          const auto planned = balanced[static_cast<size_t>(rank)].next_step();
+          if (rank == 0) micro_batches = planned.size();
+          EXPECT_EQ(planned.size(), micro_batches) << "step " << step << ": ranks agree on the micro-batches";
+          for (const auto& batch : planned) {
+            for (int64_t sample : samples_in(batch)) ++got[sample];
+            EXPECT_LE(config.padding_free ? batch.real_tokens : batch.rows * batch.seq_len, budget);
+          }
+        }
+        ASSERT_EQ(got, want) << "step " << step;
+        EXPECT_EQ(balanced[0].state().steps_into_epoch, literal[0].state().steps_into_epoch);
+      }
+    }
+  }
+}
+
+// At the seed setting (batch 1, accumulation 4) balanced planning gives each rank its share of a
+// step's samples as one padding-free micro-batch when they fit the budget, and pads the ranks
+// that need fewer micro-batches with empty ones.
+TEST(MicroBatchStreamPlanning, SeedSettingBecomesOneMicroBatchPerRank) {
+  std::vector<Sample> samples;
+  for (int32_t i = 0; i < 16; ++i) {
+    const int32_t length = 20 + (i * 37) % 90;
+    samples.push_back({std::vector<int32_t>(length, i + 1), std::vector<int32_t>(length, i + 1)});
+  }
+  MicroBatchStreamConfig config;
+  config.sampler = {0, 2, 0, /*seed=*/1, /*shuffle=*/true, /*drop_last=*/false};
+  config.gradient_accumulation_steps = 4;
+  config.max_seq_length = 512;
+  config.padding_free = true;
+  for (int rank = 0; rank < 2; ++rank) {
+    config.sampler.rank = rank;
+    MicroBatchStream stream(samples, config);
+    const auto step = stream.next_step();
+    ASSERT_EQ(step.size(), 1u);
+    EXPECT_EQ(step[0].rows, 4);
+  }
+  config.max_seq_length = 110;  // now no two of the longer samples share a micro-batch
+  std::vector<size_t> counts;
+  for (int rank = 0; rank < 2; ++rank) {
+    config.sampler.rank = rank;
+    MicroBatchStream stream(samples, config);
+    const auto step = stream.next_step();
+    counts.push_back(step.size());
+    EXPECT_EQ(step.front().rows > 0, true) << "empty micro-batches come last";
+  }
+  EXPECT_EQ(counts[0], counts[1]);
 }
 
 }  // namespace

@@ -24,7 +24,8 @@ import tiny_models
 # metrics.jsonl field -> TensorBoard tag (report/metrics_scalars.h: HF's log key, then rewrite_logs).
 STEP_TAGS = {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr": "train/learning_rate",
              "epoch": "train/epoch", "tokens": "train/num_input_tokens_seen",
-             "tokens_per_s": "train/tokens_per_second", "elapsed_s": "train/elapsed_s", "eval_loss": "eval/loss"}
+             "tokens_per_s": "train/tokens_per_second", "elapsed_s": "train/elapsed_s", "eval_loss": "eval/loss",
+             "rank_imbalance": "train/rank_imbalance"}
 # End-of-run summary field -> tag (HF's train_loss / train_runtime / train_tokens_per_second).
 SUMMARY_TAGS = {"train_loss": "train/train_loss", "elapsed_s": "train/train_runtime",
                 "tokens_per_s": "train/train_tokens_per_second"}

@@ -29,11 +29,11 @@ TEST(MetricsScalars, RewriteLogsRule) {
 TEST(MetricsScalars, EveryNumericFieldOfALogLine) {
   StepMetrics m;
   m.step = 7, m.epoch = 0.5, m.loss = 2.25, m.lr = 1e-4, m.grad_norm = 0.75, m.tokens = 1234, m.tokens_per_s = 99.5,
-  m.elapsed_s = 3.5;
+  m.elapsed_s = 3.5, m.rank_imbalance = 1.25;
   const std::vector<std::pair<std::string, double>> train = {
       {"train/loss", 2.25},          {"train/grad_norm", 0.75},         {"train/learning_rate", 1e-4},
       {"train/epoch", 0.5},          {"train/num_input_tokens_seen", 1234}, {"train/tokens_per_second", 99.5},
-      {"train/elapsed_s", 3.5}};
+      {"train/elapsed_s", 3.5},      {"train/rank_imbalance", 1.25}};
   EXPECT_EQ(pairs(step_scalars(m)), train);
   m.eval_loss = 1.75;
   auto with_eval = train;

@@ -15,8 +15,9 @@ namespace {
 
 using testing::TempDir;
 
-MicroBatchStreamConfig stream_config() {
+MicroBatchStreamConfig stream_config(StepPlanning planning = StepPlanning::balanced) {
   MicroBatchStreamConfig config;
+  config.planning = planning;
   config.sampler.seed = 5;
   config.sampler.shuffle = true;
   config.batch_size = 2;
@@ -24,8 +25,8 @@ MicroBatchStreamConfig stream_config() {
   return config;
 }
 
-// 10 samples, 2 x 2 per step: steps of 2, 2 and 1 micro-batches per epoch, so 4 steps cross an
-// epoch boundary.
+// 10 samples, 2 x 2 per step: steps of 4, 4 and 2 samples per epoch, so 4 steps cross an epoch
+// boundary.
 TrainerConfig trainer_config(const std::string& output_dir) {
   TrainerConfig config;
   config.total_steps = 4;
@@ -40,12 +41,13 @@ TrainerConfig trainer_config(const std::string& output_dir) {
 // One run's inputs: a fresh tiny model with LoRA dropout (the generators matter), the samples and
 // a world of one.
 struct TrainingRun {
+  explicit TrainingRun(StepPlanning planning = StepPlanning::balanced) : stream{samples, stream_config(planning)} {}
   TempDir output{"trainer"};
   std::unique_ptr<CausalLM> model = testing::tiny_lora_model(/*lora_dropout=*/0.2);
   NamedTensors trainable = lora_parameters(*model);
   std::vector<Sample> samples = testing::tiny_samples(10);
   std::unique_ptr<Communicator> communicator = make_communicator(LaunchEnv{}, at::kCPU, CommunicatorOptions{});
-  MicroBatchStream stream{samples, stream_config()};
+  MicroBatchStream stream;
   CausalLmObjective objective;
   TrainerConfig config = trainer_config(output.str());
 };
@@ -141,31 +143,37 @@ TEST(Trainer, StateSurvivesALoadIntoAFreshTrainer) {
   EXPECT_TRUE(at::equal(again.generators[0].cpu, state.generators[0].cpu));
 }
 
-// Note [Global token normalisation]: the logged loss of a step of two micro-batches is the summed
-// cross-entropy over both, divided by the step's trained tokens.
+// Note [Global token normalisation]: the logged loss of a step of two micro-batches (literal
+// planning; balanced plans the step's 4 samples as one) is the summed cross-entropy over them,
+// divided by the step's trained tokens.
 TEST(Trainer, StepLossIsTheCrossEntropyOverShiftedLabelsPerGlobalToken) {
-  TrainingRun run;
-  run.model = testing::tiny_lora_model(/*lora_dropout=*/0.0);  // a deterministic forward to compare with
-  run.trainable = lora_parameters(*run.model);
-  run.config.total_steps = 1;
-  MicroBatchStream preview(run.samples, stream_config());
-  double loss_sum = 0, tokens = 0;
-  {
-    at::NoGradGuard no_grad;
-    for (const auto& host : preview.next_step()) {
-      const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
-      const auto hidden = run.model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, ForwardOptions{});
-      const auto logits = run.model->lm_head(hidden).to(at::kFloat).reshape({-1, run.model->config().vocab_size});
-      loss_sum += at::cross_entropy_loss(logits, shift_labels(batch.labels).reshape(-1), std::nullopt,
-                                         at::Reduction::Sum, kIgnoreIndex)
-                      .item<double>();
-      tokens += static_cast<double>(host.trainable_tokens);
+  for (StepPlanning planning : {StepPlanning::literal, StepPlanning::balanced}) {
+    SCOPED_TRACE(step_planning_name(planning));
+    TrainingRun run(planning);
+    run.model = testing::tiny_lora_model(/*lora_dropout=*/0.0);  // a deterministic forward to compare with
+    run.trainable = lora_parameters(*run.model);
+    run.config.total_steps = 1;
+    MicroBatchStream preview(run.samples, stream_config(planning));
+    EXPECT_EQ(MicroBatchStream(run.samples, stream_config(planning)).next_step().size(),
+              planning == StepPlanning::literal ? 2u : 1u);
+    double loss_sum = 0, tokens = 0;
+    {
+      at::NoGradGuard no_grad;
+      for (const auto& host : preview.next_step()) {
+        const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+        const auto hidden = run.model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, ForwardOptions{});
+        const auto logits = run.model->lm_head(hidden).to(at::kFloat).reshape({-1, run.model->config().vocab_size});
+        loss_sum += at::cross_entropy_loss(logits, shift_labels(batch.labels).reshape(-1), std::nullopt,
+                                           at::Reduction::Sum, kIgnoreIndex)
+                        .item<double>();
+        tokens += static_cast<double>(host.trainable_tokens);
+      }
     }
+    const auto result =
+        Trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective).train({});
+    ASSERT_EQ(result.step_losses.size(), 1u);
+    EXPECT_NEAR(result.step_losses[0], loss_sum / tokens, 1e-5 * loss_sum / tokens);
   }
-  const auto result =
-      Trainer(*run.model, run.trainable, run.stream, *run.communicator, run.config, run.objective).train({});
-  ASSERT_EQ(result.step_losses.size(), 1u);
-  EXPECT_NEAR(result.step_losses[0], loss_sum / tokens, 1e-5 * loss_sum / tokens);
 }
 
 TEST(Trainer, ASaveHookNeedsACheckpointDirectory) {

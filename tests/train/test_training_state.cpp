@@ -19,11 +19,11 @@ TEST(DataPosition, SeekingToAStreamsPositionContinuesItsSteps) {
   const auto samples = testing::tiny_samples(10);
   MicroBatchStream stream(samples, stream_config());
   for (int i = 0; i < 4; ++i) stream.next_step();
-  const DataPosition position = data_position(stream);
+  const DataPosition position = stream.state();
   EXPECT_EQ(position.epoch, 1);
   EXPECT_EQ(position.steps_into_epoch, 1);
   MicroBatchStream resumed(samples, stream_config());
-  seek_data_position(resumed, position);
+  resumed.load_state(position);
   const auto want = stream.next_step(), got = resumed.next_step();
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i].input_ids, want[i].input_ids);

@@ -85,8 +85,10 @@ DataSetup data_setup_from(const Options& options);
 
 CommunicatorOptions communicator_options_from(const Options& options);
 
-// Sampling, batching and accumulation for this rank.
-MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id);
+// Sampling, batching, accumulation and step planning for this rank; `padding_free`: the model's
+// KernelPolicy::padding_free_batches (the batch layout the planner's token budget measures).
+MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEnv& launch, int64_t pad_token_id,
+                                          bool padding_free);
 
 // Whether the step count comes from --num_train_epochs: when --max_steps <= 0 (HF's rule: a
 // positive max_steps overrides the epochs), and also when --num_train_epochs was given and

@@ -63,6 +63,7 @@ struct Options {
   double max_grad_norm = 1.0;        // <= 0 disables clipping
   std::string lr_scheduler_type = "linear";  // train/lr_scheduler_names.h: lr_scheduler_types()
   int64_t seed = 3407;
+  std::string step_planning = "balanced";  // data/step_planner.h: step_planning_names()
 
   // --- data
   std::string dataset;               // file, directory or hub id in the local HF cache (data/dataset_source.h)

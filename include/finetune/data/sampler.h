@@ -26,7 +26,11 @@ struct SamplerConfig {
   bool drop_last = false;
 };
 
-// The sample indices this rank visits in `epoch`, in order.
+// The epoch's order of all samples, before it is dealt to the ranks (the same on every rank): a
+// permutation from (seed, epoch) with shuffle, else 0, 1, 2, ...
+std::vector<int64_t> epoch_order(const SamplerConfig& config, int64_t epoch);
+
+// The sample indices this rank visits in `epoch`, in order: its share of epoch_order.
 std::vector<int64_t> rank_indices(const SamplerConfig& config, int64_t epoch);
 
 // Splits a rank's index stream into micro-batches of `batch_size` (the last one may be short

@@ -1,5 +1,6 @@
 // Step planning: one optimizer step's work items across all ranks -> for each rank, its
-// micro-batches. Pure functions, LibTorch-free (issue 25, item 1; not wired into training yet).
+// micro-batches. Pure functions, LibTorch-free (issue 25, item 1). MicroBatchStream
+// (data/micro_batch_stream.h) runs it on every rank for every step (--step_planning).
 //
 // The input is exactly what the literal rule (Note [One rule for ranks], rank_assignment.h) deals
 // out for one step: world x batch x accumulation samples, or packed rows. With the loss normalised
@@ -9,17 +10,29 @@
 // plan_step_balanced balances a cost model per rank (tokens, attention's quadratic term, a cost
 // per micro-batch): longest-processing-time-first over the ranks, then moves and swaps of single
 // items from the most to the least loaded rank while that lowers the maximum. A rank's items form
-// micro-batches by a token budget (first-fit decreasing, padding-free), with the default budget
+// micro-batches by a token budget (first-fit decreasing), with the default budget
 // per_device_train_batch_size x max_seq_length: no micro-batch holds more tokens than the literal
-// schedule's largest could. Ranks get the same number of micro-batches (trailing ones may be empty:
+// schedule's largest could. Padding-free micro-batches count their tokens against the budget;
+// padded ones (StepPlannerConfig::padded_rows) their rows times their longest row. Ranks get the same number of micro-batches (trailing ones may be empty:
 // zero weight, the rank still takes part in the step's collectives). Deterministic: ties go to the
 // earlier item and the lower rank, so every rank computes the same plan from the same input.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace finetune {
+
+// --step_planning: how one optimizer step's items are spread over ranks and micro-batches.
+enum class StepPlanning {
+  balanced,  // plan_step_balanced
+  literal,   // the rank rule as it deals them (Note [One rule for ranks]): batch items per micro-batch
+};
+// The option's names, in StepPlanning's order (the parser and its help read them here).
+const std::vector<std::string>& step_planning_names();
+StepPlanning step_planning_from_name(const std::string& name);  // Error for another name
+const std::string& step_planning_name(StepPlanning planning);
 
 // A unit the planner places whole: a sample, or a packed row (later: samples that must stay
 // together, such as a preference pair).
@@ -49,10 +62,14 @@ using StepPlan = std::vector<std::vector<std::vector<int64_t>>>;
 struct StepPlannerConfig {
   int world_size = 1;
   int64_t token_budget = 2048;  // most tokens in one micro-batch: per_device_train_batch_size x max_seq_length
+  // Micro-batches are collated as padded rows (one item per row): a micro-batch's size is its row
+  // count times its longest item, not the sum of its tokens.
+  bool padded_rows = false;
   StepCostModel cost;
 };
 
-// Balanced plan (see above). Throws when an item alone exceeds the token budget.
+// Balanced plan (see above). Every rank gets at least one item when there are at least
+// world_size of them. Throws when an item alone exceeds the token budget.
 StepPlan plan_step_balanced(const std::vector<StepItem>& items, const StepPlannerConfig& config);
 
 // Today's rule in the same shape: item i on rank i % world, micro-batches of batch_size items,

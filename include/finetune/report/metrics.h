@@ -10,6 +10,8 @@
 //   tokens       int     non-padding tokens processed so far (all ranks)
 //   tokens_per_s float   tokens/s (all ranks) since the last log
 //   elapsed_s    float   seconds since training started
+//   rank_imbalance float the logged step's largest per-rank token count over the ranks' mean
+//                         (non-padding tokens; 1.0 on one process)
 //   eval_loss    float   only on lines where an evaluation ran
 #pragma once
 
@@ -31,6 +33,7 @@ struct StepMetrics {
   int64_t tokens = 0;
   double tokens_per_s = 0;
   double elapsed_s = 0;
+  double rank_imbalance = 1.0;
   std::optional<double> eval_loss;
 };
 

@@ -4,7 +4,8 @@
 // other key -> "train/" + key. Each field is first given the key HF logs it under:
 //   metrics.jsonl  loss -> loss, lr -> learning_rate, grad_norm -> grad_norm, epoch -> epoch,
 //                  tokens -> num_input_tokens_seen, tokens_per_s -> tokens_per_second,
-//                  elapsed_s -> elapsed_s (HF has no per-log runtime), eval_loss -> eval_loss
+//                  elapsed_s -> elapsed_s (HF has no per-log runtime), eval_loss -> eval_loss,
+//                  rank_imbalance -> rank_imbalance (HF has none)
 //   summary        train_loss -> train_loss, elapsed_s -> train_runtime,
 //                  tokens_per_s -> train_tokens_per_second, eval_loss -> eval_loss
 // so that, e.g., metrics.jsonl's "lr" is TensorBoard's "train/learning_rate".

@@ -87,6 +87,7 @@ struct TrainResult {
   std::optional<double> final_eval_loss;
   double elapsed_s = 0;
   int64_t tokens = 0;
+  double mean_rank_imbalance = 1.0;  // over the logged lines (metrics.jsonl's rank_imbalance)
   double tokens_per_second() const { return static_cast<double>(tokens) / (elapsed_s > 0 ? elapsed_s : 1e-9); }
   // The mean of step_losses, HF Trainer's train_loss (_total_loss_scalar / global_step). A resumed
   // run's step_losses start with the checkpoint's, so it reports the mean over all its steps, as

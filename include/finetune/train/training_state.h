@@ -20,16 +20,9 @@
 
 namespace finetune {
 
-// Where in the data the next optimizer step starts: the epoch and the optimizer steps already
-// taken in it (portable across world sizes with the same global batch).
-struct DataPosition {
-  int64_t epoch = 0;
-  int64_t steps_into_epoch = 0;
-};
-
-// The data stream's state (the MicroBatchStream's position) and its restoration.
-DataPosition data_position(const MicroBatchStream& stream);
-void seek_data_position(MicroBatchStream& stream, const DataPosition& position);
+// Where in the data the next optimizer step starts: the data stream's own state (its epoch and
+// the optimizer steps already taken in it).
+using DataPosition = MicroBatchStreamState;
 
 // What decides which samples a data position points at (Note [Resume identity] in
 // checkpoint/run_checkpoint.h): the training samples and how they are ordered and batched.
