@@ -41,6 +41,15 @@ bool is_complete_checkpoint(const std::string& dir) {
   return true;
 }
 
+// A checkpoint of --save_only_model: the adapter and trainer_state.json, no optimizer or generator
+// state (HF's save_only_model). It counts for --save_total_limit but cannot be resumed from.
+bool is_model_checkpoint(const std::string& dir) {
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors", kTrainerStateFile}) {
+    if (!is_file(dir + "/" + file)) return false;
+  }
+  return true;
+}
+
 std::optional<int64_t> checkpoint_step(const std::string& name) {
   const std::string prefix = kCheckpointPrefix;
   if (name.rfind(prefix, 0) != 0) return std::nullopt;
@@ -123,8 +132,9 @@ json trainer_state_json(const TrainingState& state) {
                    {"epoch", epoch},
                    {"train_batch_size", state.identity.per_device_train_batch_size},
                    {"log_history", state.metrics.log_history},
-                   {"best_metric", nullptr},
-                   {"best_model_checkpoint", nullptr},
+                   {"best_metric", state.best_metric ? json(*state.best_metric) : json(nullptr)},
+                   {"best_model_checkpoint",
+                    state.best_model_checkpoint.empty() ? json(nullptr) : json(state.best_model_checkpoint)},
                    {"finetune",
                     {{"epoch_index", state.position.epoch},
                      {"steps_into_epoch", state.position.steps_into_epoch},
@@ -247,9 +257,14 @@ std::string checkpoint_path(const std::string& output_dir, int64_t step) {
 }
 
 void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraConfig& lora,
-                      const TrainingState& state) {
+                      const TrainingState& state, bool model_only) {
   AtomicDirectory staged(dir);
   save_adapter(model, lora, state.identity.base_model, staged.path());
+  if (model_only) {
+    write_file_atomically(staged.path() + "/" + kTrainerStateFile, trainer_state_json(state).dump(1) + "\n");
+    staged.commit();
+    return;
+  }
   const auto trainable = lora_parameters(model);
   const auto& optimizer = state.optimizer;
   if (optimizer.parameters.size() != trainable.size()) {
@@ -294,6 +309,12 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
   state.metrics.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
   state.optimizer.steps = field<int64_t>(ours, "optimizer_steps", ours_where);
   state.loss_scaler = loss_scaler_from(ours, ours_where);
+  if (document.contains("best_model_checkpoint") && document.at("best_model_checkpoint").is_string()) {
+    state.best_model_checkpoint = document.at("best_model_checkpoint").get<std::string>();
+  }
+  if (document.contains("best_metric") && document.at("best_metric").is_number()) {
+    state.best_metric = document.at("best_metric").get<double>();
+  }
   if (!ours.contains("run")) throw Error(ours_where + ": missing field 'run'");
   state.identity = identity_from(ours.at("run"), ours_where + ".run");
   if (state.global_step < 0 || state.position.epoch < 0 || state.position.steps_into_epoch < 0 ||
@@ -325,16 +346,27 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
   std::error_code error;
   for (fs::directory_iterator it(output_dir, error), end; !error && it != end; it.increment(error)) {
     const auto step = checkpoint_step(it->path().filename().string());
-    if (step && is_complete_checkpoint(it->path().string())) out.emplace_back(*step, it->path().string());
+    if (step && is_model_checkpoint(it->path().string())) out.emplace_back(*step, it->path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep) {
+std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep, const std::string& best) {
   std::vector<std::string> removed;
   if (keep <= 0) return removed;
-  const auto checkpoints = list_checkpoints(output_dir);
+  auto checkpoints = list_checkpoints(output_dir);
+  // HF's _sorted_checkpoints: the best checkpoint moves to the second newest place (so it is
+  // kept), and a limit of 1 keeps 2 while the best is not the newest.
+  const auto best_at = std::find_if(checkpoints.begin(), checkpoints.end(), [&](const auto& checkpoint) {
+    return !best.empty() && fs::path(checkpoint.second).lexically_normal() == fs::path(best).lexically_normal();
+  });
+  if (best_at != checkpoints.end() && best_at + 1 != checkpoints.end()) {
+    const auto kept_best = *best_at;
+    checkpoints.erase(best_at);
+    checkpoints.insert(checkpoints.end() - 1, kept_best);
+    keep = std::max<int64_t>(keep, 2);
+  }
   for (size_t i = 0; i + static_cast<size_t>(keep) < checkpoints.size(); ++i) {
     remove_atomically(checkpoints[i].second);  // never a half-deleted checkpoint-N
     removed.push_back(checkpoints[i].second);
@@ -348,7 +380,13 @@ std::string resolve_resume_checkpoint(const std::string& option, const std::stri
     if (checkpoints.empty()) {
       throw UsageError("--resume_from_checkpoint true: no complete checkpoint-N directory in " + output_dir);
     }
-    return checkpoints.back().second;
+    const std::string& newest = checkpoints.back().second;
+    if (!is_complete_checkpoint(newest)) {
+      throw UsageError("--resume_from_checkpoint true: the newest checkpoint, " + newest +
+                       ", holds no optimizer and generator state (written with --save_only_model): training "
+                       "cannot resume from it");
+    }
+    return newest;
   }
   if (!is_complete_checkpoint(option)) {
     throw UsageError("--resume_from_checkpoint: " + option + " is not a complete finetune checkpoint directory");

@@ -12,6 +12,16 @@ std::string with_thousands(int64_t value) {
   return digits;
 }
 
+// Alpaca, text, raw-text and pre-tokenized rows never reach the chat template: the banner says so
+// rather than naming a template no row uses.
+std::string chat_template_line(const Datasets& data) {
+  const int64_t templated = data.train.stats.templated_rows + (data.eval ? data.eval->stats.templated_rows : 0);
+  if (templated == 0) {
+    return "not used (no conversation rows; alpaca rows use Unsloth CLI's alpaca prompt, text rows their text)";
+  }
+  return data.chat_template_description + " (" + with_thousands(templated) + " conversation rows)";
+}
+
 void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const Datasets& data,
                 const MicroBatchStream& stream, const LaunchEnv& launch, const RunShape& shape) {
   int64_t trainable_count = 0;
@@ -35,7 +45,7 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
             std::to_string(stats.rows_bad) + " malformed skipped, " + std::to_string(stats.rows_truncated) +
             " truncated), " + with_thousands(stats.tokens) + " tokens, " + with_thousands(stats.trainable_tokens) +
             " trainable" + (data.eval ? " | eval rows " + std::to_string(data.eval->samples.size()) : ""));
-  log::info("chat template: " + data.chat_template_description);
+  log::info("chat template: " + chat_template_line(data));
   log::info("batch " + std::to_string(shape.per_device_batch) + " per device x " +
             std::to_string(shape.gradient_accumulation_steps) + " accumulation x " + std::to_string(launch.world_size) +
             " ranks = " + std::to_string(global_batch) + " | step planning " + step_planning_name(stream.planning()) +

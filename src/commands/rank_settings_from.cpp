@@ -92,6 +92,7 @@ std::vector<RankSetting> rank_settings_from(const Options& options, const RunIde
       {"--max_steps / --num_train_epochs (steps)", std::to_string(trainer.total_steps)},
       {"--learning_rate", exact(trainer.learning_rate)},
       {"--lr_scheduler_type", trainer.schedule.type},
+      {"--lr_scheduler_kwargs", options.lr_scheduler_kwargs.empty() ? "none" : options.lr_scheduler_kwargs},
       {"--warmup_steps / --warmup_ratio (steps)", std::to_string(trainer.schedule.warmup_steps)},
       {"--optim", trainer.optim},
       {"--weight_decay", exact(trainer.adamw.weight_decay)},
@@ -103,6 +104,13 @@ std::vector<RankSetting> rank_settings_from(const Options& options, const RunIde
       {"--load_in_4bit", options.load_in_4bit ? "true" : "false"},
       {"--save_steps", std::to_string(trainer.save_steps)},  // checkpoints and evaluations are collectives
       {"--eval_steps", std::to_string(trainer.eval_steps)},
+      {"--eval_strategy", interval_strategy_name(trainer.eval_strategy)},
+      {"--save_strategy", interval_strategy_name(trainer.save_strategy)},
+      // early stopping ends training at a step every rank must agree on
+      {"--early_stopping_patience", std::to_string(trainer.early_stopping_patience)},
+      {"--early_stopping_threshold", exact(trainer.early_stopping_threshold)},
+      {"--greater_is_better", trainer.greater_is_better ? "true" : "false"},
+      {"--load_best_model_at_end", options.load_best_model_at_end ? "true" : "false"},
   };
   return settings;
 }

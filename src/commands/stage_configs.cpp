@@ -177,10 +177,16 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.logging_steps = options.logging_steps;
   config.save_steps = options.save_steps;
   config.eval_steps = options.eval_steps;
+  config.eval_strategy = interval_strategy_from_name(options.eval_strategy);
+  config.save_strategy = interval_strategy_from_name(options.save_strategy);
+  config.greater_is_better = options.greater_is_better;
+  config.early_stopping_patience = options.early_stopping_patience;
+  config.early_stopping_threshold = options.early_stopping_threshold;
   config.learning_rate = options.learning_rate;
-  config.schedule.type = options.lr_scheduler_type;
-  config.schedule.total_steps = total_steps;
-  config.schedule.warmup_steps = resolve_warmup_steps(options.warmup_steps, options.warmup_ratio, total_steps);
+  config.schedule = lr_schedule_from(options.lr_scheduler_type,
+                                     resolve_warmup_steps(options.warmup_steps, options.warmup_ratio, total_steps),
+                                     total_steps, options.learning_rate,
+                                     parse_lr_scheduler_kwargs(options.lr_scheduler_kwargs));
   config.optim = options.optim;
   config.adamw = {options.adam_beta1, options.adam_beta2, options.adam_epsilon, options.weight_decay};
   config.max_grad_norm = options.max_grad_norm;

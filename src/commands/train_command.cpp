@@ -3,6 +3,7 @@
 // config (stage_configs.h).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 
@@ -16,6 +17,9 @@
 #include "finetune/hub/cache_lookup.h"
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
+#include "finetune/commands/gguf_precheck.h"
+#include "finetune/config/model_config.h"
+#include "finetune/util/text.h"
 #include "finetune/commands/rank_settings_from.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
@@ -40,17 +44,39 @@
 namespace finetune {
 namespace {
 
+// What a failed final save left: the run's files in output_dir and whatever is in save_path, as
+// the file system has them at that moment ("OUTPUT_DIR: a, b; SAVE_PATH: nothing").
+std::string describe_on_disk(const std::string& output_dir, const std::string& save_path) {
+  auto listing = [](const std::string& dir, const std::vector<std::string>& names) {
+    return dir + ": " + (names.empty() ? std::string("nothing") : join(names, ", "));
+  };
+  std::string text = listing(output_dir, run_artifacts(output_dir));
+  if (!save_path.empty()) {
+    std::vector<std::string> names;
+    std::error_code error;
+    for (std::filesystem::directory_iterator it(save_path, error), end; !error && it != end; it.increment(error)) {
+      names.push_back(it->path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    text += "; " + listing(save_path, names);
+  }
+  return text;
+}
+
 // The adapter and the loss curves (report.html) into --output_dir, then the export; a failure
-// keeps the checkpoints and says where the newest one is. Returns the GGUF files written.
+// keeps the checkpoints and says what is on disk and where the newest checkpoint is. Returns the
+// GGUF files written.
 std::vector<std::string> save_final(const CausalLM& model, const LoraConfig& lora, const ExportSetup& export_setup,
-                                    const std::string& output_dir, const std::string& model_dir,
-                                    const std::string& last_checkpoint) {
+                                    const std::string& output_dir, const std::string& run_name,
+                                    const std::string& model_dir, const std::string& last_checkpoint) {
   const auto& config = export_setup.export_config;
   try {
     save_adapter(model, lora, config.base_model_name, output_dir);
     log::info("adapter saved to " + output_dir);
     const auto report = (std::filesystem::path(output_dir) / "report.html").string();
-    write_html_report({read_run_metrics(output_dir)}, report);
+    auto metrics = read_run_metrics(output_dir);
+    if (!run_name.empty()) metrics.name = run_name;
+    write_html_report({metrics}, report);
     log::info("loss curves: " + report + " (finetune plot RUN_DIR... overlays runs)");
     if (!export_setup.save_model) return {};
     auto gguf_files = export_model(model, lora, config, model_dir);
@@ -58,7 +84,8 @@ std::vector<std::string> save_final(const CausalLM& model, const LoraConfig& lor
     for (const auto& file : gguf_files) log::info("GGUF written: " + file);
     return gguf_files;
   } catch (const std::exception& e) {
-    throw Error(std::string("final save failed: ") + e.what() + "; " +
+    throw Error(std::string("final save failed: ") + e.what() + "; on disk: " +
+                describe_on_disk(output_dir, export_setup.save_model ? config.save_path : "") + "; " +
                 (last_checkpoint.empty() ? "no checkpoint was written (--save_steps)"
                                          : "the last checkpoint, " + last_checkpoint + ", is intact"));
   }
@@ -104,6 +131,47 @@ void push_final(const PushSetup& push, const ExportSetup& export_setup, const st
   log::info("pushed: " + push_to_hub(settings, request));
 }
 
+// A GGUF export at the end (--save_method gguf, --save_gguf) that cannot succeed fails now, not
+// after training.
+void check_gguf_export_before_training(const ExportSetup& export_setup, const std::string& model_dir) {
+  const auto& config = export_setup.export_config;
+  const bool gguf_method = config.save_method == SaveMethod::Gguf;
+  if (!export_setup.save_model || !(gguf_method || config.save_gguf)) return;
+  check_gguf_export_possible(load_model_config(model_dir), model_dir, config.quantization,
+                             gguf_method ? "--save_method gguf" : "--save_gguf");
+}
+
+// HF's eval_strategy / load_best_model_at_end / EarlyStoppingCallback need evaluation data; given
+// without it they would do nothing, so they are refused.
+void check_evaluation_data(const Options& options, bool has_eval_data) {
+  if (has_eval_data) return;
+  const std::string needs = ": needs evaluation data (--eval_dataset or --eval_split)";
+  if (options.load_best_model_at_end) throw UsageError("--load_best_model_at_end" + needs);
+  if (options.early_stopping_patience > 0) throw UsageError("--early_stopping_patience" + needs);
+  if (options.given.count("eval_strategy") && options.eval_strategy != "no") throw UsageError("--eval_strategy" + needs);
+}
+
+// --load_best_model_at_end: the adapter of the best evaluation's checkpoint (HF's
+// best_model_checkpoint) replaces the trained one before the final save, on every rank.
+void load_best_model(CausalLM& model, const TrainResult& result, int64_t rank) {
+  if (result.best_checkpoint.empty()) {
+    if (rank == 0) log::warn("--load_best_model_at_end: no checkpoint holds the best evaluation; the last weights are saved");
+    return;
+  }
+  load_adapter_weights(model, result.best_checkpoint);
+  if (rank == 0) {
+    log::info("loaded the best model, " + result.best_checkpoint + " (eval_loss " + c10::str(*result.best_metric) + ")");
+  }
+}
+
+// The summary's run name, best evaluation and early stop.
+void add_best_model(nlohmann::json& summary, const TrainResult& result, const Options& options) {
+  if (!options.run_name.empty()) summary["run_name"] = options.run_name;
+  if (result.best_metric) summary["best_metric"] = *result.best_metric;
+  if (!result.best_checkpoint.empty()) summary["best_model_checkpoint"] = result.best_checkpoint;
+  if (result.stopped_early_at) summary["stopped_early_at_step"] = *result.stopped_early_at;
+}
+
 }  // namespace
 
 int run_train(const Options& options, const EnvMap& env) {
@@ -118,6 +186,7 @@ int run_train(const Options& options, const EnvMap& env) {
   const auto export_setup = export_setup_from(options);
   const auto push_setup = push_setup_from(options);
   const auto run_directory = run_directory_setup_from(options);
+  trainer_config_from(options, /*total_steps=*/1);  // a bad --lr_scheduler_kwargs fails before the model loads
   try {
     const auto data_setup = data_setup_from(options);
     DataSplits data_splits;
@@ -140,6 +209,7 @@ int run_train(const Options& options, const EnvMap& env) {
           if (launch.rank == 0 && export_setup.save_model) {
             create_output_directory(export_setup.export_config.save_path, "--save_path");
           }
+          check_gguf_export_before_training(export_setup, resolve_model_dir(source.model_name, env, source.revision));
         });
     auto& loaded = opened.loaded;
     auto& model = *loaded.model;
@@ -151,6 +221,7 @@ int run_train(const Options& options, const EnvMap& env) {
       throw Error("the training set is empty: no row has a trainable token" + (dropped.empty() ? "" : " (" + dropped + ")"));
     }
 
+    check_evaluation_data(options, data.eval.has_value());
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
     const auto stream_config = stream_config_from(options, launch, pad_id, model.kernel_policy().padding_free_batches);
     const std::string dataset_name = options.dataset.empty() ? options.raw_text_file : options.dataset;
@@ -188,31 +259,34 @@ int run_train(const Options& options, const EnvMap& env) {
     hooks.checkpoint_dir = [&](int64_t step) { return checkpoint_path(config.output_dir, step); };
     hooks.save_checkpoint = [&](const std::string& dir, TrainingState state) {
       state.identity = identity;
-      write_checkpoint(dir, model, adapter.config, state);
-      for (const auto& removed : prune_checkpoints(run_directory.output_dir, run_directory.save_total_limit)) {
+      write_checkpoint(dir, model, adapter.config, state, options.save_only_model);
+      const auto& best = state.best_model_checkpoint;  // kept, as HF's _rotate_checkpoints keeps it
+      for (const auto& removed : prune_checkpoints(run_directory.output_dir, run_directory.save_total_limit, best)) {
         log::info("removed " + removed + " (--save_total_limit " + std::to_string(run_directory.save_total_limit) + ")");
       }
     };
 
     hooks.stop_requested = [] { return StopRequest::signal_received() != 0; };  // Note [Preemption]
     const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
+    if (options.load_best_model_at_end) load_best_model(model, result, launch.rank);
     std::vector<std::string> gguf_files;
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.
     const auto saved = run_on_rank0_then_agree(*communicator, device, "final save", [&] {
-      gguf_files = save_final(model, adapter.config, export_setup, run_directory.output_dir, loaded.model_dir,
-                              result.last_checkpoint);
+      gguf_files = save_final(model, adapter.config, export_setup, run_directory.output_dir, options.run_name,
+                              loaded.model_dir, result.last_checkpoint);
       if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
     });
     if (saved.failed) throw Error(saved.message("final save"));
     communicator->finish();  // after the last collective: Note [Clean exit] in ddp/peer_monitor.h
     if (launch.rank == 0) {
-      nlohmann::json summary = {{"steps", config.total_steps},
+      nlohmann::json summary = {{"steps", result.stopped_early_at.value_or(config.total_steps)},
                                 {"train_loss", result.train_loss()},  // the run's mean, as HF Trainer reports it
                                 {"tokens", result.tokens},
                                 {"elapsed_s", result.elapsed_s},
                                 {"tokens_per_s", result.tokens_per_second()},
                                 {"rank_imbalance", result.mean_rank_imbalance}};  // mean over metrics.jsonl's lines
       if (result.final_eval_loss) summary["eval_loss"] = *result.final_eval_loss;
+      add_best_model(summary, result, options);
       if (const auto peak = peak_device_memory_gib(device)) summary["peak_memory_gib"] = *peak;
       summary["outputs"] = run_outputs(run_directory.output_dir, export_setup, gguf_files);
       std::cout << summary.dump() << std::endl;

@@ -336,6 +336,55 @@ cxxopts::ParseResult parse_with_cxxopts(const char* program, const std::vector<s
   return parsed;
 }
 
+// HF TrainingArguments' rules for the best model (its __post_init__) and EarlyStoppingCallback's
+// (on_train_begin), and a setting that would do nothing, refused instead of ignored.
+void check_training_options(const Options& o) {
+  auto given = [&](const char* name) { return o.given.count(name) > 0; };
+  if (o.load_best_model_at_end) {
+    if (o.eval_strategy != o.save_strategy) {
+      throw UsageError("--load_best_model_at_end: needs --eval_strategy and --save_strategy to match (got " +
+                       o.eval_strategy + " and " + o.save_strategy + "), so every checkpoint has an evaluation");
+    }
+    if (o.eval_strategy == "no") {
+      throw UsageError("--load_best_model_at_end: needs evaluations and checkpoints (--eval_strategy and "
+                       "--save_strategy steps or epoch)");
+    }
+    if (o.eval_strategy == "steps" && (o.eval_steps <= 0 || o.save_steps <= 0 || o.save_steps % o.eval_steps != 0)) {
+      throw UsageError("--load_best_model_at_end: with the steps strategy --save_steps (" + std::to_string(o.save_steps) +
+                       ") must be a positive multiple of --eval_steps (" + std::to_string(o.eval_steps) + ")");
+    }
+  }
+  if (o.early_stopping_patience > 0 && o.eval_strategy == "no") {
+    throw UsageError("--early_stopping_patience: needs evaluations (--eval_strategy steps or epoch)");
+  }
+  if (o.early_stopping_threshold != 0 && o.early_stopping_patience == 0) {
+    throw UsageError("--early_stopping_threshold: does nothing without --early_stopping_patience");
+  }
+  if (given("eval_steps") && o.eval_steps != 0 && o.eval_strategy != "steps") {
+    throw UsageError("--eval_steps: read only with --eval_strategy steps (got " + o.eval_strategy + ")");
+  }
+  if (given("save_steps") && o.save_steps != 0 && o.save_strategy != "steps") {
+    throw UsageError("--save_steps: read only with --save_strategy steps (got " + o.save_strategy + ")");
+  }
+  const bool checkpoints = o.save_strategy == "epoch" || (o.save_strategy == "steps" && o.save_steps > 0);
+  if (o.save_only_model && !checkpoints) {
+    throw UsageError("--save_only_model: does nothing without checkpoints (--save_steps N, or --save_strategy epoch)");
+  }
+}
+
+// --bf16 / --fp16 (HF's precision flags) are --dtype bfloat16 / float16; they cannot disagree with
+// a --dtype that was given.
+void apply_precision_flags(Options& o) {
+  if (o.bf16 && o.fp16) throw UsageError("--bf16 and --fp16: give one (they set --dtype bfloat16 / float16)");
+  if (!o.bf16 && !o.fp16) return;
+  const std::string flag = o.bf16 ? "--bf16" : "--fp16";
+  const std::string dtype = o.bf16 ? "bfloat16" : "float16";
+  if (o.given.count("dtype") && o.dtype != "auto" && o.dtype != dtype) {
+    throw UsageError(flag + " and --dtype " + o.dtype + " disagree (" + flag + " means --dtype " + dtype + ")");
+  }
+  o.dtype = dtype;
+}
+
 // What each command needs besides its options' own rules.
 void check_required(const Command& command) {
   const Options& o = command.options;
@@ -352,6 +401,7 @@ void check_required(const Command& command) {
   if (!o.adapter.empty() && !o.init_adapter.empty())
     throw UsageError("--adapter and --init_adapter: `finetune " + action_name(command.action) +
                      "` reads them as one setting; give one");
+  if (command.action == Action::Train) check_training_options(o);
 }
 
 }  // namespace
@@ -416,6 +466,7 @@ Command parse_command(int argc, const char* const* argv, const EnvMap& env) {
       throw UsageError(describe_option(it->second) + ": " + e.what());
     }
   }
+  apply_precision_flags(command.options);
   check_required(command);
   return command;
 }

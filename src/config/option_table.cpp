@@ -12,6 +12,7 @@
 #include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/projection_names.h"
+#include "finetune/train/checkpoint_policy.h"
 #include "finetune/train/lr_scheduler_names.h"
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/optimizer_names.h"
@@ -176,10 +177,12 @@ std::vector<OptionRow> build_option_table() {
                        {},
                        {{"all", "only none is supported"}, {"lora_only", "only none is supported"}}};
   // The optimizers and HF's aliases for them: train/optimizer_names.h.
-  const ChoiceSet optim{optimizer_names(),
-                        optimizer_aliases(),
-                        {{"paged_adamw_32bit", "bitsandbytes' 32-bit AdamW is not implemented"}}};
-  const ChoiceSet scheduler{lr_scheduler_types()};
+  const ChoiceSet optim{optimizer_names(), optimizer_aliases(), unsupported_optimizers()};
+  const ChoiceSet scheduler{lr_scheduler_types(), {}, unsupported_lr_scheduler_types()};
+  const ChoiceSet strategy{interval_strategy_names(), {}, {{"best", "not implemented; --load_best_model_at_end with "
+                                                                    "--save_strategy steps or epoch keeps the best checkpoint"}}};
+  // Evaluation computes one metric, the loss (HF names it eval_loss; "loss" means the same).
+  const ChoiceSet metric{{"eval_loss"}, {{"loss", "eval_loss"}}};
   const ChoiceSet save_method{supported_save_methods(), save_method_aliases(), {}, kGgufSaveMethodPrefix,
                               kGgufSaveMethodReason};
   // Unsloth CLI's --report_to choices (HF's integrations): named, so the refusal says why.
@@ -202,6 +205,9 @@ std::vector<OptionRow> build_option_table() {
       int_row("max_seq_length", {"model", kTrainEval}, &Options::max_seq_length, 2, "longest training sequence in tokens"),
       choice_row("dtype", {"model", kEveryCommand}, &Options::dtype, dtype,
                  "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
+      bool_row("bf16", {"model", kEveryCommand}, &Options::bf16, "HF's bf16: the same as --dtype bfloat16"),
+      bool_row("fp16", {"model", kEveryCommand}, &Options::fp16,
+               "HF's fp16: the same as --dtype float16 (training with dynamic loss scaling)"),
       bool_row("load_in_4bit", {"model", kEveryCommand}, &Options::load_in_4bit,
                "quantize the decoder projections to 4-bit NF4 at load (QLoRA, bitsandbytes' format and double "
                "quantization); a checkpoint saved in 4-bit loads as 4-bit either way"),
@@ -223,6 +229,12 @@ std::vector<OptionRow> build_option_table() {
                              "LoftQ initialisation is not implemented (PEFT's default initialisation is used)",
                              "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
+      unsupported_string_row("modules_to_save", {"LoRA", kTrain},
+                             "training full copies of embed_tokens / lm_head beside the adapter is not implemented",
+                             "PEFT's modules_to_save; must be None"),
+      unsupported_string_row("neftune_noise_alpha", {"training", kTrain},
+                             "TRL's NEFTune embedding noise is not implemented",
+                             "TRL's NEFTune noise on the input embeddings; must be None"),
       string_row("init_adapter", {"LoRA", kAdapterLoaders}, &Options::init_adapter, true,
                  "existing PEFT adapter directory to start from"),
 
@@ -241,15 +253,22 @@ std::vector<OptionRow> build_option_table() {
                 "epochs when max_steps <= 0"),
       float_row("learning_rate", {"training", kTrain}, &Options::learning_rate, kPositive, "peak learning rate"),
       choice_row("optim", {"training", kTrain}, &Options::optim, optim,
-                 "optimizer: torch's AdamW or bitsandbytes' 8-bit AdamW (aliases adamw_torch_fused; adamw_bnb_8bit, "
-                 "paged_adamw_8bit)"),
-      float_row("weight_decay", {"training", kTrain}, &Options::weight_decay, kNonNegative, "AdamW decoupled weight decay"),
+                 "optimizer: torch's AdamW (aliases adamw_torch_fused, paged_adamw_32bit), bitsandbytes' 8-bit AdamW "
+                 "(aliases adamw_bnb_8bit, paged_adamw_8bit), torch's SGD (no momentum) or transformers' Adafactor "
+                 "(HF's settings: lr given, no relative step or parameter scaling)"),
+      float_row("weight_decay", {"training", kTrain}, &Options::weight_decay, kNonNegative,
+                "weight decay (AdamW, Adafactor: decoupled; SGD: added to the gradient, as torch's SGD)"),
       float_row("adam_beta1", {"training", kTrain}, &Options::adam_beta1, kUnitHalfOpen, "AdamW beta1"),
       float_row("adam_beta2", {"training", kTrain}, &Options::adam_beta2, kUnitHalfOpen, "AdamW beta2"),
       float_row("adam_epsilon", {"training", kTrain}, &Options::adam_epsilon, kPositive, "AdamW epsilon"),
       float_row("max_grad_norm", {"training", kTrain}, &Options::max_grad_norm, kAnyNumber,
                 "gradient clipping norm; <= 0 disables clipping"),
-      choice_row("lr_scheduler_type", {"training", kTrain}, &Options::lr_scheduler_type, scheduler, "learning-rate schedule"),
+      choice_row("lr_scheduler_type", {"training", kTrain}, &Options::lr_scheduler_type, scheduler,
+                 "learning-rate schedule (transformers' get_scheduler)"),
+      string_row("lr_scheduler_kwargs", {"training", kTrain}, &Options::lr_scheduler_kwargs, true,
+                 "JSON object of the schedule's own arguments (get_scheduler's scheduler_specific_kwargs), e.g. "
+                 "'{\"num_cycles\": 2}' (cosine_with_restarts), '{\"lr_end\": 1e-6, \"power\": 2}' (polynomial), "
+                 "'{\"min_lr_rate\": 0.1}' (cosine_with_min_lr), '{\"num_decay_steps\": 100}' (warmup_stable_decay)"),
       int_row("seed", {"training", kTrainAndDecoding}, &Options::seed, 0, "seed for data order and dropout"),
       choice_row("step_planning", {"training", kTrain}, &Options::step_planning, step_planning,
                  "how each optimizer step's samples (world x batch x accumulation; packed rows with --packing) "
@@ -257,6 +276,26 @@ std::vector<OptionRow> build_option_table() {
                  "padding-free up to per_device_train_batch_size x max_seq_length tokens) or literal "
                  "(DistributedSampler's rank r gets samples r, r + world, ...; micro-batches of "
                  "per_device_train_batch_size samples); the same samples per step either way"),
+
+      string_row("run_name", {"training", kTrain}, &Options::run_name, true,
+                 "the run's name in the end summary and in OUTPUT_DIR/report.html (default: OUTPUT_DIR's name)"),
+      choice_row("eval_strategy", {"training", kTrain}, &Options::eval_strategy, strategy,
+                 "when to evaluate (with evaluation data): steps = every --eval_steps and at the last step, epoch = "
+                 "at every epoch's end, no = never"),
+      choice_row("save_strategy", {"training", kTrain}, &Options::save_strategy, strategy,
+                 "when to write checkpoint-N: steps = every --save_steps and at the last step, epoch = at every "
+                 "epoch's end, no = never"),
+      bool_row("load_best_model_at_end", {"training", kTrain}, &Options::load_best_model_at_end,
+               "after training, load the checkpoint with the best --metric_for_best_model and save that adapter "
+               "(needs equal --eval_strategy and --save_strategy; with steps, --save_steps a multiple of --eval_steps)"),
+      choice_row("metric_for_best_model", {"training", kTrain}, &Options::metric_for_best_model, metric,
+                 "the evaluation metric that decides the best checkpoint and early stopping"),
+      bool_row("greater_is_better", {"training", kTrain}, &Options::greater_is_better,
+               "whether a larger --metric_for_best_model is better (false for the loss)"),
+      int_row("early_stopping_patience", {"training", kTrain}, &Options::early_stopping_patience, 0,
+              "stop after this many evaluations in a row without improvement (HF's EarlyStoppingCallback); 0 = off"),
+      float_row("early_stopping_threshold", {"training", kTrain}, &Options::early_stopping_threshold, kNonNegative,
+                "how much an evaluation must beat the best one by to count as an improvement"),
       bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) +
                    " tokens from CUDA graphs captured once per padded length, for the first " +
@@ -302,6 +341,9 @@ std::vector<OptionRow> build_option_table() {
                  "continue a run from a checkpoint directory, or true: the newest checkpoint in output_dir"),
       bool_row("overwrite_output_dir", {"saving", kTrain}, &Options::overwrite_output_dir,
                "replace an earlier run's files in output_dir (otherwise such a directory is refused)"),
+      bool_row("save_only_model", {"saving", kTrain}, &Options::save_only_model,
+               "checkpoints hold the adapter and trainer_state.json only, no optimizer or generator state (smaller; "
+               "training cannot resume from them)"),
       bool_row("save_model", {"saving", kTrain}, &Options::save_model,
                "also export per --save_method into --save_path (the adapter is always in output_dir)"),
       choice_row("save_method", {"saving", kExporting}, &Options::save_method, save_method, "export format"),

@@ -29,6 +29,12 @@ std::string with_thousands(int64_t value) {
   return digits;
 }
 
+// Whether the chat template renders `row`: conversations, and prompt/completion message lists.
+bool uses_chat_template(RowFormat format, const nlohmann::ordered_json& row) {
+  if (format == RowFormat::Messages || format == RowFormat::ShareGpt) return true;
+  return format == RowFormat::PromptCompletion && row.contains("prompt") && row["prompt"].is_array();
+}
+
 class DatasetLoader {
  public:
   DatasetLoader(const Tokenizer* tokenizer, const DatasetOptions& options) : options_(options) {
@@ -50,6 +56,7 @@ class DatasetLoader {
         return reject_row(row.location, e);
       }
       if (!format) format = detect_file_format(row);
+      if (uses_chat_template(*format, row.value)) ++result_.stats.templated_rows;
       try {
         add_sample(result_, tokenize_row(*format, row.value, how_), options_.max_seq_length);
       } catch (const Error& e) {
@@ -119,6 +126,7 @@ void DatasetStats::add(const DatasetStats& other) {
   longest_dropped_prompt = std::max(longest_dropped_prompt, other.longest_dropped_prompt);
   tokens += other.tokens;
   trainable_tokens += other.trainable_tokens;
+  templated_rows += other.templated_rows;
 }
 
 std::string describe_dropped_rows(const DatasetStats& stats) {

@@ -172,10 +172,12 @@ Conversation conversation_of_row(RowFormat format, const ordered_json& row) {
   return conversation;
 }
 
+// unsloth-cli.py's alpaca_prompt literal: a triple-quoted string inside a function, so every line
+// after the first keeps the function body's four-space indentation.
 std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
   return "Below is an instruction that describes a task, paired with an input that provides further context. "
-         "Write a response that appropriately completes the request.\n\n### Instruction:\n" +
-         instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+         "Write a response that appropriately completes the request.\n\n    ### Instruction:\n    " +
+         instruction + "\n\n    ### Input:\n    " + input + "\n\n    ### Response:\n    ";
 }
 
 Sample tokenize_row(RowFormat format, const ordered_json& row, const RowTokenization& how) {

@@ -1,8 +1,10 @@
 #include "finetune/train/optimizer.h"
 
 #include "finetune/io/safetensors.h"
+#include "finetune/train/adafactor.h"
 #include "finetune/train/adamw.h"
 #include "finetune/train/adamw_8bit.h"
+#include "finetune/train/sgd.h"
 #include "finetune/util/errors.h"
 
 #include <torch/csrc/autograd/variable.h>
@@ -16,6 +18,8 @@ void mark_parameters_updated(const std::vector<at::Tensor>& parameters) {
 std::vector<StateTensorSpec> optimizer_state_layout(const std::string& optimizer, const at::Tensor& parameter) {
   if (optimizer == kAdamWTorchName) return adamw_state_layout(parameter);
   if (optimizer == kAdamW8bitName) return adamw_8bit_state_layout(parameter);
+  if (optimizer == kSgdName) return {};
+  if (optimizer == kAdafactorName) return adafactor_state_layout(parameter);
   throw Error("unknown optimizer '" + optimizer + "'");
 }
 
@@ -54,6 +58,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, std::vector<a
                                           const AdamWOptions& options, bool fused) {
   if (name == kAdamWTorchName) return std::make_unique<AdamW>(std::move(parameters), options, fused);
   if (name == kAdamW8bitName) return std::make_unique<AdamW8bit>(std::move(parameters), options, fused);
+  // HF's Trainer gives both the scheduled lr and --weight_decay (every LoRA tensor is a decayed weight).
+  if (name == kSgdName) return std::make_unique<Sgd>(std::move(parameters), options.weight_decay);
+  if (name == kAdafactorName) return std::make_unique<Adafactor>(std::move(parameters), options.weight_decay);
   throw Error("unknown optimizer '" + name + "'");
 }
 

@@ -43,6 +43,10 @@ std::string step_name(int64_t step) { return "step " + std::to_string(step); }
 
 // Trainer::global_counts' layout: normaliser, non-padding tokens, stop votes, then each rank's tokens.
 constexpr int64_t kRankTokensOffset = 3;
+CheckpointPolicyConfig policy_config_from(const TrainerConfig& config) {
+  return {config.eval_strategy,  config.eval_steps,      config.save_strategy,           config.save_steps,
+          config.greater_is_better, config.early_stopping_patience, config.early_stopping_threshold};
+}
 
 }  // namespace
 
@@ -62,6 +66,7 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
       window_(model.device()),
       profiler_(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(), model.device()),
       finite_(model.device()),
+      policy_(policy_config_from(config), stream.steps_per_epoch(), config.total_steps),
       forward_options_(training_forward(config)),
       layout_(batch_layout_for(model.kernel_policy())),
       start_(Clock::now()) {
@@ -86,6 +91,8 @@ TrainingState Trainer::state() const {
   state.optimizer = optimizer_->state();
   if (scaler_) state.loss_scaler = scaler_->state();
   state.generators = generators_.state();
+  state.best_metric = policy_.best_metric();
+  state.best_model_checkpoint = best_checkpoint_;
   return state;
 }
 
@@ -97,6 +104,8 @@ void Trainer::load_state(const TrainingState& state) {
   stream_.load_state(state.position);
   window_.load_state(state.metrics);
   generators_.load_state(state.generators);
+  policy_.replay(state.metrics.log_history);  // the evaluations so far decide the best and the patience
+  best_checkpoint_ = state.best_model_checkpoint;
 }
 
 bool Trainer::stop_agreed() const {
@@ -142,6 +151,10 @@ TrainResult Trainer::train(const TrainerHooks& hooks) {
     profiler_.after_step(step);
     global_step_ = step;
     after_step(step, outcome, hooks, result);
+    if (policy_.should_stop()) {  // the same all-reduced eval losses on every rank: all stop here
+      result.stopped_early_at = step;
+      break;
+    }
   }
   finish(hooks, result);
   return result;
@@ -227,16 +240,24 @@ Trainer::StepOutcome Trainer::update_parameters() {
 void Trainer::after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result) {
   if (every(config_.ddp_check_consistency_steps, step)) reducer_.check_parameters_consistent(step_name(step));
   std::optional<double> eval_loss;
-  if (hooks.evaluate && every(config_.eval_steps, step)) {
+  if (hooks.evaluate && policy_.evaluate_at(step)) {
     eval_loss = hooks.evaluate();
-    result.final_eval_loss = eval_loss;
+    record_evaluation(step, *eval_loss, hooks, result);
   }
   if (every(config_.logging_steps, step) || step == config_.total_steps || eval_loss) {
     log_line(step, outcome, eval_loss);
   }
-  // HF's DefaultFlowCallback with save_strategy "steps": every save_steps, and at the last step.
-  const bool save_now = every(config_.save_steps, step) || (config_.save_steps > 0 && step == config_.total_steps);
-  if (save_now && hooks.save_checkpoint) save_checkpoint(step, hooks);
+  // Note [Evaluation and save timing]: HF's DefaultFlowCallback.
+  if (policy_.save_at(step) && hooks.save_checkpoint) save_checkpoint(step, hooks);
+}
+
+void Trainer::record_evaluation(int64_t step, double eval_loss, const TrainerHooks& hooks, TrainResult& result) {
+  result.final_eval_loss = eval_loss;
+  policy_.record_evaluation(step, eval_loss);
+  // The final evaluation (finish) comes after the last step's save: its checkpoint is the best's.
+  if (policy_.best_step() == step && !last_checkpoint_.empty() && last_checkpoint_ == hooks.checkpoint_dir(step)) {
+    best_checkpoint_ = last_checkpoint_;
+  }
 }
 
 void Trainer::log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss) {
@@ -254,11 +275,15 @@ void Trainer::log_line(int64_t step, const StepOutcome& outcome, std::optional<d
 
 void Trainer::save_checkpoint(int64_t step, const TrainerHooks& hooks) {
   finite_.check(last_good_state());  // never write a diverged adapter
-  TrainingState state = this->state();
   const std::string dir = hooks.checkpoint_dir(step);
+  // HF's _save_checkpoint: the checkpoint of the best evaluation's step is the best model's.
+  const std::string best_before = best_checkpoint_;
+  if (policy_.best_step() == step) best_checkpoint_ = dir;
+  TrainingState state = this->state();
   const auto outcome = run_on_rank0_then_agree(communicator_, model_.device(), "checkpoint save at " + step_name(step),
                                                [&] { hooks.save_checkpoint(dir, std::move(state)); });
   if (outcome.failed) {
+    best_checkpoint_ = best_before;
     throw Error("checkpoint at step " + std::to_string(step) + " could not be saved: " +
                 outcome.message("the save") + "; " + last_good_state());
   }
@@ -277,11 +302,14 @@ void Trainer::finish(const TrainerHooks& hooks, TrainResult& result) {
   result.mean_rank_imbalance = window_.mean_rank_imbalance();
   result.last_checkpoint = last_checkpoint_;
   result.elapsed_s = seconds_since(start_);
-  const bool final_eval = hooks.evaluate && !every(config_.eval_steps, config_.total_steps);
-  if (final_eval) result.final_eval_loss = hooks.evaluate();
+  // Note [Evaluation and save timing]: the last step's evaluation under "steps", unless it had one.
+  const bool final_eval = hooks.evaluate && policy_.evaluate_after_training(global_step_);
+  if (final_eval) record_evaluation(global_step_, hooks.evaluate(), hooks, result);
+  result.best_metric = policy_.best_metric();
+  result.best_checkpoint = best_checkpoint_;
   if (sinks_) {
     // HF's end-of-training log; the final evaluation only where no metrics.jsonl line holds it.
-    sinks_->write_summary(config_.total_steps, {result.train_loss(), result.elapsed_s, result.tokens_per_second(),
+    sinks_->write_summary(global_step_, {result.train_loss(), result.elapsed_s, result.tokens_per_second(),
                                                 final_eval ? result.final_eval_loss : std::nullopt});
   }
   sinks_.reset();

@@ -1,7 +1,9 @@
-// Resumable checkpoints: what is written is read back exactly; only complete checkpoints count;
-// pruning keeps the newest; the settings a resume needs are compared; --output_dir reuse rules.
+// Resumable checkpoints: what is written is read back exactly; only complete checkpoints (and
+// --save_only_model ones, which do not resume) count; pruning keeps the newest (and the best); the
+// settings a resume needs are compared; --output_dir reuse rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -337,6 +339,57 @@ TEST(RunDirectory, AnotherRunsFilesAreRefusedUnlessOverwritingOrResuming) {
   EXPECT_TRUE(run_artifacts(root.str()).empty());
   fs::remove(root.file("checkpoint-5.tmp-123"));
   EXPECT_TRUE(fs::exists(root.file("README.md")));
+}
+
+}  // namespace
+}  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// --save_only_model (HF's save_only_model): the adapter and trainer_state.json only; listed and
+// pruned like the others, refused by --resume_from_checkpoint with the reason.
+TEST(RunCheckpoint, ModelOnlyCheckpointsCountButDoNotResume) {
+  Fixture f;
+  TempDir root;
+  auto state = state_for(f, 2);
+  state.best_metric = 1.25;
+  state.best_model_checkpoint = checkpoint_path(root.str(), 2);
+  write_checkpoint(checkpoint_path(root.str(), 2), f.model, f.lora, state, /*model_only=*/true);
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(checkpoint_path(root.str(), 2))) files.push_back(entry.path().filename());
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(files, (std::vector<std::string>{"adapter_config.json", "adapter_model.safetensors", "trainer_state.json"}));
+  EXPECT_EQ(list_checkpoints(root.str()).size(), 1u);
+  testing::expect_contains(testing::error_message([&] { resolve_resume_checkpoint("true", root.str()); }),
+                           {"written with --save_only_model", "cannot resume"});
+  // HF's trainer_state.json fields.
+  std::ifstream in(checkpoint_path(root.str(), 2) + "/trainer_state.json");
+  const auto document = nlohmann::json::parse(in);
+  EXPECT_EQ(document.at("best_metric").get<double>(), 1.25);
+  EXPECT_EQ(document.at("best_model_checkpoint").get<std::string>(), checkpoint_path(root.str(), 2));
+}
+
+// HF's _rotate_checkpoints with a best model: the best checkpoint is kept as the second newest,
+// and a limit of 1 keeps 2 while the best is not the newest.
+TEST(RunCheckpoint, PruningKeepsTheBestCheckpointAsHfDoes) {
+  Fixture f;
+  TempDir root;
+  for (int64_t step : {1, 2, 3, 4, 5}) {
+    write_checkpoint(checkpoint_path(root.str(), step), f.model, f.lora, state_for(f, step), /*model_only=*/true);
+  }
+  const auto best = checkpoint_path(root.str(), 2);
+  EXPECT_EQ(prune_checkpoints(root.str(), 2, best),
+            (std::vector<std::string>{checkpoint_path(root.str(), 1), checkpoint_path(root.str(), 3),
+                                      checkpoint_path(root.str(), 4)}));
+  EXPECT_EQ(prune_checkpoints(root.str(), 1, best), std::vector<std::string>{});  // limit 1 keeps best + newest
+  const auto kept = list_checkpoints(root.str());
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].first, 2);
+  EXPECT_EQ(kept[1].first, 5);
+  // The best being the newest: the plain rule.
+  EXPECT_EQ(prune_checkpoints(root.str(), 1, checkpoint_path(root.str(), 5)),
+            std::vector<std::string>{checkpoint_path(root.str(), 2)});
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ ChatTemplate builtin(const std::string& name, const Tokenizer& tokenizer) {
 
 const std::string kAlpacaPrefix =
     "Below is an instruction that describes a task, paired with an input that provides further context. "
-    "Write a response that appropriately completes the request.\n\n### Instruction:\n";
+    "Write a response that appropriately completes the request.\n\n    ### Instruction:\n    ";
 
 TEST_F(DatasetLoading, AlpacaJsonlWithLabelMask) {
   const ByteTokenizer tokenizer = data_test::qwen_like_tokenizer();
@@ -87,14 +87,14 @@ TEST_F(DatasetLoading, AlpacaJsonlWithLabelMask) {
   ASSERT_EQ(data.samples.size(), 2u);
   const Sample& first = data.samples[0];
   EXPECT_EQ(tokenizer.decode(first.input_ids, false),
-            kAlpacaPrefix + "Add.\n\n### Input:\n2 3\n\n### Response:\n5<|im_end|>");
+            kAlpacaPrefix + "Add.\n\n    ### Input:\n    2 3\n\n    ### Response:\n    5<|im_end|>");
   EXPECT_EQ(tokenizer.decode(trainable_ids(first), false), "5<|im_end|>");
   EXPECT_EQ(first.labels.size(), first.input_ids.size());
   // the mask is a prefix: prompt -100, then output + EOS
   const size_t prompt = first.input_ids.size() - 2;
   for (size_t t = 0; t < prompt; ++t) EXPECT_EQ(first.labels[t], kIgnoreIndex) << t;
   EXPECT_EQ(tokenizer.decode(data.samples[1].input_ids, false),
-            kAlpacaPrefix + "Hi\n\n### Input:\n\n\n### Response:\nYo<|im_end|>");
+            kAlpacaPrefix + "Hi\n\n    ### Input:\n    \n\n    ### Response:\n    Yo<|im_end|>");
   EXPECT_EQ(data.stats.rows_read, 2);
   EXPECT_EQ(data.stats.rows_kept, 2);
   EXPECT_EQ(data.stats.rows_bad, 0);
@@ -109,7 +109,7 @@ TEST_F(DatasetLoading, BosFromPostProcessorOnlyWhenTemplateDoesNotWriteIt) {
   const Sample a = load_dataset({alpaca}, &llama, {}).samples.at(0);
   EXPECT_EQ(a.input_ids.at(0), bos);
   EXPECT_NE(a.input_ids.at(1), bos);
-  EXPECT_EQ(llama.decode(a.input_ids, true), kAlpacaPrefix + "i\n\n### Input:\n\n\n### Response:\no");
+  EXPECT_EQ(llama.decode(a.input_ids, true), kAlpacaPrefix + "i\n\n    ### Input:\n    \n\n    ### Response:\n    o");
 
   const ChatTemplate llama3 = builtin("llama3", llama);
   DatasetOptions options;

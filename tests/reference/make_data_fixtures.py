@@ -213,17 +213,28 @@ def chat_template_cases():
     return families
 
 
-# Unsloth CLI's alpaca prompt (unsloth-cli.py), formatted with str.format and EOS appended.
+# Unsloth CLI's alpaca prompt: the literal of unsloth-cli.py's run() (unslothai/unsloth,
+# unsloth-cli.py at 015bdef0d94a, unchanged since the script's first version), copied with its
+# indentation: the triple-quoted string sits inside a function, so every line after the first
+# starts with four spaces, and formatting_prompts_func formats rows with it as it is.
 ALPACA_PROMPT = """Below is an instruction that describes a task, paired with an input that provides further context. Write a response that appropriately completes the request.
 
-### Instruction:
-{}
+    ### Instruction:
+    {}
 
-### Input:
-{}
+    ### Input:
+    {}
 
-### Response:
-{}"""
+    ### Response:
+    {}"""
+
+
+def unsloth_cli_formatting_prompts_func(examples, eos_token):
+    """unsloth-cli.py's formatting_prompts_func (batched rows -> {"text": [...]}), EOS_TOKEN given."""
+    texts = []
+    for instruction, input, output in zip(examples["instruction"], examples["input"], examples["output"]):
+        texts.append(ALPACA_PROMPT.format(instruction, input, output) + eos_token)
+    return {"text": texts}
 
 
 def alpaca_cases():
@@ -233,8 +244,9 @@ def alpaca_cases():
         {"instruction": "Übersetze: «chat» 🐱", "input": "français\nmultiline", "output": "Katze\n"},
     ]
     eos = "</s>"
-    return {"eos": eos, "cases": [dict(row, expected=ALPACA_PROMPT.format(row["instruction"], row["input"], row["output"]) + eos)
-                                  for row in rows]}
+    batch = {key: [row[key] for row in rows] for key in ("instruction", "input", "output")}
+    texts = unsloth_cli_formatting_prompts_func(batch, eos)["text"]
+    return {"eos": eos, "cases": [dict(row, expected=text) for row, text in zip(rows, texts)]}
 
 
 # The sampler's epoch permutation, written independently of the C++ code: mt19937_64 as the C++

@@ -23,9 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_tokenizer_fixtures as tok_fx  # noqa: E402
 from trl.data_utils import _tokenize, common_prefix_length  # noqa: E402
 
-ALPACA_PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further "
-                 "context. Write a response that appropriately completes the request.\n\n### Instruction:\n{}\n\n"
-                 "### Input:\n{}\n\n### Response:\n")
+from make_data_fixtures import ALPACA_PROMPT as UNSLOTH_ALPACA_TEMPLATE  # noqa: E402
+
+# The prompt part of unsloth-cli.py's alpaca template: everything before the output's {}.
+ALPACA_PROMPT = UNSLOTH_ALPACA_TEMPLATE[:UNSLOTH_ALPACA_TEMPLATE.rindex("{}")]
 
 
 def unsloth_raw_text_module():

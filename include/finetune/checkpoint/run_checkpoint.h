@@ -25,9 +25,11 @@ namespace finetune {
 // "checkpoint-<step>" inside `output_dir`.
 std::string checkpoint_path(const std::string& output_dir, int64_t step);
 
-// Writes a checkpoint of `model`'s adapter and `state` atomically at `dir`.
+// Writes a checkpoint of `model`'s adapter and `state` atomically at `dir`. `model_only`
+// (--save_only_model, HF's save_only_model): the adapter and trainer_state.json alone, which
+// --save_total_limit counts and --resume_from_checkpoint refuses.
 void write_checkpoint(const std::string& dir, const CausalLM& model, const LoraConfig& lora,
-                      const TrainingState& state);
+                      const TrainingState& state, bool model_only = false);
 
 // The identity of the run that wrote a checkpoint (to compare before reading anything else).
 RunIdentity read_run_identity(const std::string& dir);
@@ -37,11 +39,14 @@ RunIdentity read_run_identity(const std::string& dir);
 // optimizer that wrote it. Errors name the file and field.
 TrainingState read_training_state(const std::string& dir, const NamedTensors& trainable);
 
-// The complete checkpoint-N directories of `output_dir`, by ascending step.
+// The checkpoint-N directories of `output_dir` (complete ones and --save_only_model ones), by
+// ascending step.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& output_dir);
 
-// Keeps the newest `keep` checkpoints (keep <= 0: all); returns the removed directories.
-std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep);
+// Keeps the newest `keep` checkpoints (keep <= 0: all), and `best` (the best model's checkpoint,
+// "" for none) as HF's _rotate_checkpoints does: it counts as the second newest, and a limit of 1
+// keeps 2 while it is not the newest. Returns the removed directories.
+std::vector<std::string> prune_checkpoints(const std::string& output_dir, int64_t keep, const std::string& best = "");
 
 // The directory --resume_from_checkpoint names: "true" = the newest checkpoint in output_dir
 // (UsageError when there is none), otherwise the path itself, which must hold a checkpoint.

@@ -25,4 +25,8 @@ void log_banner(const LoadedModel& loaded, const AttachedAdapter& adapter, const
 // "1,234,567"
 std::string with_thousands(int64_t value);
 
+// The banner's chat-template line: the template and how many rows it renders, or "not used" when
+// no row is a conversation (alpaca, text, raw-text and pre-tokenized rows never reach it).
+std::string chat_template_line(const Datasets& data);
+
 }  // namespace finetune

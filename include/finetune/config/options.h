@@ -62,8 +62,20 @@ struct Options {
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;        // <= 0 disables clipping
   std::string lr_scheduler_type = "linear";  // train/lr_scheduler_names.h: lr_scheduler_types()
+  std::string lr_scheduler_kwargs;   // JSON object: get_scheduler's scheduler_specific_kwargs; empty: none
   int64_t seed = 3407;
   std::string step_planning = "balanced";  // data/step_planner.h: step_planning_names()
+  bool bf16 = false;                 // HF's precision flags: aliases of --dtype bfloat16 / float16
+  bool fp16 = false;
+  std::string run_name;              // the run's name in the summary and report.html; empty: output_dir's
+  // HF's evaluation / checkpoint timing and best model (train/checkpoint_policy.h)
+  std::string eval_strategy = "steps";  // no|steps|epoch
+  std::string save_strategy = "steps";  // no|steps|epoch
+  bool load_best_model_at_end = false;
+  std::string metric_for_best_model = "eval_loss";  // loss|eval_loss: the one metric evaluation computes
+  bool greater_is_better = false;
+  int64_t early_stopping_patience = 0;  // EarlyStoppingCallback; 0: off
+  double early_stopping_threshold = 0.0;
 
   // --- data
   std::string dataset;               // file, directory or hub id in the local HF cache (data/dataset_source.h)
@@ -90,6 +102,7 @@ struct Options {
   int64_t save_total_limit = 0;      // keep the newest K checkpoints; 0: all
   std::string resume_from_checkpoint;  // checkpoint dir, or "true": the newest in output_dir
   bool overwrite_output_dir = false;   // replace an earlier run's files in output_dir
+  bool save_only_model = false;      // checkpoints hold the adapter and trainer_state.json only (not resumable)
   bool save_model = false;           // also export per --save_method into --save_path
   std::string save_method = "merged_16bit";  // checkpoint/save_methods.h; Unsloth CLI's default
   std::string save_path = "model";

@@ -39,6 +39,7 @@ struct DatasetStats {
   int64_t longest_dropped_prompt = 0;  // tokens before the first trainable one, over those rows
   int64_t tokens = 0;                  // input tokens kept
   int64_t trainable_tokens = 0;
+  int64_t templated_rows = 0;          // rows read in a format the chat template renders (conversations)
 
   void add(const DatasetStats& other);
 };

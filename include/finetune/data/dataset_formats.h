@@ -49,10 +49,11 @@ Sample tokenize_row(RowFormat format, const nlohmann::ordered_json& row, const R
 // The conversation of a messages or sharegpt row (roles mapped, tools and kwargs read).
 Conversation conversation_of_row(RowFormat format, const nlohmann::ordered_json& row);
 
-// Unsloth CLI's alpaca prompt: "Below is an instruction that describes a task, paired with an
-// input that provides further context. Write a response that appropriately completes the
-// request.\n\n### Instruction:\n{}\n\n### Input:\n{}\n\n### Response:\n" (the same when input is
-// empty, as Unsloth's CLI does).
+// Unsloth CLI's alpaca prompt, its literal as unsloth-cli.py formats it (every line after the first
+// indented by four spaces): "Below is an instruction that describes a task, paired with an input
+// that provides further context. Write a response that appropriately completes the
+// request.\n\n    ### Instruction:\n    {}\n\n    ### Input:\n    {}\n\n    ### Response:\n    "
+// (the same when input is empty, as Unsloth's CLI does); the output and EOS follow.
 std::string alpaca_prompt(const std::string& instruction, const std::string& input);
 
 // {"input_ids": [int...], "labels": [int...]?}: labels default to input_ids; labels must have the

@@ -29,6 +29,7 @@
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/train/checkpoint_policy.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/finite_guard.h"
 #include "finetune/train/log_window.h"
@@ -50,6 +51,13 @@ struct TrainerConfig {
   int64_t logging_steps = 1;
   int64_t save_steps = 0;
   int64_t eval_steps = 0;
+  // Note [Evaluation and save timing] (train/checkpoint_policy.h): HF's strategies, the metric's
+  // direction (eval_loss: lower is better) and EarlyStoppingCallback's settings.
+  IntervalStrategy eval_strategy = IntervalStrategy::Steps;
+  IntervalStrategy save_strategy = IntervalStrategy::Steps;
+  bool greater_is_better = false;
+  int64_t early_stopping_patience = 0;  // 0: no early stopping
+  double early_stopping_threshold = 0.0;
   double learning_rate = 2e-4;
   LrSchedule schedule;
   std::string optim = "adamw_torch";  // --optim: an optimizer_names() entry (train/optimizer.h)
@@ -95,6 +103,11 @@ struct TrainResult {
   // global step, which understates it.
   double train_loss() const;
   std::string last_checkpoint;  // the newest checkpoint written, or "" (for error messages)
+  // The best evaluation (eval_loss) and the checkpoint of its step, when one was saved there
+  // (HF's best_metric, best_model_checkpoint); --load_best_model_at_end loads that checkpoint.
+  std::optional<double> best_metric;
+  std::string best_checkpoint;
+  std::optional<int64_t> stopped_early_at;  // the step early stopping ended training after
 };
 
 class Trainer {
@@ -130,6 +143,7 @@ class Trainer {
   void after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result);
   void log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss);
   void save_checkpoint(int64_t step, const TrainerHooks& hooks);
+  void record_evaluation(int64_t step, double eval_loss, const TrainerHooks& hooks, TrainResult& result);
   void finish(const TrainerHooks& hooks, TrainResult& result);
   bool stop_agreed() const;
   [[noreturn]] void stop_for_preemption(const TrainerHooks& hooks);
@@ -149,6 +163,8 @@ class Trainer {
   std::optional<MetricSinks> sinks_;  // rank 0, while train() runs
   StepProfiler profiler_;
   FiniteGuard finite_;
+  CheckpointPolicy policy_;  // when to evaluate and save, the best evaluation, early stopping
+  std::string best_checkpoint_;
   ForwardOptions forward_options_;
   BatchLayout layout_;
   at::Tensor loss_scale_;  // undefined: no loss scaling

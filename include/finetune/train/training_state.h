@@ -73,6 +73,10 @@ struct TrainingState {
   // "loss_scale" and "loss_scale_growth_tracker"). Absent for bf16 and fp32 runs and in older
   // checkpoints: a resumed fp16 run then starts at the initial scale, as HF without scaler.pt.
   std::optional<LossScalerState> loss_scaler;
+  // HF's trainer_state.json best_metric and best_model_checkpoint (train/checkpoint_policy.h);
+  // unset / "" before any evaluation (or checkpoint of the best one).
+  std::optional<double> best_metric;
+  std::string best_model_checkpoint;
   RunIdentity identity;
   std::string source_dir;  // the checkpoint it was read from ("" when captured by the trainer)
 };
