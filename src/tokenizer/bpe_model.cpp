@@ -16,8 +16,19 @@ uint64_t pair_key(int32_t left, int32_t right) {
 }  // namespace
 
 BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
-                   const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges)
-    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges) {
+                   const std::vector<std::pair<std::string, std::string>>& merges, const BpeOptions& options)
+    : vocab_(std::move(vocab)), options_(options) {
+  if (options_.unk_token) {
+    const auto it = vocab_.find(*options_.unk_token);
+    if (it == vocab_.end()) throw Error("model.unk_token '" + *options_.unk_token + "' is not in model.vocab");
+    unk_id_ = it->second;
+  }
+  static const char* kHex = "0123456789ABCDEF";
+  for (int byte = 0; byte < 256; ++byte) {
+    const std::string token = std::string("<0x") + kHex[byte >> 4] + kHex[byte & 15] + ">";
+    const auto it = vocab_.find(token);
+    byte_ids_[byte] = it == vocab_.end() ? -1 : it->second;
+  }
   merges_.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
@@ -32,7 +43,7 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
 }
 
 void BpeModel::encode_word(const std::string& word, std::vector<int32_t>& out) const {
-  if (ignore_merges_) {
+  if (options_.ignore_merges) {
     auto it = vocab_.find(word);
     if (it != vocab_.end()) {
       out.push_back(it->second);
@@ -53,17 +64,40 @@ void BpeModel::encode_word(const std::string& word, std::vector<int32_t>& out) c
   if (cache_.size() < kCacheCapacity) cache_.emplace(word, std::move(ids));
 }
 
-std::vector<int32_t> BpeModel::merge_word(const std::string& word) const {
-  // One symbol per character; characters missing from the vocabulary are dropped (byte-level
-  // vocabularies contain all 256 byte characters, and this model has no unk / byte fallback).
+std::vector<int32_t> BpeModel::initial_symbols(const std::string& word) const {
+  // One symbol per character, as tokenizers' BPE::merge_word: a pending unk is written when the next
+  // known character comes (not before byte-fallback tokens) or at the end.
   std::vector<int32_t> symbols;
+  bool unk_pending = false;
   for (size_t i = 0; i < word.size();) {
     size_t len = utf8_sequence_length(static_cast<unsigned char>(word[i]));
     if (i + len > word.size()) len = word.size() - i;
-    auto it = vocab_.find(word.substr(i, len));
-    if (it != vocab_.end()) symbols.push_back(it->second);
+    const std::string character = word.substr(i, len);
     i += len;
+    if (auto it = vocab_.find(character); it != vocab_.end()) {
+      if (unk_pending) symbols.push_back(unk_id_);
+      unk_pending = false;
+      symbols.push_back(it->second);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all_bytes = true;
+      for (unsigned char byte : character) all_bytes = all_bytes && byte_ids_[byte] >= 0;
+      if (all_bytes) {
+        for (unsigned char byte : character) symbols.push_back(byte_ids_[byte]);
+        continue;
+      }
+    }
+    if (unk_id_ < 0) continue;  // no unk token: the character is dropped
+    if (unk_pending && !options_.fuse_unk) symbols.push_back(unk_id_);
+    unk_pending = true;
   }
+  if (unk_pending) symbols.push_back(unk_id_);
+  return symbols;
+}
+
+std::vector<int32_t> BpeModel::merge_word(const std::string& word) const {
+  std::vector<int32_t> symbols = initial_symbols(word);
   // Apply merges lowest rank first, leftmost first on ties, as tokenizers' Word::merge_all does:
   // a min-heap of candidate pairs over a linked list of symbols; stale entries are skipped.
   const int n = static_cast<int>(symbols.size());

@@ -3,7 +3,6 @@
 #include <set>
 
 #include "finetune/tokenizer/decode_text.h"
-#include "finetune/tokenizer/unicode_nfc.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_fields.h"
 #include "finetune/util/json_parse.h"
@@ -11,8 +10,7 @@
 namespace finetune {
 namespace {
 
-// GPT-2's pre-tokenization regex, used by ByteLevel(use_regex=true).
-constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kMetaspace = "\xE2\x96\x81";  // "▁"
 
 std::string type_of(const nlohmann::json& node, const std::string& path, const std::string& where) {
   if (!node.is_object() || !node.contains("type") || !node["type"].is_string()) {
@@ -26,20 +24,34 @@ std::string type_of(const nlohmann::json& node, const std::string& path, const s
 BpeTokenizer::BpeTokenizer(const std::string& path, const TokenizerConfig& config)
     : BpeTokenizer(path, read_json_file(path), config) {}
 
-BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, const TokenizerConfig& config)
+BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, const TokenizerConfig& config,
+                           TokenizerPipeline pipeline)
     : path_(path), clean_up_tokenization_spaces_(config.clean_up_tokenization_spaces) {
   if (!json.is_object()) throw Error(path + ": top level must be a JSON object");
-
-  // model
   const nlohmann::json* model = json_field(json, "model", path, "<root>");
   if (!model) throw Error(path + ": field 'model' is missing");
+  parse_model(*model, config, pipeline);
+  // A tokenizer class that rebuilds the pipeline takes its added tokens from tokenizer_config.json
+  // and the named special tokens, not from tokenizer.json's added_tokens.
+  if (pipeline == TokenizerPipeline::kFile) add_file_added_tokens(json);
+  add_config_added_tokens(config, pipeline != TokenizerPipeline::kFile);
+  std::set<int32_t> ids;
+  for (const auto& entry : id_to_token_) ids.insert(entry.first);
+  for (const AddedToken& token : added_.tokens()) ids.insert(token.id);
+  vocab_size_ = static_cast<int64_t>(ids.size());
+  max_token_id_ = ids.empty() ? -1 : *ids.rbegin();
+  parse_pipeline(json, config, pipeline);
+  // transformers 5 drops add_bos_token / add_eos_token from tokenizer_config.json when a
+  // tokenizer.json exists: its post-processor alone decides (none = nothing added).
+  if (const auto* post = json_field(json, "post_processor", path, "<root>")) parse_post_processor(*post, "post_processor");
+  special_ = resolve_special_tokens(config, *this, path);
+}
+
+void BpeTokenizer::parse_model(const nlohmann::json& node, const TokenizerConfig& config, TokenizerPipeline pipeline) {
+  const std::string& path = path_;
+  const nlohmann::json* model = &node;
   const std::string model_type = model->contains("type") ? type_of(*model, path, "model") : "BPE";
-  if (model_type != "BPE") {
-    throw Error(path + ": field 'model.type' is '" + model_type + "'; only byte-level BPE is supported");
-  }
-  if (json_bool(*model, "byte_fallback", false, path, "model")) {
-    throw Error(path + ": field 'model.byte_fallback' is true; only byte-level BPE (byte_fallback false) is supported");
-  }
+  if (model_type != "BPE") throw Error(path + ": field 'model.type' is '" + model_type + "'; only BPE is supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const auto* v = json_field(*model, key, path, "model");
     if (v && !(v->is_string() && v->get<std::string>().empty())) {
@@ -79,113 +91,83 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& json, 
       }
     }
   }
+  BpeOptions options;
+  if (pipeline == TokenizerPipeline::kFile) {
+    options.ignore_merges = json_bool(*model, "ignore_merges", false, path, "model");
+    options.byte_fallback = json_bool(*model, "byte_fallback", false, path, "model");
+    options.fuse_unk = json_bool(*model, "fuse_unk", false, path, "model");
+    if (const auto* unk = json_field(*model, "unk_token", path, "model")) {
+      if (!unk->is_string()) throw Error(path + ": field 'model.unk_token' must be a string or null");
+      options.unk_token = unk->get<std::string>();
+    }
+  } else {  // LlamaTokenizer / GemmaTokenizer: BPE(fuse_unk=True, byte_fallback=True[, unk_token])
+    options.byte_fallback = true;
+    options.fuse_unk = true;
+    if (pipeline == TokenizerPipeline::kGemma) options.unk_token = config.unk_token.value_or("<unk>");
+  }
   try {
-    model_ = std::make_unique<BpeModel>(std::move(vocab), merges, json_bool(*model, "ignore_merges", false, path, "model"));
+    model_ = std::make_unique<BpeModel>(std::move(vocab), merges, options);
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
-
-  // added_tokens, then those transformers adds from tokenizer_config.json
-  std::set<int32_t> ids;
-  for (const auto& entry : id_to_token_) ids.insert(entry.first);
-  if (const auto* added = json_field(json, "added_tokens", path, "<root>")) {
-    if (!added->is_array()) throw Error(path + ": field 'added_tokens' must be an array");
-    for (size_t i = 0; i < added->size(); ++i) {
-      const auto& entry = (*added)[i];
-      const std::string where = "added_tokens[" + std::to_string(i) + "]";
-      const nlohmann::json* id = json_field(entry, "id", path, where);
-      if (!id) throw Error(path + ": field '" + where + ".id' is missing");
-      const int32_t token_id = json_token_id(*id, path, where + ".id");
-      AddedToken token;
-      try {
-        token = added_token_from_json(entry, token_id);
-      } catch (const std::exception& e) {
-        throw Error(path + ": field '" + where + "' is malformed: " + e.what());
-      }
-      added_.add(token);
-      ids.insert(token.id);
-    }
-  }
-  for (const auto& token : config.added_tokens_decoder) {
-    if (!added_.find_by_content(token.content)) {
-      added_.add(token);
-      ids.insert(token.id);
-    }
-  }
-  vocab_size_ = static_cast<int64_t>(ids.size());
-  max_token_id_ = ids.empty() ? -1 : *ids.rbegin();
-
-  if (const auto* n = json_field(json, "normalizer", path, "<root>")) parse_normalizer(*n, "normalizer");
-  if (const auto* p = json_field(json, "pre_tokenizer", path, "<root>")) parse_pre_tokenizer(*p, "pre_tokenizer");
-  if (const auto* d = json_field(json, "decoder", path, "<root>")) parse_decoder(*d, "decoder");
-
-  // transformers 5 drops add_bos_token / add_eos_token from tokenizer_config.json when a
-  // tokenizer.json exists: its post-processor alone decides (none = nothing added).
-  if (const auto* post = json_field(json, "post_processor", path, "<root>")) parse_post_processor(*post, "post_processor");
-  special_ = resolve_special_tokens(config, *this, path);
 }
 
-void BpeTokenizer::parse_normalizer(const nlohmann::json& node, const std::string& where) {
-  const std::string type = type_of(node, path_, where);
-  if (type == "NFC") {
-    nfc_ = true;
-  } else if (type == "Sequence") {
-    const auto* list = json_field(node, "normalizers", path_, where);
-    if (!list || !list->is_array()) throw Error(path_ + ": field '" + where + ".normalizers' must be an array");
-    for (size_t i = 0; i < list->size(); ++i) parse_normalizer((*list)[i], where + ".normalizers[" + std::to_string(i) + "]");
-  } else {
-    throw Error(path_ + ": field '" + where + ".type' is '" + type + "'; supported normalizers: null, NFC");
-  }
-}
-
-void BpeTokenizer::parse_pre_tokenizer(const nlohmann::json& node, const std::string& where) {
-  const std::string type = type_of(node, path_, where);
-  if (type == "Sequence") {
-    const auto* list = json_field(node, "pretokenizers", path_, where);
-    if (!list || !list->is_array()) throw Error(path_ + ": field '" + where + ".pretokenizers' must be an array");
-    for (size_t i = 0; i < list->size(); ++i) {
-      parse_pre_tokenizer((*list)[i], where + ".pretokenizers[" + std::to_string(i) + "]");
-    }
-  } else if (type == "Split") {
-    const auto* pattern = json_field(node, "pattern", path_, where);
-    std::string text;
-    bool literal = false;
-    if (pattern && pattern->is_object() && pattern->contains("Regex") && (*pattern)["Regex"].is_string()) {
-      text = (*pattern)["Regex"].get<std::string>();
-    } else if (pattern && pattern->is_object() && pattern->contains("String") && (*pattern)["String"].is_string()) {
-      text = (*pattern)["String"].get<std::string>();
-      literal = true;
-    } else {
-      throw Error(path_ + ": field '" + where + ".pattern' must be {\"Regex\": ...} or {\"String\": ...}");
-    }
-    if (json_bool(node, "invert", false, path_, where)) {
-      throw Error(path_ + ": field '" + where + ".invert' = true is not supported");
-    }
-    const std::string behavior = json_string(node, "behavior", "Isolated", path_, where);
-    PreTokenizerStep step;
-    if (behavior == "Isolated") {
-      step.kind = PreTokenizerStep::Kind::kSplitIsolated;
-    } else if (behavior == "Removed") {
-      step.kind = PreTokenizerStep::Kind::kSplitRemoved;
-    } else {
-      throw Error(path_ + ": field '" + where + ".behavior' is '" + behavior + "'; supported: Isolated, Removed");
-    }
+void BpeTokenizer::add_file_added_tokens(const nlohmann::json& json) {
+  const auto* added = json_field(json, "added_tokens", path_, "<root>");
+  if (!added) return;
+  if (!added->is_array()) throw Error(path_ + ": field 'added_tokens' must be an array");
+  for (size_t i = 0; i < added->size(); ++i) {
+    const auto& entry = (*added)[i];
+    const std::string where = "added_tokens[" + std::to_string(i) + "]";
+    const nlohmann::json* id = json_field(entry, "id", path_, where);
+    if (!id) throw Error(path_ + ": field '" + where + ".id' is missing");
+    const int32_t token_id = json_token_id(*id, path_, where + ".id");
     try {
-      step.regex = std::make_shared<RegexSplitter>(text, literal);
-    } catch (const Error& e) {
-      throw Error(path_ + ": field '" + where + ".pattern': " + e.what());
+      added_.add(added_token_from_json(entry, token_id));
+    } catch (const std::exception& e) {
+      throw Error(path_ + ": field '" + where + "' is malformed: " + e.what());
     }
-    pre_tokenizer_.push_back(std::move(step));
-  } else if (type == "ByteLevel") {
-    PreTokenizerStep step;
-    step.kind = PreTokenizerStep::Kind::kByteLevel;
-    step.add_prefix_space = json_bool(node, "add_prefix_space", false, path_, where);
-    if (json_bool(node, "use_regex", true, path_, where)) step.regex = std::make_shared<RegexSplitter>(kGpt2Pattern, false);
-    pre_tokenizer_.push_back(std::move(step));
-  } else {
-    throw Error(path_ + ": field '" + where + ".type' is '" + type +
-                "'; supported pre-tokenizers: Sequence, Split, ByteLevel");
   }
+}
+
+void BpeTokenizer::add_config_added_tokens(const TokenizerConfig& config, bool named_special_tokens) {
+  for (const auto& token : config.added_tokens_decoder) {
+    if (!added_.find_by_content(token.content)) added_.add(token);
+  }
+  if (!named_special_tokens) return;
+  // transformers adds the named special tokens it does not know yet, as special, unnormalized.
+  for (const auto* name : {&config.bos_token, &config.eos_token, &config.unk_token, &config.pad_token}) {
+    if (!*name || added_.find_by_content(**name)) continue;
+    const auto it = model_->vocab().find(**name);
+    if (it == model_->vocab().end()) continue;  // resolve_special_tokens names the missing token
+    AddedToken token;
+    token.content = **name;
+    token.id = it->second;
+    token.special = true;
+    added_.add(token);
+  }
+}
+
+void BpeTokenizer::parse_pipeline(const nlohmann::json& json, const TokenizerConfig& config, TokenizerPipeline pipeline) {
+  if (pipeline == TokenizerPipeline::kLlama) {
+    const bool add_prefix_space = config.add_prefix_space.value_or(true);
+    pre_tokenizer_ = PreTokenizer::metaspace(!add_prefix_space ? PrependScheme::kNever
+                                             : config.legacy   ? PrependScheme::kAlways
+                                                               : PrependScheme::kFirst);
+    decoder_ = TokenDecoder::llama(add_prefix_space);
+    return;
+  }
+  if (pipeline == TokenizerPipeline::kGemma) {
+    normalizer_ = Normalizer::replace(" ", kMetaspace);
+    pre_tokenizer_ = PreTokenizer::gemma();
+    decoder_ = TokenDecoder::gemma();
+    return;
+  }
+  if (const auto* n = json_field(json, "normalizer", path_, "<root>")) normalizer_ = Normalizer::from_json(*n, path_, "normalizer");
+  if (const auto* p = json_field(json, "pre_tokenizer", path_, "<root>")) {
+    pre_tokenizer_ = PreTokenizer::from_json(*p, path_, "pre_tokenizer");
+  }
+  if (const auto* d = json_field(json, "decoder", path_, "<root>")) decoder_ = TokenDecoder::from_json(*d, path_, "decoder");
 }
 
 void BpeTokenizer::parse_post_processor(const nlohmann::json& node, const std::string& where) {
@@ -226,86 +208,55 @@ void BpeTokenizer::parse_post_processor(const nlohmann::json& node, const std::s
   }
 }
 
-void BpeTokenizer::parse_decoder(const nlohmann::json& node, const std::string& where) {
-  const std::string type = type_of(node, path_, where);
-  if (type != "ByteLevel") {
-    throw Error(path_ + ": field '" + where + ".type' is '" + type + "'; supported decoders: null, ByteLevel");
-  }
-  byte_level_decoder_ = true;
-}
-
-void BpeTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& out) const {
-  std::vector<std::string> pieces{nfc_ ? nfc_normalize(text) : text};
-  for (const auto& step : pre_tokenizer_) {
-    std::vector<std::string> next;
-    for (auto& piece : pieces) {
-      if (step.kind == PreTokenizerStep::Kind::kByteLevel) {
-        if (step.add_prefix_space && piece.rfind(' ', 0) != 0) piece.insert(0, " ");
-        if (!step.regex) {
-          next.push_back(byte_level_.encode(piece));
-        } else {
-          for (const auto& part : step.regex->split_isolated(piece)) next.push_back(byte_level_.encode(part));
-        }
-      } else {
-        auto parts = step.kind == PreTokenizerStep::Kind::kSplitIsolated ? step.regex->split_isolated(piece)
-                                                                         : step.regex->split_removed(piece);
-        for (auto& part : parts) next.push_back(std::move(part));
-      }
-    }
-    pieces = std::move(next);
-  }
-  for (const auto& piece : pieces) model_->encode_word(piece, out);
+void BpeTokenizer::encode_plain(const std::string& normalized, bool at_text_start, std::vector<int32_t>& out) const {
+  for (const auto& word : pre_tokenizer_.split(normalized, at_text_start)) model_->encode_word(word, out);
 }
 
 std::vector<int32_t> BpeTokenizer::encode(const std::string& text, bool add_special_tokens) const {
   std::vector<int32_t> ids;
   if (add_special_tokens) ids = prefix_ids_;
   const bool second_pass = added_.has_normalized_tokens();
+  bool at_text_start = true;  // the next piece begins at offset 0 of `text`
   for (const auto& segment : added_.split(text, /*normalized=*/false)) {
     if (segment.added_id >= 0) {
       ids.push_back(segment.added_id);
-      continue;
-    }
-    if (!second_pass) {
-      encode_plain(segment.text, ids);
-      continue;
-    }
-    // Tokens flagged `normalized` are matched in the normalized text.
-    const std::string normalized = nfc_ ? nfc_normalize(segment.text) : segment.text;
-    for (const auto& inner : added_.split(normalized, /*normalized=*/true)) {
-      if (inner.added_id >= 0) {
-        ids.push_back(inner.added_id);
+    } else if (!segment.text.empty()) {
+      // The normalizer sees the whole text between added tokens; tokens flagged `normalized` are
+      // then matched in the normalized text.
+      const std::string normalized = normalizer_.apply(segment.text);
+      if (!second_pass) {
+        encode_plain(normalized, at_text_start, ids);
       } else {
-        encode_plain(inner.text, ids);
+        bool first_inner = true;
+        for (const auto& inner : added_.split(normalized, /*normalized=*/true)) {
+          if (inner.added_id >= 0) {
+            ids.push_back(inner.added_id);
+          } else if (!inner.text.empty()) {
+            encode_plain(inner.text, at_text_start && first_inner, ids);
+          }
+          first_inner = false;
+        }
       }
     }
+    at_text_start = false;
   }
   if (add_special_tokens) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string text;
-  bool first = true;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    std::string token;
     if (const AddedToken* added = added_.find_by_id(id)) {
-      if (skip_special_tokens && added->special) continue;
-      token = added->content;
+      if (!(skip_special_tokens && added->special)) tokens.push_back(added->content);
     } else if (const auto it = id_to_token_.find(id); it != id_to_token_.end()) {
-      token = it->second;
+      tokens.push_back(it->second);
     } else {
       throw Error(path_ + ": cannot decode token id " + std::to_string(id) + ": not in the vocabulary");
     }
-    if (byte_level_decoder_) {
-      text += byte_level_.decode_token(token);
-    } else {
-      if (!first) text += ' ';
-      text += token;
-    }
-    first = false;
   }
-  if (byte_level_decoder_) text = utf8_lossy(text);
+  const std::string text = decoder_.decode(std::move(tokens));
   return clean_up_tokenization_spaces_ ? clean_up_tokenization(text) : text;
 }
 

@@ -4,12 +4,27 @@
 #include "finetune/tokenizer/bpe_tokenizer.h"
 #include "finetune/tokenizer/sentencepiece_tokenizer.h"
 #include "finetune/tokenizer/tokenizer.h"
+#include "finetune/tokenizer/tokenizer_class.h"
 #include "finetune/tokenizer/tokenizer_config.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_fields.h"
 #include "finetune/util/json_parse.h"
 
 namespace finetune {
+namespace {
+
+// config.json's model_type, which AutoTokenizer consults with tokenizer_class (tokenizer_class.h).
+std::optional<std::string> model_type_of(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  const nlohmann::json json = read_json_file(path);
+  if (!json.is_object()) return std::nullopt;
+  const std::string type = json_string(json, "model_type", "", path, "<root>");
+  if (type.empty()) return std::nullopt;
+  return type;
+}
+
+}  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
@@ -18,13 +33,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   const std::string spm_path = (fs::path(model_dir) / "tokenizer.model").string();
   const TokenizerConfig config = read_tokenizer_config(model_dir);
   if (fs::exists(json_path)) {
-    const nlohmann::json json = read_json_file(json_path);
-    // Llama-2-era repositories ship a Metaspace / byte-fallback tokenizer.json next to
-    // tokenizer.model; that pipeline is served by the sentencepiece implementation.
-    const nlohmann::json* model = json.is_object() ? json_field(json, "model", json_path, "<root>") : nullptr;
-    const bool byte_level_bpe = model && model->is_object() && json_string(*model, "type", "BPE", json_path, "model") == "BPE" &&
-                                !json_bool(*model, "byte_fallback", false, json_path, "model");
-    if (byte_level_bpe || !fs::exists(spm_path)) return std::make_unique<BpeTokenizer>(json_path, json, config);
+    const TokenizerPipeline pipeline = transformers_pipeline(config.tokenizer_class, model_type_of(model_dir));
+    return std::make_unique<BpeTokenizer>(json_path, read_json_file(json_path), config, pipeline);
   }
   if (fs::exists(spm_path)) return std::make_unique<SentencePieceTokenizer>(spm_path, config);
   throw Error(model_dir + ": neither tokenizer.json nor tokenizer.model found");

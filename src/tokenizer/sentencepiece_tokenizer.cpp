@@ -8,6 +8,7 @@
 
 #include "finetune/tokenizer/decode_text.h"
 #include "finetune/tokenizer/sentencepiece_proto.h"
+#include "finetune/tokenizer/token_decoder.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/file_contents.h"
 
@@ -15,21 +16,6 @@ namespace finetune {
 namespace {
 
 constexpr const char* kMetaspace = "\xE2\x96\x81";  // "▁"
-
-// "<0x41>" -> 0x41, as tokenizers' ByteFallback decoder recognises byte tokens; -1 otherwise.
-int byte_token_value(const std::string& token) {
-  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
-  int value = 0;
-  for (size_t i = 3; i < 5; ++i) {
-    const char c = token[i];
-    int digit = (c >= '0' && c <= '9') ? c - '0' : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
-bool is_valid_utf8(const std::string& bytes) { return utf8_lossy(bytes) == bytes; }
 
 }  // namespace
 
@@ -80,7 +66,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path, const To
 
   const bool add_prefix_space = config.add_prefix_space.value_or(true);
   prepend_scheme_ = !add_prefix_space ? PrependScheme::kNever : config.legacy ? PrependScheme::kAlways : PrependScheme::kFirst;
-  strip_leading_space_ = add_prefix_space;
+  decoder_ = TokenDecoder::llama(add_prefix_space);
 
   auto id_of = [&](const std::optional<std::string>& token, const char* name) -> std::optional<int32_t> {
     if (!token) return std::nullopt;
@@ -141,40 +127,18 @@ std::vector<int32_t> SentencePieceTokenizer::encode(const std::string& text, boo
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  std::string text;
-  std::string pending_bytes;  // consecutive <0xXX> tokens, decoded together (ByteFallback)
-  auto flush_bytes = [&] {
-    if (pending_bytes.empty()) return;
-    if (is_valid_utf8(pending_bytes)) {
-      text += pending_bytes;
-    } else {
-      for (size_t i = 0; i < pending_bytes.size(); ++i) text += "\xEF\xBF\xBD";
-    }
-    pending_bytes.clear();
-  };
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    std::string token;
     if (const AddedToken* added = added_.find_by_id(id)) {
-      if (skip_special_tokens && added->special) continue;
-      token = added->content;
+      if (!(skip_special_tokens && added->special)) tokens.push_back(added->content);
     } else if (id >= 0 && static_cast<size_t>(id) < pieces_.size()) {
-      token = pieces_[id];
+      tokens.push_back(pieces_[id]);
     } else {
       throw Error(path_ + ": cannot decode token id " + std::to_string(id) + ": not in the vocabulary");
     }
-    const int byte = byte_token_value(token);
-    if (byte >= 0) {
-      pending_bytes.push_back(static_cast<char>(byte));
-      continue;
-    }
-    flush_bytes();
-    for (size_t pos = token.find(kMetaspace); pos != std::string::npos; pos = token.find(kMetaspace, pos + 1)) {
-      token.replace(pos, 3, " ");
-    }
-    text += token;
   }
-  flush_bytes();
-  if (strip_leading_space_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+  const std::string text = decoder_.decode(std::move(tokens));
   return clean_up_tokenization_spaces_ ? clean_up_tokenization(text) : text;
 }
 

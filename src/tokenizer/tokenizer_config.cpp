@@ -107,6 +107,7 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
     config.add_eos_token = optional_bool(json, "add_eos_token", config_path);
     config.add_prefix_space = optional_bool(json, "add_prefix_space", config_path);
     config.legacy = optional_bool(json, "legacy", config_path).value_or(false);
+    config.tokenizer_class = token_text(json, "tokenizer_class", config_path);
     config.clean_up_tokenization_spaces =
         optional_bool(json, "clean_up_tokenization_spaces", config_path).value_or(false);
     if (const auto* tmpl = json_field(json, "chat_template", config_path, "<root>")) {

@@ -12,6 +12,15 @@ multilingual corpus and writes, for each, a model directory plus the ids transfo
   OUTDIR/qwen2/       tokenizer.json like Qwen2 (NFC, Qwen2 regex, no BOS, ByteLevel post-processor),
                       merges written in the "a b" string form, tokenizer_config.json
   OUTDIR/spm_llama2/  tokenizer.model (sentencepiece BPE, byte_fallback, like Llama-2) + tokenizer_config.json
+  OUTDIR/spm_llama2_json/  the same tokenizer.model plus the tokenizer.json transformers' LlamaTokenizer
+                      converts it to (Metaspace "first", byte fallback): both files, as Llama-2 / TinyLlama ship
+  OUTDIR/phi3_legacy/ that tokenizer.json in the older layout Phi-3 / Llama-2 / Mistral-7B-v0.1 ship
+                      (Prepend + Replace normalizers, no pre-tokenizer, unk_token), config.json model_type
+                      phi3, for which AutoTokenizer runs the file as written
+  OUTDIR/mistral_metaspace/  Metaspace(prepend_scheme "always", split) pre-tokenizer and Metaspace decoder,
+                      config.json model_type mistral
+  OUTDIR/gemma/       a Gemma-style vocabulary (<pad> <eos> <bos> <unk> <mask> <start_of_turn> ..., no dummy
+                      prefix) converted by GemmaTokenizer, with tokenizer.model beside it, model_type gemma2
   OUTDIR/<name>/expected.json  {"cases": [{"text", "ids_with_special", "ids_without_special",
                                            "decoded", "decoded_skip_special"}], "special": {...}}
 
@@ -235,6 +244,16 @@ def make_qwen2(outdir, corpus):
     return Tokenizer.from_file(path), specials + ["<think>", "</think>"]
 
 
+# Characters the small vocabularies lack: they become <0xNN> byte tokens (byte fallback).
+BYTE_FALLBACK_TEXTS = [
+    "\U0001d518\U0001d52b\U0001d526\U0001d520\U0001d52c\U0001d521\U0001d522 fraktur",
+    "runes \u16a0\u16c7\u16bb and \ua66e, \u2603 snow, \U0001f9ec dna",
+    "mixed\u00a0nbsp, tab\tsep, \u0f00 tibetan, \U00010348 gothic",
+    "  leading spaces then \u4e28 rare han \u9fa5",
+    "<unk> written as text, </s> too",
+]
+
+
 def make_spm(outdir, corpus):
     import sentencepiece as spm
     os.makedirs(outdir, exist_ok=True)
@@ -262,6 +281,95 @@ def make_spm(outdir, corpus):
                                        "single_word": False, "special": True} for tid, c in special.items()},
     })
     return list(special.values())
+
+
+def write_config_json(outdir, model_type):
+    write_json(os.path.join(outdir, "config.json"), {"model_type": model_type})
+
+
+def make_spm_json(outdir, spm_dir):
+    """tokenizer.model + the tokenizer.json transformers' LlamaTokenizer converts it to."""
+    import shutil
+    from transformers import LlamaTokenizer
+    os.makedirs(outdir, exist_ok=True)
+    for name in ("tokenizer.model", "tokenizer_config.json"):
+        shutil.copy(os.path.join(spm_dir, name), os.path.join(outdir, name))
+    saved = os.path.join(outdir, "converted")
+    LlamaTokenizer.from_pretrained(spm_dir).save_pretrained(saved)
+    shutil.move(os.path.join(saved, "tokenizer.json"), os.path.join(outdir, "tokenizer.json"))
+    shutil.rmtree(saved)
+    with open(os.path.join(outdir, "tokenizer_config.json"), encoding="utf-8") as f:
+        config = json.load(f)
+    config["tokenizer_class"] = "LlamaTokenizerFast"
+    write_json(os.path.join(outdir, "tokenizer_config.json"), config)
+
+
+def make_rewritten_layout(outdir, json_dir, model_type, normalizer, pre_tokenizer, decoder, unk_token):
+    """json_dir's tokenizer.json with another pipeline, for a model type whose AutoTokenizer runs the file."""
+    import shutil
+    os.makedirs(outdir, exist_ok=True)
+    shutil.copy(os.path.join(json_dir, "tokenizer_config.json"), os.path.join(outdir, "tokenizer_config.json"))
+    with open(os.path.join(json_dir, "tokenizer.json"), encoding="utf-8") as f:
+        data = json.load(f)
+    data["normalizer"] = normalizer
+    data["pre_tokenizer"] = pre_tokenizer
+    data["decoder"] = decoder
+    data["model"]["unk_token"] = unk_token
+    write_json(os.path.join(outdir, "tokenizer.json"), data)
+    write_config_json(outdir, model_type)
+    return Tokenizer.from_file(os.path.join(outdir, "tokenizer.json"))
+
+
+def make_phi3_legacy(outdir, json_dir):
+    replace_space = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    return make_rewritten_layout(
+        outdir, json_dir, "phi3",
+        normalizer={"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, replace_space]},
+        pre_tokenizer=None,
+        decoder={"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        unk_token="<unk>")
+
+
+def make_mistral_metaspace(outdir, json_dir):
+    return make_rewritten_layout(
+        outdir, json_dir, "mistral", normalizer=None,
+        pre_tokenizer={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        decoder={"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+        unk_token="<unk>")
+
+
+def make_gemma(outdir, corpus):
+    """A Gemma-layout vocabulary: sentencepiece BPE without dummy prefix, Gemma's special ids, converted
+    to tokenizer.json by transformers' GemmaTokenizer; tokenizer.model stays beside it."""
+    import shutil
+    import sentencepiece as spm
+    from transformers import GemmaTokenizer
+    os.makedirs(outdir, exist_ok=True)
+    prefix = os.path.join(outdir, "tokenizer")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus), model_prefix=prefix, model_type="bpe", vocab_size=2000,
+        character_coverage=0.9995, byte_fallback=True, split_digits=True, allow_whitespace_only_pieces=True,
+        normalization_rule_name="identity", add_dummy_prefix=False, remove_extra_whitespaces=False,
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>",
+        unk_piece="<unk>", user_defined_symbols=["<mask>", "<start_of_turn>", "<end_of_turn>"],
+        num_threads=1, minloglevel=2)
+    os.remove(prefix + ".vocab")
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"]
+    write_json(os.path.join(outdir, "tokenizer_config.json"), {
+        "tokenizer_class": "GemmaTokenizer",
+        "bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+        "added_tokens_decoder": {str(i): {"content": c, "lstrip": False, "rstrip": False, "normalized": False,
+                                          "single_word": False, "special": True} for i, c in enumerate(specials)},
+    })
+    saved = os.path.join(outdir, "converted")
+    GemmaTokenizer.from_pretrained(outdir).save_pretrained(saved)
+    shutil.move(os.path.join(saved, "tokenizer.json"), os.path.join(outdir, "tokenizer.json"))
+    shutil.rmtree(saved)
+    write_config_json(outdir, "gemma2")
+    return specials
 
 
 def read_spm_proto_without_protobuf():
@@ -375,6 +483,19 @@ def main():
     extra = make_spm(spm_dir, corpus)
     read_spm_proto_without_protobuf()
     write_expected(spm_dir, test_corpus(extra))
+
+    spm_json_dir = os.path.join(out, "spm_llama2_json")
+    make_spm_json(spm_json_dir, spm_dir)
+    write_expected(spm_json_dir, test_corpus(extra) + BYTE_FALLBACK_TEXTS)
+    phi3_dir = os.path.join(out, "phi3_legacy")
+    tok = make_phi3_legacy(phi3_dir, spm_json_dir)
+    write_expected(phi3_dir, test_corpus(extra) + BYTE_FALLBACK_TEXTS, check_with=tok)
+    mistral_dir = os.path.join(out, "mistral_metaspace")
+    tok = make_mistral_metaspace(mistral_dir, spm_json_dir)
+    write_expected(mistral_dir, test_corpus(extra) + BYTE_FALLBACK_TEXTS, check_with=tok)
+    gemma_dir = os.path.join(out, "gemma")
+    extra = make_gemma(gemma_dir, corpus)
+    write_expected(gemma_dir, test_corpus(extra) + BYTE_FALLBACK_TEXTS)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/tokenizer/bpe_tokenizer.h"
+#include "finetune/tokenizer/sentencepiece_tokenizer.h"
 #include "finetune/tokenizer/tokenizer.h"
+#include "finetune/tokenizer/tokenizer_config.h"
 
 namespace finetune {
 namespace {
@@ -101,6 +104,40 @@ TEST(TokenizerReference, AddEosTokenInConfigIsIgnoredWithTokenizerJsonLikeTransf
 TEST(TokenizerReference, Qwen2ByteLevelBpeWithNfcMatchesTransformers) { check_against_reference("qwen2"); }
 
 TEST(TokenizerReference, SentencePieceLlama2MatchesTransformers) { check_against_reference("spm_llama2"); }
+
+TEST(TokenizerReference, SentencePieceStyleTokenizerJsonMatchesTransformers) {
+  check_against_reference("spm_llama2_json");  // LlamaTokenizer's pipeline over the file's vocabulary
+}
+
+TEST(TokenizerReference, Phi3LegacyPrependReplaceLayoutMatchesTransformers) { check_against_reference("phi3_legacy"); }
+
+TEST(TokenizerReference, MistralMetaspaceSplitLayoutMatchesTransformers) { check_against_reference("mistral_metaspace"); }
+
+TEST(TokenizerReference, GemmaVocabularyAndSpecialTokensMatchTransformers) { check_against_reference("gemma"); }
+
+// Llama-2 / TinyLlama ship tokenizer.json and tokenizer.model: load_tokenizer reads the JSON (as
+// AutoTokenizer does), and the sentencepiece implementation gives the same ids and text from the
+// model file.
+TEST(TokenizerReference, TokenizerJsonAndTokenizerModelGiveTheSameIds) {
+  const std::string dir = fixture_dir("spm_llama2_json");
+  if (dir.empty()) return;
+  const auto from_json = load_tokenizer(dir);
+  ASSERT_NE(dynamic_cast<const BpeTokenizer*>(from_json.get()), nullptr);
+  const SentencePieceTokenizer from_model(dir + "/tokenizer.model", read_tokenizer_config(dir));
+  size_t compared = 0;
+  const nlohmann::json expected = read_expected(dir);
+  for (const auto& c : expected["cases"]) {
+    const std::string text = c["text"].get<std::string>();
+    for (const bool special : {true, false}) {
+      const auto ids = from_json->encode(text, special);
+      EXPECT_EQ(from_model.encode(text, special), ids) << printable(text);
+      EXPECT_EQ(from_model.decode(ids, false), from_json->decode(ids, false)) << printable(text);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(from_model.vocab_size(), from_json->vocab_size());
+  EXPECT_GE(compared, 400u);
+}
 
 TEST(TokenizerReference, Llama3SpecialTokensAndTemplate) {
   const std::string dir = fixture_dir("llama3");

@@ -46,6 +46,7 @@ class AddedVocabulary {
   const AddedToken* find_by_id(int32_t id) const;
   const AddedToken* find_by_content(const std::string& content) const;
   bool empty() const { return tokens_.empty(); }
+  const std::vector<AddedToken>& tokens() const { return tokens_; }
   bool has_normalized_tokens() const;
 
  private:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "finetune/tokenizer/added_vocabulary.h"
+#include "finetune/tokenizer/token_decoder.h"
 #include "finetune/tokenizer/tokenizer.h"
 #include "finetune/tokenizer/tokenizer_config.h"
 
@@ -47,7 +48,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::vector<std::string> pieces_;
   AddedVocabulary added_;
   PrependScheme prepend_scheme_ = PrependScheme::kFirst;
-  bool strip_leading_space_ = true;  // decoder Strip(left=1), present when add_prefix_space
+  TokenDecoder decoder_;  // LlamaTokenizer's: Replace, ByteFallback, Fuse, Strip when add_prefix_space
   bool clean_up_tokenization_spaces_ = false;
   std::vector<int32_t> prefix_ids_;
   std::vector<int32_t> suffix_ids_;

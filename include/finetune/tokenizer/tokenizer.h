@@ -1,7 +1,9 @@
 // Text <-> token ids, matching Hugging Face `tokenizers` / `transformers` exactly.
 // Two implementations behind one interface:
-//   BpeTokenizer           tokenizer.json with a byte-level BPE model (Llama-3, Qwen2, Qwen3)
-//   SentencePieceTokenizer tokenizer.model through libsentencepiece (Llama-2, Mistral, TinyLlama)
+//   BpeTokenizer           tokenizer.json with a BPE model: byte-level (Llama-3, Qwen2, Qwen3, Phi-4)
+//                          or sentencepiece-style byte fallback (Llama-2, Mistral, TinyLlama, Phi-3, Gemma)
+//   SentencePieceTokenizer tokenizer.model through libsentencepiece (Llama-2, Mistral, TinyLlama), for
+//                          directories without a tokenizer.json
 // load_tokenizer() picks one from a model directory and reads bos/eos/pad and the chat template
 // from tokenizer_config.json (and special_tokens_map.json).
 #pragma once
@@ -50,7 +52,8 @@ class Tokenizer {
   int32_t max_token_id_ = -1;
 };
 
-// Loads MODEL_DIR/tokenizer.json if present, else MODEL_DIR/tokenizer.model; errors name the file.
+// Loads MODEL_DIR/tokenizer.json if present (as AutoTokenizer does), else MODEL_DIR/tokenizer.model;
+// errors name the file.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
 
 }  // namespace finetune

@@ -24,6 +24,8 @@ struct TokenizerConfig {
   std::optional<bool> add_prefix_space;
   bool legacy = false;  // transformers 5 LlamaTokenizer default
   bool clean_up_tokenization_spaces = false;
+  // transformers' class for this tokenizer ("LlamaTokenizerFast", ...): see tokenizer_class.h.
+  std::optional<std::string> tokenizer_class;
   ChatTemplates chat_templates;  // tokenizer_config.json's, unless template files replace them
   std::vector<AddedToken> added_tokens_decoder;
 };
