@@ -2,7 +2,9 @@
 # --step_planning on the GPU machine (issue 25): the seed setting (batch 1 x accumulation 4) of
 # both bench shapes on 1 and 2 GPUs, literal against balanced, each run timed over STEPS steps
 # after a 10-step warm-up window (bench/bench.py, planning chosen through FINETUNE_STEP_PLANNING).
-# Carry .deps (headers for the build).
+# Carry .deps (headers for the build). The device receives the session's own checkout: from a
+# helper's worktree, copy the tree (git archive + .deps) into a git-ignored folder of that
+# checkout (e.g. build-step-plan-src/, ignored as build*/), carry it and run the script from it.
 #   bash bench/gpu_step_planning.sh build   build this tree and make the models and rows, detached
 #                                           (setsid), so the command returns at once
 #   bash bench/gpu_step_planning.sh wait    wait for both (up to WAIT_S, default 520 s)
@@ -72,6 +74,7 @@ case "$phase" in
       for gpus in ${GPUS:-1 2}; do
         for planning in literal balanced; do
           tag=$shape-$gpus-$planning
+          mkdir -p "$LOGS/$tag"  # bench.py writes its JSON there
           FINETUNE_STEP_PLANNING=$planning python3 "$TREE/bench/bench.py" --finetune "$FINETUNE" --shapes "$shape" \
             --settings seed --gpus "$gpus" --skip_reference --steps "${STEPS:-60}" --warmup 10 --work "$BENCH" \
             --out "$LOGS/$tag" > "$LOGS/$tag.log" 2>&1
