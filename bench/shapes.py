@@ -2,6 +2,12 @@
 
   llama-3.2-1b  Llama-3.2-1B's config (tied embeddings, llama3 rope scaling)
   qwen3-8b      Qwen3-8B's config (q/k norm, untied head)
+  gemma-3-4b    Gemma-3-4B's text tower (5 sliding-window layers of 1024 per global one, linear rope x8
+                on the global layers, q/k norm, tied head)
+  gemma-2-9b    Gemma-2-9B's config (alternating sliding/global layers, attention and final logit
+                soft-caps, tied head)
+  phi-4-mini    Phi-4-mini's config (fused qkv/gate_up, partial rotary 0.75, longrope; the long
+                factors are a ramp of the real one's range, 1 to 64, not its values)
 Weights are random (no hub access): speed and memory depend only on the shapes.
 """
 import argparse
@@ -24,6 +30,29 @@ SHAPES = {
         num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
         rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "gemma-3-4b": (transformers.Gemma3TextConfig, transformers.Gemma3ForCausalLM, dict(
+        vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=256,
+        sliding_window=1024, max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(34)],
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}})),
+    "gemma-2-9b": (transformers.Gemma2Config, transformers.Gemma2ForCausalLM, dict(
+        vocab_size=256000, hidden_size=3584, intermediate_size=14336, num_hidden_layers=42,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256,
+        sliding_window=4096, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+        max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        layer_types=["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(42)],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "phi-4-mini": (transformers.Phi3Config, transformers.Phi3ForCausalLM, dict(
+        vocab_size=200064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+        num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=131072,
+        original_max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        hidden_act="silu", bos_token_id=199999, eos_token_id=199999, pad_token_id=199999,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": [1.0] * 48, "long_factor": [64.0 ** (i / 47) for i in range(48)]})),
 }
 
 

@@ -10,7 +10,11 @@
 #include "finetune/ddp/grad_reducer.h"
 
 #include <mutex>
+#include <optional>
 #include <sstream>
+
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -64,8 +68,20 @@ struct GradReducer::State {
 
   void mark_ready(size_t index);
   void launch_ready_buckets_in_order();
-  std::vector<std::vector<int>> ranks_without_gradient();
+  // The bitmap of the ranks where each parameter got no gradient, all-reduced (world, P) on the
+  // parameters' device; enqueued, not waited for. Several ranks only.
+  at::Tensor all_reduce_unused_bitmap();
+  std::vector<std::vector<int>> ranks_without_gradient(const at::Tensor& host_table) const;
+  std::vector<std::vector<int>> ranks_without_gradient_here() const;
   void throw_if_unused(const std::vector<std::vector<int>>& missed) const;
+
+  // Note [Deferred verdict]: a finalize()'s bitmap, on its way to the host.
+  struct PendingVerdict {
+    at::Tensor host_table;            // pinned on CUDA; filled once `copied` has completed
+    std::optional<c10::Event> copied;  // CUDA only
+  };
+  std::optional<PendingVerdict> pending_verdict;
+  void settle_pending_verdict();
   std::string bucket_description(size_t b) const {
     return "gradient all-reduce of bucket " + std::to_string(b) + " (" + std::to_string(buckets[b].parameters.size()) +
            " parameters, first " + parameters[buckets[b].parameters.front()].name + ")";
@@ -108,31 +124,44 @@ void GradReducer::State::launch_ready_buckets_in_order() {
 // last finalize(), the same answer on every rank. An all-gather through all_reduce: each rank fills
 // its own row. Issued after the bucket all-reduces, in the same order on every rank; a single
 // process needs no collective.
-std::vector<std::vector<int>> GradReducer::State::ranks_without_gradient() {
-  const int world_size = communicator.world_size();
-  const int rank = communicator.rank();
+at::Tensor GradReducer::State::all_reduce_unused_bitmap() {
   const int64_t count = static_cast<int64_t>(parameters.size());
-  std::vector<std::vector<int>> missed(parameters.size());
-  if (parameters.empty()) return missed;  // the same on every rank (verify_params_across_processes)
-  if (world_size == 1) {
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      if (!parameters[i].got_gradient) missed[i].push_back(rank);
-    }
-    return missed;
-  }
-  at::Tensor unused = at::zeros({world_size, count}, at::TensorOptions().dtype(at::kFloat));  // (world, P)
-  auto row = unused.accessor<float, 2>()[rank];
+  const at::Device device = parameters.front().tensor.device();
+  auto host_options = at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda());
+  at::Tensor unused = at::zeros({communicator.world_size(), count}, host_options);  // (world, P)
+  auto row = unused.accessor<float, 2>()[communicator.rank()];
   for (int64_t i = 0; i < count; ++i) row[i] = parameters[static_cast<size_t>(i)].got_gradient ? 0.0f : 1.0f;
-  at::Tensor on_device = unused.to(parameters.front().tensor.device());
+  // From pinned memory the copy is queued on the stream; a pageable one would wait for the backward.
+  at::Tensor on_device = unused.to(device, /*non_blocking=*/true);
   communicator.all_reduce(on_device, "used-parameter bitmap all-reduce");
-  const at::Tensor host = on_device.cpu();
-  const auto table = host.accessor<float, 2>();
-  for (int r = 0; r < world_size; ++r) {
-    for (int64_t i = 0; i < count; ++i) {
-      if (table[r][i] != 0.0f) missed[static_cast<size_t>(i)].push_back(r);
+  return on_device;
+}
+
+std::vector<std::vector<int>> GradReducer::State::ranks_without_gradient(const at::Tensor& host_table) const {
+  std::vector<std::vector<int>> missed(parameters.size());
+  const auto table = host_table.accessor<float, 2>();
+  for (int64_t r = 0; r < table.size(0); ++r) {
+    for (int64_t i = 0; i < table.size(1); ++i) {
+      if (table[r][i] != 0.0f) missed[static_cast<size_t>(i)].push_back(static_cast<int>(r));
     }
   }
   return missed;
+}
+
+std::vector<std::vector<int>> GradReducer::State::ranks_without_gradient_here() const {
+  std::vector<std::vector<int>> missed(parameters.size());
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (!parameters[i].got_gradient) missed[i].push_back(communicator.rank());
+  }
+  return missed;
+}
+
+void GradReducer::State::settle_pending_verdict() {
+  if (!pending_verdict) return;
+  PendingVerdict verdict = std::move(*pending_verdict);
+  pending_verdict.reset();
+  if (verdict.copied) verdict.copied->synchronize();  // long done: it was queued a step ago
+  if (!options.find_unused_parameters) throw_if_unused(ranks_without_gradient(verdict.host_table));
 }
 
 void GradReducer::State::throw_if_unused(const std::vector<std::vector<int>>& missed) const {
@@ -237,6 +266,7 @@ void GradReducer::finalize() {
   State& state = *state_;
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.prepared) throw Error("GradReducer: finalize() without prepare_for_backward()");
+  state.settle_pending_verdict();  // the previous step's, Note [Deferred verdict]
   if (!state.sync) {
     throw Error("GradReducer: finalize() after a no_sync micro-step; call prepare_for_backward(true) before the "
                 "last micro-step's backward");
@@ -258,7 +288,27 @@ void GradReducer::finalize() {
     }
   }
   state.launch_ready_buckets_in_order();
-  const std::vector<std::vector<int>> missed = state.ranks_without_gradient();
+  // Note [Every rank decides the same]: from the all-reduced bitmap, read now or a step later.
+  std::optional<std::vector<std::vector<int>>> missed;
+  if (state.parameters.empty()) {
+    missed.emplace();
+  } else if (state.communicator.world_size() == 1) {
+    missed = state.ranks_without_gradient_here();
+  } else {
+    const at::Tensor reduced = state.all_reduce_unused_bitmap();
+    if (state.options.defer_verdict) {
+      State::PendingVerdict verdict;
+      verdict.host_table = at::empty(reduced.sizes(), reduced.options().device(at::kCPU).pinned_memory(reduced.is_cuda()));
+      verdict.host_table.copy_(reduced, /*non_blocking=*/true);
+      if (reduced.is_cuda()) {
+        verdict.copied.emplace(reduced.device().type());
+        verdict.copied->record(c10::impl::getDeviceGuardImpl(reduced.device().type())->getStream(reduced.device()));
+      }
+      state.pending_verdict = std::move(verdict);
+    } else {
+      missed = state.ranks_without_gradient(reduced.cpu());
+    }
+  }
   for (auto& bucket : state.buckets) {
     bucket.work->wait();
     bucket.work.reset();
@@ -266,7 +316,12 @@ void GradReducer::finalize() {
   state.prepared = false;
   state.next_bucket = 0;
   for (auto& parameter : state.parameters) parameter.got_gradient = false;
-  if (!state.options.find_unused_parameters) state.throw_if_unused(missed);
+  if (missed && !state.options.find_unused_parameters) state.throw_if_unused(*missed);
+}
+
+void GradReducer::settle() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  state_->settle_pending_verdict();
 }
 
 void GradReducer::zero_grad() {

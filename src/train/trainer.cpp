@@ -25,10 +25,11 @@ std::vector<at::Tensor> tensors_of(const NamedTensors& named) {
   return tensors;
 }
 
-GradReducerOptions reducer_options_from(const TrainerConfig& config) {
+GradReducerOptions reducer_options_from(const TrainerConfig& config, const at::Device& device) {
   GradReducerOptions options;
   options.bucket_cap_bytes = config.ddp_bucket_cap_mb << 20;
   options.find_unused_parameters = config.ddp_find_unused_parameters;
+  options.defer_verdict = device.is_cuda();  // Note [Deferred verdict] in ddp/grad_reducer.h
   return options;
 }
 
@@ -60,7 +61,7 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
                  const TrainerConfig& config, const Objective& objective)
     : model_(model), stream_(stream), communicator_(communicator), config_(config), objective_(objective),
       parameters_(tensors_of(trainable)),
-      reducer_(trainable, communicator, reducer_options_from(config)),
+      reducer_(trainable, communicator, reducer_options_from(config, model.device())),
       optimizer_(make_optimizer(config.optim, parameters_, config.adamw, model.kernel_policy().fused_adamw)),
       generators_(model.device(), communicator, config.seed),
       window_(model.device()),
@@ -291,6 +292,7 @@ void Trainer::save_checkpoint(int64_t step, const TrainerHooks& hooks) {
 }
 
 void Trainer::finish(const TrainerHooks& hooks, TrainResult& result) {
+  reducer_.settle();  // the last step's unused-parameter verdict, when it was deferred
   if (sinks_) sinks_->finish_progress();
   if (graphs_ && communicator_.rank() == 0) {
     log::info("CUDA graphs: " + std::to_string(graphs_->graphs_captured()) + " micro-step shapes captured, " +

@@ -79,6 +79,7 @@ CrashGuard::CrashGuard(const std::string& crash_dir, const std::string& target, 
   sigemptyset(&action.sa_mask);
   for (const int signal : kFatalSignals) ::sigaction(signal, &action, nullptr);
   ::sigaction(SIGALRM, &action, nullptr);
+  ::sigaction(SIGPROF, &action, nullptr);
   active_guard = this;
 }
 
@@ -87,24 +88,44 @@ CrashGuard::~CrashGuard() {
   active_guard = nullptr;
   for (const int signal : kFatalSignals) ::signal(signal, SIG_DFL);
   ::signal(SIGALRM, SIG_DFL);
+  ::signal(SIGPROF, SIG_DFL);
   stack_t stack{};
   stack.ss_flags = SS_DISABLE;
   ::sigaltstack(&stack, nullptr);
   std::free(alt_stack_);
 }
 
+namespace {
+
+itimerval one_shot(uint64_t ms) {
+  itimerval timer{};
+  timer.it_value.tv_sec = static_cast<time_t>(ms / 1000);
+  timer.it_value.tv_usec = static_cast<suseconds_t>(ms % 1000) * 1000;
+  return timer;
+}
+
+}  // namespace
+
+// Note [Fuzz time limits]
+// The limit is CPU time (ITIMER_PROF: the process's user + system time), so a loaded machine
+// (other builds, a niced fuzz run) does not turn a slow-but-finite input into a "hang"; an input
+// blocked without using CPU (a deadlock) is caught by a wall-clock backstop at kWallClockFactor
+// times the limit.
+constexpr uint64_t kWallClockFactor = 10;
+
 void CrashGuard::begin(const std::string& input, unsigned timeout_ms) {
   input_ = input.data();
   input_size_ = input.size();
-  itimerval timer{};
-  timer.it_value.tv_sec = timeout_ms / 1000;
-  timer.it_value.tv_usec = static_cast<suseconds_t>(timeout_ms % 1000) * 1000;
-  ::setitimer(ITIMER_REAL, &timer, nullptr);
+  const itimerval cpu = one_shot(timeout_ms);
+  const itimerval wall = one_shot(static_cast<uint64_t>(timeout_ms) * kWallClockFactor);
+  ::setitimer(ITIMER_PROF, &cpu, nullptr);
+  ::setitimer(ITIMER_REAL, &wall, nullptr);
 }
 
 void CrashGuard::end() {
-  itimerval timer{};
-  ::setitimer(ITIMER_REAL, &timer, nullptr);
+  const itimerval off{};
+  ::setitimer(ITIMER_PROF, &off, nullptr);
+  ::setitimer(ITIMER_REAL, &off, nullptr);
   input_ = nullptr;
   input_size_ = 0;
 }
@@ -124,7 +145,7 @@ void CrashGuard::on_signal(int signal) {
     ::raise(signal);
     return;
   }
-  const bool hang = signal == SIGALRM;
+  const bool hang = signal == SIGALRM || signal == SIGPROF;
   FuzzStats stats = *guard->stats_;
   (hang ? stats.hangs : stats.crashes) += 1;
   char path[sizeof(path_prefix_) + 64];

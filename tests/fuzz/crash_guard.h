@@ -1,5 +1,6 @@
 // What happens when an input brings the fuzzing process down: a fatal signal (SIGSEGV, stack
-// overflow included, SIGABRT, SIGBUS, SIGFPE, SIGILL) or the per-input time limit (SIGALRM).
+// overflow included, SIGABRT, SIGBUS, SIGFPE, SIGILL) or the per-input time limit (SIGPROF: CPU
+// time; SIGALRM: a wall-clock backstop, Note [Fuzz time limits] in crash_guard.cpp).
 // The handler writes the input being run to CRASH_DIR/<target>-<crash|hang>-<hash>.bin, sends the
 // target's counts so far to the parent process, and exits; the parent reports it.
 //
@@ -32,7 +33,7 @@ class CrashGuard {
   CrashGuard(const CrashGuard&) = delete;
   CrashGuard& operator=(const CrashGuard&) = delete;
 
-  // Brackets one input: the time limit runs from begin() to end().
+  // Brackets one input: the time limits run from begin() to end().
   void begin(const std::string& input, unsigned timeout_ms);
   void end();
 

@@ -8,7 +8,7 @@
 // Each target runs in its own forked process (so its peak RSS is its own and a crash in one
 // leaves the others running), under RLIMIT_AS = --memory_mb, so a huge allocation surfaces as
 // std::bad_alloc (--memory_mb 0: no limit, for sanitizer builds). Inputs are run in-process one
-// after another, each under a --timeout_ms alarm. An input passes when the parser accepts it or throws finetune::Error; any other exception is a
+// after another, each under a --timeout_ms CPU-time limit (a wall-clock backstop at 10x). An input passes when the parser accepts it or throws finetune::Error; any other exception is a
 // failure (input saved, fuzzing goes on), a fatal signal or the alarm ends the target (input
 // saved, see crash_guard.h). The corpus starts from the target's seeds (plus --corpus
 // DIR/<target>/* files) and grows with accepted mutants. Exit status 0 only when no target had a

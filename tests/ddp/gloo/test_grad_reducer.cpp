@@ -195,6 +195,47 @@ TEST(GradReducer, UnusedParameterIsNamed) {
   }
 }
 
+// Note [Deferred verdict]: the bitmap of a step is read at the next finalize() (or settle()), so
+// the step itself completes on every rank, its gradients reduced, and every rank throws the same
+// error one step later.
+TEST(GradReducer, DeferredVerdictThrowsTheSameErrorOneStepLater) {
+  for (const bool settle_instead_of_a_step : {false, true}) {
+    SCOPED_TRACE(settle_instead_of_a_step ? "settle()" : "the next finalize()");
+    const auto errors = run_ranks_collecting(2, 20, [&](int rank, Communicator& communicator) {
+      auto parameters = make_parameters();
+      GradReducerOptions options = small_buckets();
+      options.defer_verdict = true;
+      GradReducer reducer(parameters, communicator, options);
+      reducer.prepare_for_backward(true);
+      backward(parameters, 1.0, rank);
+      reducer.finalize();
+      reducer.settle();  // nothing was missed: no error
+      reducer.zero_grad();
+      reducer.prepare_for_backward(true);
+      backward(parameters, 1.0, rank, rank == 1 ? std::vector<size_t>{1} : std::vector<size_t>{});
+      reducer.finalize();  // the step completes: its verdict is still on its way
+      EXPECT_TRUE(parameters[0].second.grad().equal(coefficient(0, parameters[0].second) * 2.0));
+      EXPECT_TRUE(parameters[1].second.grad().equal(coefficient(1, parameters[1].second)));  // rank 0's only
+      if (settle_instead_of_a_step) {
+        reducer.settle();
+      } else {
+        reducer.zero_grad();
+        reducer.prepare_for_backward(true);
+        backward(parameters, 1.0, rank);
+        reducer.finalize();
+      }
+      ADD_FAILURE() << "rank " << rank << ": the deferred verdict did not throw";
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      ASSERT_TRUE(errors[rank]) << rank;
+      EXPECT_EQ(describe(errors[rank]),
+                "rank " + std::to_string(rank) +
+                    ": gradient reduction found 1 parameter(s) that received no gradient: layers.0.lora_B (on rank 1) "
+                    "(not part of the loss? enable find_unused_parameters to reduce zeros for them)");
+    }
+  }
+}
+
 // Note [Graphed micro-steps]: hooks run while a graph is captured, not when it is replayed. The
 // recorded backward feeds the parameters it names and counts nothing; a replay (here: the same
 // in-place additions a replayed AccumulateGrad makes) is announced with those flags, and
