@@ -4,7 +4,9 @@ Writes a model with Llama-3-8B's shapes (hidden 4096, 32 heads / 8 kv heads, int
 vocab 128256, untied lm_head) and only --layers decoder layers (bf16 safetensors, one shard per
 layer, random N(0, 0.02) weights, the Llama-3 test tokenizer padded to the vocabulary), then runs
 the export under /usr/bin/time -v on the CPU in bfloat16 and prints one JSON line: the model's
-bytes, the peak RSS, and their difference (what the export itself holds on top of the loaded model).
+bytes, the process's peak RSS (time -v: loading included), and, sampled from /proc every 50 ms,
+the RSS when the first GGUF file appears (the model loaded, the export starting) and the highest
+RSS from then on: their difference is what the export itself holds on top of the loaded model.
 
 usage: gguf_export_memory.py FINETUNE_BIN WORK_DIR TOKENIZER_DIR --layers N [--quantization f16]
 """
@@ -14,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import torch
 from safetensors.torch import save_file
@@ -67,6 +70,17 @@ def write_model(model_dir, layers, tokenizer_dir):
     return total
 
 
+def child_rss_bytes(time_pid):
+    """VmRSS of finetune, the child of /usr/bin/time `time_pid` (0 until it has started)."""
+    try:
+        with open(f"/proc/{time_pid}/task/{time_pid}/children") as f:
+            children = f.read().split()
+        with open(f"/proc/{children[0]}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
+    except (OSError, IndexError, AttributeError):
+        return 0
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("finetune_bin")
@@ -78,17 +92,28 @@ def main():
     model_dir = os.path.join(args.work_dir, f"llama8b_shape_{args.layers}layers")
     model_bytes = write_model(model_dir, args.layers, args.tokenizer_dir)
     out_dir = os.path.join(args.work_dir, "gguf")
-    proc = subprocess.run(["/usr/bin/time", "-v", args.finetune_bin, "export", "--model_name", model_dir,
-                           "--save_method", "gguf", "--quantization", args.quantization, "--save_path", out_dir,
-                           "--device", "cpu", "--dtype", "bfloat16"], capture_output=True, text=True)
+    proc = subprocess.Popen(["/usr/bin/time", "-v", args.finetune_bin, "export", "--model_name", model_dir,
+                             "--save_method", "gguf", "--quantization", args.quantization, "--save_path", out_dir,
+                             "--device", "cpu", "--dtype", "bfloat16"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    rss_at_export_start, export_peak = None, 0
+    while proc.poll() is None:
+        rss = child_rss_bytes(proc.pid)
+        if rss_at_export_start is None and os.path.isdir(out_dir) and os.listdir(out_dir):
+            rss_at_export_start = rss
+        if rss_at_export_start is not None:
+            export_peak = max(export_peak, rss)
+        time.sleep(0.05)
+    _, stderr = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(proc.stderr[-3000:])
-    peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", proc.stderr).group(1)
+        raise SystemExit(stderr[-3000:])
+    peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", stderr).group(1)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
     print(json.dumps({"layers": args.layers, "quantization": args.quantization, "model_bytes": model_bytes,
                       "gguf_bytes": files, "peak_rss_bytes": peak_kib * 1024,
-                      "peak_minus_model_bytes": peak_kib * 1024 - model_bytes, "wall": wall}))
+                      "rss_at_export_start_bytes": rss_at_export_start, "rss_peak_during_export_bytes": export_peak,
+                      "export_increase_bytes": export_peak - (rss_at_export_start or 0), "wall": wall}))
     shutil.rmtree(args.work_dir)
 
 
