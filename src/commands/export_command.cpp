@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/export/gguf_push.h"
 #include "finetune/export/model_export.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/hub_inputs.h"
@@ -48,6 +49,10 @@ int run_export(const Options& options, const EnvMap& env) {
   create_output_directory(export_config.save_path, "--save_path");
   const auto gguf_files = export_model(*loaded.model, lora, export_config, loaded.model_dir);
   log::info("model exported to " + export_config.save_path + " (" + save_method_name(export_config.save_method) + ")");
+  if (!export_config.push_gguf.empty()) {
+    log::info("pushed: " + push_gguf_files(hub_settings_from(env, options.hub_token), export_config.push_gguf,
+                                           export_config.hub_private_repo, gguf_files));
+  }
   std::cout << nlohmann::json{{"save_method", save_method_name(export_config.save_method)},
                               {"save_path", export_config.save_path},
                               {"adapter", options.adapter},

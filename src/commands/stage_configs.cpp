@@ -229,9 +229,23 @@ PushSetup push_setup_from(const Options& options) {
 }
 
 ExportSetup export_setup_from(const Options& options) {
-  ExportConfig config{save_method_from_name(options.save_method), options.save_path, options.model_name};
+  ExportConfig config;
+  config.save_method = save_method_from_name(options.save_method);
+  config.save_path = options.save_path;
+  config.base_model_name = options.model_name;
   config.quantization = comma_list(options.quantization);  // already normalized by the parser
   config.save_gguf = options.save_gguf && config.save_method != SaveMethod::Gguf;
+  config.push_gguf = options.push_gguf;
+  config.hub_private_repo = options.hub_private_repo;
+  if (!config.push_gguf.empty() && !looks_like_hub_id(config.push_gguf)) {
+    throw UsageError("--push_gguf: expected a hub repo ORG/NAME (got \"" + config.push_gguf + "\")");
+  }
+  const bool writes_gguf = config.save_method == SaveMethod::Gguf || config.save_method == SaveMethod::GgufLora ||
+                           config.save_gguf;
+  if (!config.push_gguf.empty() && !writes_gguf) {
+    throw UsageError("--push_gguf: uploads the GGUF files an export writes; add --save_method gguf (or gguf_lora) "
+                     "or --save_gguf");
+  }
   return {options.save_model, config};
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/checkpoint/adapter_io.h"
+#include "finetune/export/gguf_push.h"
 #include "finetune/export/model_export.h"
 #include "finetune/checkpoint/run_checkpoint.h"
 #include "finetune/checkpoint/run_directory.h"
@@ -18,7 +19,7 @@
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/gguf_precheck.h"
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/util/text.h"
 #include "finetune/commands/rank_settings_from.h"
 #include "finetune/commands/run_setup.h"
@@ -275,6 +276,10 @@ int run_train(const Options& options, const EnvMap& env) {
       gguf_files = save_final(model, adapter.config, export_setup, run_directory.output_dir, options.run_name,
                               loaded.model_dir, result.last_checkpoint);
       if (push_setup.push) push_final(push_setup, export_setup, run_directory.output_dir, env);
+      if (const auto& repo = export_setup.export_config.push_gguf; !repo.empty()) {
+        log::info("pushed: " + push_gguf_files(hub_settings_from(env, push_setup.hub_token), repo,
+                                               export_setup.export_config.hub_private_repo, gguf_files));
+      }
     });
     if (saved.failed) throw Error(saved.message("final save"));
     communicator->finish();  // after the last collective: Note [Clean exit] in ddp/peer_monitor.h

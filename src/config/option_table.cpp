@@ -359,6 +359,8 @@ std::vector<OptionRow> build_option_table() {
       bool_row("save_gguf", {"saving", kExporting}, &Options::save_gguf,
                "also write SAVE_PATH/<MODEL>.<TYPE>.gguf per --quantization type (MODEL: the model directory's "
                "name); train: with --save_model, as in Unsloth's CLI"),
+      string_row("push_gguf", {"saving", kExporting}, &Options::push_gguf, true,
+                 "hub repo ORG/NAME to upload the GGUF files and their Ollama Modelfile to (Unsloth's flag)"),
 
       // --- generation
       string_row("adapter", {"generation", kAdapterAppliers}, &Options::adapter, true,
@@ -427,7 +429,6 @@ const OptionRow* find_option_row(const std::string& name) {
 
 const std::vector<std::pair<std::string, std::string>>& unsloth_only_options() {
   static const std::vector<std::pair<std::string, std::string>> options = {
-      {"push_gguf", "GGUF uploads are not implemented (--push_model uploads safetensors)"},
       {"adapter_file", "an MLX option; the adapter is written to --output_dir as PEFT safetensors"},
   };
   return options;

@@ -1,11 +1,63 @@
 #include "finetune/export/model_export.h"
 
+#include <filesystem>
+#include <map>
+
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/merged_export.h"
 #include "finetune/checkpoint/save_methods.h"
+#include "finetune/export/ollama_modelfile.h"
 #include "finetune/gguf/gguf_export.h"
+#include "finetune/gguf/gguf_lora_export.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
+namespace {
+
+// The tensors merged_named_tensors lists (without 4-bit re-quantization), each merged only when
+// the GGUF export asks for it (Note [Streamed GGUF export]): the model's parameters, the
+// projections' weights with their adapters folded in (a 4-bit base dequantized first).
+GgufTensorSource merged_tensor_source(const CausalLM& model) {
+  std::map<std::string, const Linear*> projection_of_weight;
+  for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
+  GgufTensorSource source;
+  auto add_projection = [&](const std::string& name, const Linear* linear) {
+    source.push_back({name, {linear->out_features(), linear->in_features()}, [linear] {
+                        return linear->adapter ? linear->adapter->merged_weight(*linear) : linear->dense_weight();
+                      }});
+  };
+  for (const auto& [name, parameter] : model.named_parameters()) {
+    auto it = projection_of_weight.find(name);
+    if (it == projection_of_weight.end()) {
+      source.push_back({name, parameter.sizes().vec(), [parameter = parameter] { return parameter; }});
+    } else {
+      add_projection(name, it->second);
+      projection_of_weight.erase(it);
+    }
+  }
+  for (const auto& [name, linear] : projection_of_weight) add_projection(name, linear);  // 4-bit bases
+  return source;
+}
+
+// Every adapted projection's LoRA matrices under its base weight's name.
+std::vector<GgufLoraProjection> lora_projections(const CausalLM& model) {
+  std::vector<GgufLoraProjection> projections;
+  for (const auto& [name, linear] : model.named_linears()) {
+    if (!linear->adapter) continue;
+    GgufLoraProjection projection{name + ".weight", {}, {}};
+    for (const auto& [parameter, tensor] : linear->adapter->named_parameters()) {
+      if (parameter == "lora_A.weight") projection.lora_A = tensor;
+      if (parameter == "lora_B.weight") projection.lora_B = tensor;
+    }
+    if (!projection.lora_A.defined() || !projection.lora_B.defined()) {
+      throw Error("GGUF LoRA export: " + name + ": the adapter has no lora_A / lora_B weights");
+    }
+    projections.push_back(std::move(projection));
+  }
+  return projections;
+}
+
+}  // namespace
 
 std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& lora, const ExportConfig& config,
                                       const std::string& base_model_dir) {
@@ -19,11 +71,16 @@ std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& l
       break;
     case SaveMethod::Gguf:
       break;
+    case SaveMethod::GgufLora:
+      return export_gguf_lora(model.config(), lora, lora_projections(model), base_model_dir, config.base_model_name,
+                              config.save_path, config.quantization);
   }
   if (config.save_method != SaveMethod::Gguf && !config.save_gguf) return {};
   at::NoGradGuard no_grad;
-  return export_gguf_files(model.config(), merged_named_tensors(model, /*quantize_4bit=*/false), base_model_dir,
-                           config.base_model_name, config.save_path, config.quantization);
+  auto files = export_gguf_files(model.config(), merged_tensor_source(model), base_model_dir, config.base_model_name,
+                                 config.save_path, config.quantization);
+  write_ollama_modelfile(base_model_dir, config.save_path, std::filesystem::path(files.front()).filename().string());
+  return files;
 }
 
 }  // namespace finetune

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <sstream>
 
 #include "finetune/gguf/gguf_file_writer.h"
 #include "finetune/gguf/gguf_quant_mix.h"
 #include "finetune/gguf/gguf_tensor_names.h"
 #include "finetune/gguf/gguf_vocab.h"
+#include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 
@@ -15,13 +18,7 @@ namespace finetune {
 namespace {
 
 constexpr uint32_t kGgmlQuantizationVersion = 2;  // gguf-py GGML_QUANT_VERSION
-
-std::string last_component(const std::string& name) {
-  std::string trimmed = name;
-  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  const auto slash = trimmed.rfind('/');
-  return slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
-}
+constexpr int64_t kBlockValues = int64_t{1} << 22;  // values per block of rows encoded at a time (16 MiB as f32)
 
 // TextModel.set_gguf_parameters + LlamaModel's additions, in the converter's order. A file for
 // llama-quantize's mixes leaves out general.file_type and general.quantization_version (the
@@ -31,7 +28,7 @@ void add_model_keys(GgufFileWriter& writer, const ModelConfig& config, const std
   const auto& raw = config.raw;
   writer.add_string("general.architecture", arch);
   writer.add_string("general.type", "model");
-  writer.add_string("general.name", last_component(model_name));
+  writer.add_string("general.name", gguf_model_name(model_name));
   writer.add_uint32(arch + ".block_count", static_cast<uint32_t>(config.num_hidden_layers));
   writer.add_uint32(arch + ".context_length", static_cast<uint32_t>(config.max_position_embeddings));
   writer.add_uint32(arch + ".embedding_length", static_cast<uint32_t>(config.hidden_size));
@@ -56,134 +53,194 @@ void add_model_keys(GgufFileWriter& writer, const ModelConfig& config, const std
   if (type) writer.add_uint32("general.quantization_version", kGgmlQuantizationVersion);
 }
 
-// The converter's per-tensor type: F32 for 1-D tensors and norms, else the file's type, F16
-// where Q8_0 cannot hold the rows.
-GgmlType tensor_type(const std::string& gguf_name, const at::Tensor& tensor, GgmlType type) {
-  if (tensor.dim() <= 1 || ends_with(gguf_name, "_norm.weight")) return GgmlType::kF32;
-  if (!ggml_can_encode(type, tensor.size(-1))) return GgmlType::kF16;
-  return type;
-}
+// A tensor as the converter names and lays it out: its GGUF name, shape, q/k permutation, and
+// where its values come from.
+struct ExportTensor {
+  std::string gguf_name;
+  std::vector<int64_t> shape;
+  int64_t permute_heads = 0;  // gguf_permute_heads
+  std::function<at::Tensor()> values;
 
-void add_tensor(GgufFileWriter& writer, const std::string& gguf_name, const at::Tensor& tensor, GgmlType type) {
-  const auto data = tensor.to(at::kCPU, at::kFloat).contiguous();
-  if (!at::isfinite(data).all().item<bool>()) {
-    throw Error("GGUF export: tensor '" + gguf_name + "' has NaN or infinite values");
+  int64_t row_length() const { return shape.empty() ? 1 : shape.back(); }
+  int64_t rows() const {
+    int64_t count = 1;
+    for (int64_t size : shape) count *= size;
+    return count / row_length();
   }
-  const auto chosen = tensor_type(gguf_name, data, type);
-  const int64_t row_length = data.dim() == 0 ? 1 : data.size(-1);
-  writer.add_tensor(gguf_name, data.sizes().vec(), static_cast<uint32_t>(chosen),
-                    ggml_encode(data.data_ptr<float>(), data.numel() / row_length, row_length, chosen));
-}
+};
 
-// The model's tensors as the converter names and lays them out: rope_freqs, then the checkpoint's
-// in name order, q/k permuted. `tensors` is released as it goes.
-NamedTensors gguf_tensors(const ModelConfig& config, const std::string& arch, NamedTensors& tensors) {
-  NamedTensors out;
-  if (const auto rope_freqs = gguf_rope_freqs(config); rope_freqs.defined()) out.emplace_back("rope_freqs.weight", rope_freqs);
-  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [name, tensor] : tensors) {
-    at::Tensor data = tensor;
-    if (const int64_t heads = gguf_permute_heads(arch, config, name); heads > 0) data = gguf_permute_qk(data, heads);
-    out.emplace_back(gguf_tensor_name(name), data);
-    tensor = at::Tensor();
+// rope_freqs, then the source's tensors in HF name order: the converter's order.
+std::vector<ExportTensor> export_tensors(const ModelConfig& config, const std::string& arch, GgufTensorSource source) {
+  const Architecture& architecture = architecture_of(config);
+  std::vector<ExportTensor> out;
+  if (const auto rope_freqs = gguf_rope_freqs(config); rope_freqs.defined()) {
+    out.push_back({"rope_freqs.weight", rope_freqs.sizes().vec(), 0, [rope_freqs] { return rope_freqs; }});
+  }
+  std::sort(source.begin(), source.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (auto& tensor : source) {
+    out.push_back({gguf_tensor_name(architecture, tensor.name), tensor.shape,
+                   gguf_permute_heads(arch, config, tensor.name), std::move(tensor.values)});
   }
   return out;
 }
 
-// One tensor as llama-quantize writes it from the F16 file: the F16 file's values (F32 tensors as
-// they are, the rest rounded to half) in the mix's type for it.
-void add_quantized_tensor(GgufFileWriter& writer, const GgufQuantMix& mix, GgufMixState& state,
-                          const std::string& gguf_name, const at::Tensor& tensor) {
-  auto data = tensor.to(at::kCPU, at::kFloat).contiguous();
-  if (!at::isfinite(data).all().item<bool>()) {
-    throw Error("GGUF export: tensor '" + gguf_name + "' has NaN or infinite values");
+GgmlType converter_tensor_type(const ExportTensor& tensor, GgmlType type) {
+  return gguf_converter_tensor_type(tensor.gguf_name, tensor.shape.size(), tensor.row_length(), type);
+}
+
+// One output file: its writer (header planned), and per export tensor its index in the writer,
+// its type, and whether its values are first rounded to half (a quantizer file reads the F16
+// file's values).
+struct PlannedFile {
+  std::string path;
+  GgufFileWriter writer;
+  std::vector<size_t> index;
+  std::vector<GgmlType> types;
+  std::vector<bool> round_to_half;
+};
+
+void declare_tensor(PlannedFile& file, const ExportTensor& tensor, size_t i, GgmlType type, bool round_to_half) {
+  file.types[i] = type;
+  file.round_to_half[i] = round_to_half;
+  file.index[i] = file.writer.add_tensor_info(tensor.gguf_name, tensor.shape, static_cast<uint32_t>(type),
+                                              ggml_row_bytes(type, tensor.row_length()) * tensor.rows());
+}
+
+std::unique_ptr<PlannedFile> plan_file(const ModelConfig& config, const std::string& arch,
+                                       const std::vector<ExportTensor>& tensors, const std::string& base_model_dir,
+                                       const std::string& model_name, const std::string& path,
+                                       const std::optional<GgufQuantMix>& mix, GgmlType type) {
+  auto file = std::make_unique<PlannedFile>();
+  file->path = path;
+  file->index.resize(tensors.size());
+  file->types.resize(tensors.size());
+  file->round_to_half.resize(tensors.size());
+  auto& writer = file->writer;
+  add_model_keys(writer, config, arch, model_name, mix ? std::optional<GgmlType>() : std::optional<GgmlType>(type));
+  add_gguf_vocab(writer, base_model_dir, config.raw, config.vocab_size);
+  if (!mix) {
+    for (size_t i = 0; i < tensors.size(); ++i) declare_tensor(*file, tensors[i], i, converter_tensor_type(tensors[i], type), false);
+    return file;
   }
-  const auto source_type = tensor_type(gguf_name, data, GgmlType::kF16);
-  if (source_type == GgmlType::kF16) data = data.to(at::kHalf).to(at::kFloat);
-  const int64_t row_length = data.dim() == 0 ? 1 : data.size(-1);
-  const auto chosen = gguf_mix_tensor_type(mix, state, gguf_name, row_length, data.dim(), source_type);
-  writer.add_tensor(gguf_name, data.sizes().vec(), static_cast<uint32_t>(chosen),
-                    ggml_encode(data.data_ptr<float>(), data.numel() / row_length, row_length, chosen));
+  writer.add_uint32("general.quantization_version", kGgmlQuantizationVersion);
+  writer.add_uint32("general.file_type", mix->file_type);
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return gguf_quantizer_order(tensors[a].gguf_name, tensors[b].gguf_name);
+  });
+  std::vector<std::string> names;
+  for (size_t i : order) names.push_back(tensors[i].gguf_name);
+  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers),
+                              gguf_is_70b(arch, config.num_hidden_layers, config.num_attention_heads,
+                                          config.num_key_value_heads));
+  for (size_t i : order) {
+    const auto& tensor = tensors[i];
+    const auto source_type = converter_tensor_type(tensor, GgmlType::kF16);
+    const auto chosen = gguf_mix_tensor_type(*mix, state, tensor.gguf_name, tensor.row_length(),
+                                             static_cast<int64_t>(tensor.shape.size()), source_type);
+    declare_tensor(*file, tensor, i, chosen, source_type == GgmlType::kF16);
+  }
+  return file;
+}
+
+// The tensor's values, permuted as the converter does, as (rows, row_length).
+at::Tensor fetch_rows(ExportTensor& tensor) {
+  at::Tensor data = tensor.values();
+  tensor.values = nullptr;  // the source's reference goes once fetched
+  if (data.sizes().vec() != tensor.shape) {
+    std::ostringstream message;
+    message << "GGUF export: tensor '" << tensor.gguf_name << "' has shape " << data.sizes() << ", its header says "
+            << at::IntArrayRef(tensor.shape);
+    throw Error(message.str());
+  }
+  if (tensor.permute_heads > 0) data = gguf_permute_qk(data, tensor.permute_heads);
+  return data.reshape({tensor.rows(), tensor.row_length()});
+}
+
+// Encodes tensor `i` into every file, a block of rows at a time.
+void write_tensor(std::vector<std::unique_ptr<PlannedFile>>& files, ExportTensor& tensor, size_t i) {
+  const auto rows = fetch_rows(tensor);
+  const int64_t row_length = tensor.row_length();
+  const int64_t block_rows = std::max<int64_t>(1, kBlockValues / row_length);
+  for (int64_t first = 0; first < tensor.rows(); first += block_rows) {
+    const int64_t count = std::min(block_rows, tensor.rows() - first);
+    const auto block = rows.narrow(0, first, count).to(at::kCPU, at::kFloat).contiguous();  // (count, row_length)
+    if (!at::isfinite(block).all().item<bool>()) {
+      throw Error("GGUF export: tensor '" + tensor.gguf_name + "' has NaN or infinite values");
+    }
+    at::Tensor half_rounded;
+    for (auto& file : files) {
+      const at::Tensor* values = &block;
+      if (file->round_to_half[i]) {
+        if (!half_rounded.defined()) half_rounded = block.to(at::kHalf).to(at::kFloat);
+        values = &half_rounded;
+      }
+      const auto type = file->types[i];
+      const auto bytes = ggml_encode(values->data_ptr<float>(), count, row_length, type);
+      file->writer.write_tensor_data(file->index[i], ggml_row_bytes(type, row_length) * first, bytes.data(),
+                                     bytes.size());
+    }
+  }
+}
+
+// finish() each file; when one fails, the ones already renamed into place are removed again.
+void finish_files(std::vector<std::unique_ptr<PlannedFile>>& files) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    try {
+      files[i]->writer.finish();
+    } catch (...) {
+      std::error_code ignored;
+      for (size_t j = 0; j < i; ++j) std::filesystem::remove(files[j]->path, ignored);
+      throw;
+    }
+  }
 }
 
 }  // namespace
 
-void export_gguf_quantized(const ModelConfig& config, NamedTensors tensors, const std::string& base_model_dir,
-                           const std::string& model_name, const std::string& out_path, const GgufQuantMix& mix) {
-  at::NoGradGuard no_grad;
-  const auto source = (std::filesystem::path(base_model_dir) / "config.json").string();
-  const auto arch = gguf_architecture(config, source);
-  GgufFileWriter writer;
-  add_model_keys(writer, config, arch, model_name, std::nullopt);
-  add_gguf_vocab(writer, base_model_dir, config.raw, config.vocab_size);
-  writer.add_uint32("general.quantization_version", kGgmlQuantizationVersion);
-  writer.add_uint32("general.file_type", mix.file_type);
+GgmlType gguf_converter_tensor_type(const std::string& gguf_name, size_t dims, int64_t row_length, GgmlType type) {
+  if (dims <= 1 || ends_with(gguf_name, "_norm.weight")) return GgmlType::kF32;
+  if (!ggml_can_encode(type, row_length)) return GgmlType::kF16;
+  return type;
+}
 
-  auto named = gguf_tensors(config, arch, tensors);
-  std::stable_sort(named.begin(), named.end(),
-                   [](const auto& a, const auto& b) { return gguf_quantizer_order(a.first, b.first); });
-  std::vector<std::string> names;
-  for (const auto& entry : named) names.push_back(entry.first);
-  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers),
-                              gguf_is_70b(arch, config.num_hidden_layers, config.num_attention_heads,
-                                          config.num_key_value_heads));
-  for (auto& [name, tensor] : named) {
-    add_quantized_tensor(writer, mix, state, name, tensor);
-    tensor = at::Tensor();
-  }
-  std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
-  writer.write(out_path);
+std::string gguf_model_name(const std::string& model_name) {
+  std::string trimmed = model_name;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const auto slash = trimmed.rfind('/');
+  return slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
 }
 
 std::string gguf_file_path(const std::string& save_path, const std::string& model_name, const std::string& label) {
-  return (std::filesystem::path(save_path) / (last_component(model_name) + "." + label + ".gguf")).string();
+  return (std::filesystem::path(save_path) / (gguf_model_name(model_name) + "." + label + ".gguf")).string();
 }
 
-std::string gguf_file_path(const std::string& save_path, const std::string& model_name, GgmlType type) {
-  return gguf_file_path(save_path, model_name, ggml_type_name(type));
-}
-
-void export_gguf(const ModelConfig& config, NamedTensors tensors, const std::string& base_model_dir,
-                 const std::string& model_name, const std::string& out_path, GgmlType type) {
-  at::NoGradGuard no_grad;
-  const auto source = (std::filesystem::path(base_model_dir) / "config.json").string();
-  const auto arch = gguf_architecture(config, source);
-  GgufFileWriter writer;
-  add_model_keys(writer, config, arch, model_name, type);
-  add_gguf_vocab(writer, base_model_dir, config.raw, config.vocab_size);
-  for (auto& [name, tensor] : gguf_tensors(config, arch, tensors)) {
-    add_tensor(writer, name, tensor, type);
-    tensor = at::Tensor();  // release this reference as soon as the tensor is encoded
-  }
-  std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
-  writer.write(out_path);
-}
-
-std::vector<std::string> export_gguf_files(const ModelConfig& config, NamedTensors tensors,
+std::vector<std::string> export_gguf_files(const ModelConfig& config, GgufTensorSource source,
                                            const std::string& base_model_dir, const std::string& model_name,
                                            const std::string& save_path, const std::vector<std::string>& quantizations) {
   if (quantizations.empty()) throw UsageError("--quantization: no GGUF type given");
+  at::NoGradGuard no_grad;
   std::vector<std::optional<GgufQuantMix>> mixes;
   std::vector<GgmlType> types;
   for (const auto& name : quantizations) {  // all checked first
     mixes.push_back(gguf_quant_mix(name));
     types.push_back(mixes.back() ? GgmlType::kF16 : ggml_type_from_name(name));
   }
-  std::vector<std::string> written;
+  const auto arch = gguf_architecture(config, (std::filesystem::path(base_model_dir) / "config.json").string());
+  auto tensors = export_tensors(config, arch, std::move(source));
+  std::vector<std::unique_ptr<PlannedFile>> files;
+  std::vector<std::string> paths;
   for (size_t i = 0; i < types.size(); ++i) {
-    // The last file takes the tensors over, so it can release each one once encoded.
-    auto file_tensors = i + 1 == types.size() ? std::move(tensors) : tensors;
-    if (mixes[i]) {
-      const auto path = gguf_file_path(save_path, model_name, mixes[i]->label);
-      export_gguf_quantized(config, std::move(file_tensors), base_model_dir, model_name, path, *mixes[i]);
-      written.push_back(path);
-    } else {
-      const auto path = gguf_file_path(save_path, model_name, types[i]);
-      export_gguf(config, std::move(file_tensors), base_model_dir, model_name, path, types[i]);
-      written.push_back(path);
-    }
+    const auto label = mixes[i] ? mixes[i]->label : ggml_type_name(types[i]);
+    paths.push_back(gguf_file_path(save_path, model_name, label));
+    files.push_back(plan_file(config, arch, tensors, base_model_dir, model_name, paths.back(), mixes[i], types[i]));
   }
-  return written;
+  std::filesystem::create_directories(save_path);
+  for (auto& file : files) file->writer.begin(file->path);
+  for (size_t i = 0; i < tensors.size(); ++i) write_tensor(files, tensors[i], i);
+  finish_files(files);
+  return paths;
 }
 
 }  // namespace finetune

@@ -96,6 +96,27 @@ int64_t ggml_block_size(GgmlType type) {
 
 bool ggml_can_encode(GgmlType type, int64_t row_length) { return row_length % ggml_block_size(type) == 0; }
 
+uint64_t ggml_row_bytes(GgmlType type, int64_t row_length) {
+  if (!ggml_can_encode(type, row_length)) {
+    throw Error("GGUF " + ggml_type_name(type) + ": rows of " + std::to_string(row_length) +
+                " values are not a multiple of " + std::to_string(ggml_block_size(type)));
+  }
+  uint64_t block_bytes = 0;
+  switch (type) {
+    case GgmlType::kF32: block_bytes = 4; break;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: block_bytes = 2; break;
+    case GgmlType::kQ8_0: block_bytes = 34; break;
+    case GgmlType::kQ4_0: block_bytes = 18; break;
+    case GgmlType::kQ5_0: block_bytes = 22; break;
+    case GgmlType::kQ5_1: block_bytes = 24; break;
+    case GgmlType::kQ4_K: block_bytes = 144; break;
+    case GgmlType::kQ5_K: block_bytes = 176; break;
+    case GgmlType::kQ6_K: block_bytes = 210; break;
+  }
+  return static_cast<uint64_t>(row_length / ggml_block_size(type)) * block_bytes;
+}
+
 uint16_t fp32_to_fp16_bits(float value) { return c10::Half(value).x; }
 
 uint16_t fp32_to_bf16_bits(float value) {

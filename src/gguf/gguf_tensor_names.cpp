@@ -58,21 +58,6 @@ std::string gguf_tensor_name(const Architecture& architecture, const std::string
   return name;
 }
 
-std::string gguf_tensor_name(const std::string& hf_name) {
-  std::string found;
-  for (const auto& architecture : architectures()) {
-    const auto name = table_tensor_name(architecture, hf_name);
-    if (name.empty()) continue;
-    if (!found.empty() && name != found) {
-      throw Error("GGUF export: tensor '" + hf_name + "' has different GGUF names by architecture (" + found + ", " +
-                  name + ")");
-    }
-    found = name;
-  }
-  if (found.empty()) throw Error("GGUF export: tensor '" + hf_name + "' has no GGUF name");
-  return found;
-}
-
 at::Tensor gguf_permute_qk(const at::Tensor& weight, int64_t n_head) {
   const int64_t rows = weight.size(0);
   if (rows % (2 * n_head) != 0) {

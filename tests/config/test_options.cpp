@@ -196,10 +196,14 @@ TEST(OptionsTest, UnsupportedUnslothFeaturesSayWhy) {
 }
 
 TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
-  std::string msg = usage_error_of([] { parse_train({"--push_gguf"}); });
-  EXPECT_TRUE(contains(msg, "--push_gguf: an option of Unsloth's CLI that finetune does not have") &&
-              contains(msg, "GGUF uploads are not implemented"))
+  std::string msg = usage_error_of([] { parse_train({"--adapter_file", "a.safetensors"}); });
+  EXPECT_TRUE(contains(msg, "--adapter_file: an option of Unsloth's CLI that finetune does not have") &&
+              contains(msg, "an MLX option"))
       << msg;
+  EXPECT_EQ(parse_train({"--save_model", "--save_method", "gguf", "--push_gguf", "me/tuned-gguf"}).options.push_gguf,
+            "me/tuned-gguf");
+  msg = usage_error_of([] { parse_train({"--save_method", "gguf", "--push_gguf", "me/tuned-gguf"}); });
+  EXPECT_TRUE(contains(msg, "--push_gguf") && contains(msg, "--save_model")) << msg;
   EXPECT_TRUE(parse_train({"--save_model", "--save_gguf"}).options.save_gguf);
   EXPECT_EQ(parse_train({"--quantization", "q8_0"}).options.quantization, "q8_0");
   EXPECT_EQ(parse_train({"--quantization", "F16, not_quantized,fast_quantized"}).options.quantization, "f16,f16,q8_0");

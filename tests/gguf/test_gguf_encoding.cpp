@@ -93,13 +93,23 @@ TEST(GgufEncoding, SmallFileMatchesGgufWriter) {
   writer.add_int32_array("a.ia", {1, -2});
   const float t[] = {1, 2, 3, 4, 5, 6};
   const float n[] = {1.5f};
-  writer.add_tensor("t.weight", {2, 3}, 0, ggml_encode(t, 2, 3, GgmlType::kF32));
-  writer.add_tensor("n.weight", {1}, 0, ggml_encode(n, 1, 1, GgmlType::kF32));
+  const size_t t_index = writer.add_tensor_info("t.weight", {2, 3}, 0, 24);
+  const size_t n_index = writer.add_tensor_info("n.weight", {1}, 0, 4);
   EXPECT_THROW(writer.add_uint32("a.u32", 1), Error);
-  EXPECT_THROW(writer.add_tensor("n.weight", {1}, 0, ""), Error);
+  EXPECT_THROW(writer.add_tensor_info("n.weight", {1}, 0, 4), Error);
 
   const auto path = (std::filesystem::temp_directory_path() / "finetune_gguf_small_test.gguf").string();
-  writer.write(path);
+  writer.begin(path);
+  EXPECT_THROW(writer.add_uint32("a.late", 1), Error);  // the header is written
+  const auto n_bytes = ggml_encode(n, 1, 1, GgmlType::kF32);
+  writer.write_tensor_data(n_index, 0, n_bytes.data(), n_bytes.size());  // any order, in pieces
+  const auto t_bytes = ggml_encode(t, 2, 3, GgmlType::kF32);
+  EXPECT_THROW(writer.finish(), Error);  // t.weight not written yet
+  writer.write_tensor_data(t_index, 12, t_bytes.data() + 12, 12);
+  EXPECT_THROW(writer.write_tensor_data(t_index, 12, t_bytes.data(), 16), Error);  // past its 24 bytes
+  EXPECT_FALSE(std::filesystem::exists(path));
+  writer.write_tensor_data(t_index, 0, t_bytes.data(), 12);
+  writer.finish();
   std::ifstream file(path, std::ios::binary);
   std::stringstream bytes;
   bytes << file.rdbuf();
@@ -108,17 +118,20 @@ TEST(GgufEncoding, SmallFileMatchesGgufWriter) {
 }
 
 TEST(GgufTensorNames, HfToGguf) {
-  EXPECT_EQ(gguf_tensor_name("model.embed_tokens.weight"), "token_embd.weight");
-  EXPECT_EQ(gguf_tensor_name("model.norm.weight"), "output_norm.weight");
-  EXPECT_EQ(gguf_tensor_name("lm_head.weight"), "output.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.0.input_layernorm.weight"), "blk.0.attn_norm.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.11.post_attention_layernorm.weight"), "blk.11.ffn_norm.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.2.self_attn.q_proj.bias"), "blk.2.attn_q.bias");
-  EXPECT_EQ(gguf_tensor_name("model.layers.2.self_attn.o_proj.weight"), "blk.2.attn_output.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.3.self_attn.k_norm.weight"), "blk.3.attn_k_norm.weight");
-  EXPECT_EQ(gguf_tensor_name("model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
-  EXPECT_THROW(gguf_tensor_name("model.layers.3.mlp.experts.weight"), Error);
-  EXPECT_THROW(gguf_tensor_name("model.layers.3.self_attn.rotary_emb.inv_freq"), Error);
+  const Architecture& llama = *find_architecture_by_class("LlamaForCausalLM");
+  const Architecture& qwen3 = *find_architecture_by_class("Qwen3ForCausalLM");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.embed_tokens.weight"), "token_embd.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.norm.weight"), "output_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "lm_head.weight"), "output.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.layers.0.input_layernorm.weight"), "blk.0.attn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.layers.11.post_attention_layernorm.weight"), "blk.11.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.layers.2.self_attn.q_proj.bias"), "blk.2.attn_q.bias");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.layers.2.self_attn.o_proj.weight"), "blk.2.attn_output.weight");
+  EXPECT_EQ(gguf_tensor_name(qwen3, "model.layers.3.self_attn.k_norm.weight"), "blk.3.attn_k_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(llama, "model.layers.3.mlp.down_proj.weight"), "blk.3.ffn_down.weight");
+  EXPECT_THROW(gguf_tensor_name(llama, "model.layers.3.self_attn.k_norm.weight"), Error);  // not in Llama's table
+  EXPECT_THROW(gguf_tensor_name(llama, "model.layers.3.mlp.experts.weight"), Error);
+  EXPECT_THROW(gguf_tensor_name(llama, "model.layers.3.self_attn.rotary_emb.inv_freq"), Error);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 
 namespace finetune {
 
-enum class SaveMethod { Lora, Merged16bit, Merged4bit, Gguf };
+enum class SaveMethod { Lora, Merged16bit, Merged4bit, Gguf, GgufLora };
 
 struct SaveMethodName {
   SaveMethod method;
@@ -22,7 +22,8 @@ inline const std::vector<SaveMethodName>& save_method_table() {
   static const std::vector<SaveMethodName> table = {{SaveMethod::Lora, "lora"},
                                                     {SaveMethod::Merged16bit, "merged_16bit"},
                                                     {SaveMethod::Merged4bit, "merged_4bit"},
-                                                    {SaveMethod::Gguf, "gguf"}};
+                                                    {SaveMethod::Gguf, "gguf"},
+                                                    {SaveMethod::GgufLora, "gguf_lora"}};  // the adapter as GGUF
   return table;
 }
 

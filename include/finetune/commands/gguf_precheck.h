@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 
 namespace finetune {
 

@@ -37,6 +37,11 @@ int64_t ggml_block_size(GgmlType type);
 // Whether rows of `row_length` values can be stored as `type` (a multiple of its block).
 bool ggml_can_encode(GgmlType type, int64_t row_length);
 
+// Bytes of one row of `row_length` values in `type` (ggml_row_size): blocks times the block's
+// bytes (F32 4, F16/BF16 2, Q8_0 34, Q4_0 18, Q5_0 22, Q5_1 24, Q4_K 144, Q5_K 176, Q6_K 210).
+// Error when the row length does not fit the type.
+uint64_t ggml_row_bytes(GgmlType type, int64_t row_length);
+
 uint16_t fp32_to_fp16_bits(float value);
 uint16_t fp32_to_bf16_bits(float value);
 

@@ -22,9 +22,6 @@ std::string gguf_architecture(const ModelConfig& config, const std::string& sour
 // "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight" by the architecture's table
 // entry; Error for a tensor with no GGUF counterpart.
 std::string gguf_tensor_name(const Architecture& architecture, const std::string& hf_name);
-// The same without naming the architecture: the name every table entry holding the tensor agrees
-// on (Error when they differ, or when none holds it).
-std::string gguf_tensor_name(const std::string& hf_name);
 
 // LlamaModel.permute: rows (n_head, 2, head_dim / 2) -> (n_head, head_dim / 2, 2), for q
 // (n_head heads) and k (n_head_kv heads) weights (out, in) and biases (out).

@@ -1,0 +1,121 @@
+"""Peak host memory of `finetune export --save_method gguf` on a random-init Llama-3-8B-shaped model.
+
+Writes a model with Llama-3-8B's shapes (hidden 4096, 32 heads / 8 kv heads, intermediate 14336,
+vocab 128256, untied lm_head) and only --layers decoder layers (bf16 safetensors, one shard per
+layer, random N(0, 0.02) weights, the Llama-3 test tokenizer padded to the vocabulary), then runs
+the export under /usr/bin/time -v on the CPU in bfloat16 and prints one JSON line: the model's
+bytes, the process's peak RSS (time -v: loading included), and, sampled from /proc every 50 ms,
+the RSS when the first GGUF file appears (the model loaded, the export starting) and the highest
+RSS from then on: their difference is what the export itself holds on top of the loaded model.
+
+usage: gguf_export_memory.py FINETUNE_BIN WORK_DIR TOKENIZER_DIR --layers N [--quantization f16]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import torch
+from safetensors.torch import save_file
+
+HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 4096, 32, 8, 14336, 128256
+
+
+def layer_tensors(i):
+    head_dim = HIDDEN // HEADS
+    shapes = {
+        "self_attn.q_proj.weight": (HIDDEN, HIDDEN),
+        "self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+        "self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
+        "self_attn.o_proj.weight": (HIDDEN, HIDDEN),
+        "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
+        "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
+        "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+    }
+    out = {f"model.layers.{i}.{name}": torch.randn(shape, dtype=torch.bfloat16) * 0.02 for name, shape in shapes.items()}
+    out[f"model.layers.{i}.input_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
+    out[f"model.layers.{i}.post_attention_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
+    return out
+
+
+def write_model(model_dir, layers, tokenizer_dir):
+    os.makedirs(model_dir, exist_ok=True)
+    shards = [{"model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16) * 0.02,
+               "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
+               "lm_head.weight": torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16) * 0.02}]
+    weight_map, total = {}, 0
+    for index in range(layers + 1):
+        tensors = shards[0] if index == 0 else layer_tensors(index - 1)
+        name = f"model-{index + 1:05d}-of-{layers + 1:05d}.safetensors"
+        save_file(tensors, os.path.join(model_dir, name), metadata={"format": "pt"})
+        for key, tensor in tensors.items():
+            weight_map[key] = name
+            total += tensor.numel() * tensor.element_size()
+        del tensors
+        shards = [None]
+    with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
+              "intermediate_size": INTERMEDIATE, "num_hidden_layers": layers, "num_attention_heads": HEADS,
+              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 8192,
+              "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "bos_token_id": 128000, "eos_token_id": 128001}
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(tokenizer_dir, file), os.path.join(model_dir, file))
+    return total
+
+
+def child_rss_bytes(time_pid):
+    """VmRSS of finetune, the child of /usr/bin/time `time_pid` (0 until it has started)."""
+    try:
+        with open(f"/proc/{time_pid}/task/{time_pid}/children") as f:
+            children = f.read().split()
+        with open(f"/proc/{children[0]}/status") as f:
+            return int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) * 1024
+    except (OSError, IndexError, AttributeError):
+        return 0
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("finetune_bin")
+    parser.add_argument("work_dir")
+    parser.add_argument("tokenizer_dir")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--quantization", default="f16")
+    args = parser.parse_args()
+    model_dir = os.path.join(args.work_dir, f"llama8b_shape_{args.layers}layers")
+    model_bytes = write_model(model_dir, args.layers, args.tokenizer_dir)
+    out_dir = os.path.join(args.work_dir, "gguf")
+    proc = subprocess.Popen(["/usr/bin/time", "-v", args.finetune_bin, "export", "--model_name", model_dir,
+                             "--save_method", "gguf", "--quantization", args.quantization, "--save_path", out_dir,
+                             "--device", "cpu", "--dtype", "bfloat16"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    rss_at_export_start, export_peak = None, 0
+    while proc.poll() is None:
+        rss = child_rss_bytes(proc.pid)
+        if rss_at_export_start is None and os.path.isdir(out_dir) and os.listdir(out_dir):
+            rss_at_export_start = rss
+        if rss_at_export_start is not None:
+            export_peak = max(export_peak, rss)
+        time.sleep(0.05)
+    _, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(stderr[-3000:])
+    peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", stderr).group(1)
+    files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
+    print(json.dumps({"layers": args.layers, "quantization": args.quantization, "model_bytes": model_bytes,
+                      "gguf_bytes": files, "peak_rss_bytes": peak_kib * 1024,
+                      "rss_at_export_start_bytes": rss_at_export_start, "rss_peak_during_export_bytes": export_peak,
+                      "export_increase_bytes": export_peak - (rss_at_export_start or 0), "wall": wall}))
+    shutil.rmtree(args.work_dir)
+
+
+if __name__ == "__main__":
+    main()
