@@ -17,6 +17,7 @@
 #include "finetune/launch/launch_env.h"
 #include "finetune/weights/model_weights.h"
 #include "finetune/model/device_memory.h"
+#include "finetune/model/projection_names.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
@@ -108,6 +109,11 @@ void check_given_lora_options(const LoraConfig& adapter, const AdapterSetup& set
 AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   AttachedAdapter attached;
   attached.config = setup.lora;
+  // The default target list (and all-linear) holds every family's projection names: a fresh
+  // adapter takes those of this model (Phi-3 has qkv_proj, not q_proj), as PEFT's all-linear does.
+  if (attached.config.target_modules == projection_names()) {
+    attached.config.target_modules = lora_target_names(model.architecture());
+  }
   if (!setup.init_adapter.empty()) {
     attached.config = read_adapter_config(setup.init_adapter);
     check_adapter_base(attached.config, setup, model);

@@ -16,6 +16,17 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Note [Phi-3 cache recompute]
+// Phi3ForCausalLM.prepare_inputs_for_generation drops the KV cache once, at the step where the
+// sequence (left padding included) first reaches original_max_position_embeddings + 1 tokens while
+// the cache holds at most original_max_position_embeddings: the whole sequence is then run again,
+// so with longrope every key is recomputed with the long factors. The sequence length at which
+// that happens, for Phi-3; none for other families.
+std::optional<int64_t> phi3_cache_recompute_length(const ModelConfig& config) {
+  if (config.model_type != "phi3") return std::nullopt;
+  return config.rope_scaling.original_max_position_embeddings + 1;
+}
+
 }  // namespace
 
 Generator::Generator(const CausalLM& model, const Tokenizer& tokenizer, GenerationConfig config,
@@ -119,8 +130,16 @@ std::vector<GeneratedText> Generator::generate_batch(const std::vector<std::vect
     profiler_.before_step(++decode_steps_);
     position = position + 1;
     mask = at::cat({mask, at::ones({batch, 1}, mask.options())}, 1);          // (B, P + step + 1)
-    hidden = model_.forward_cached(next.unsqueeze(1), position.unsqueeze(1), cache, padded ? mask : at::Tensor());
-    logits = model_.lm_head(hidden.squeeze(1)).to(at::kFloat);                // (B, V)
+    const auto recompute_at = phi3_cache_recompute_length(model_.config());
+    if (recompute_at && sequences.size(1) >= *recompute_at && cache.length < *recompute_at) {
+      cache.length = 0;  // Note [Phi-3 cache recompute]
+      const auto all_positions = (mask.cumsum(-1) - 1).masked_fill(mask.eq(0), 0);  // (B, P + step + 1)
+      hidden = model_.forward_cached(sequences, all_positions, cache, padded ? mask : at::Tensor());
+      logits = model_.lm_head(hidden.select(1, -1)).to(at::kFloat);            // (B, V)
+    } else {
+      hidden = model_.forward_cached(next.unsqueeze(1), position.unsqueeze(1), cache, padded ? mask : at::Tensor());
+      logits = model_.lm_head(hidden.squeeze(1)).to(at::kFloat);              // (B, V)
+    }
     stats_.decode_tokens += running;
   }
   stats_.decode_seconds += seconds_since(start);

@@ -120,8 +120,58 @@ const Architecture& architecture_of_fields(const Fields& fields) {
   return *architecture;
 }
 
+// A list of numbers of `length` (longrope's short_factor / long_factor).
+std::vector<double> read_factor_list(const Fields& rope, const std::string& key, size_t length) {
+  if (!rope.has(key) || !rope.at(key).is_array()) rope.fail(key, "expected a list of numbers");
+  std::vector<double> values;
+  for (const auto& value : rope.at(key)) {
+    if (!value.is_number()) rope.fail(key, "expected a list of numbers, got " + json_excerpt(value));
+    values.push_back(value.get<double>());
+  }
+  if (values.size() != length)
+    rope.fail(key, "has " + std::to_string(values.size()) + " entries; the rotary dimensions need " + std::to_string(length));
+  return values;
+}
+
+// Phi3Config's RoPE rules: rope_scaling (else rope_parameters) with rope_theta and
+// partial_rotary_factor falling back to the top-level keys; types default and longrope ("su" and
+// "yarn" are old names of longrope). longrope's original_max_position_embeddings is always the
+// top-level key (Phi3Config's default 4096), whatever the rope dict says, and its factor defaults
+// to max_position_embeddings / original_max_position_embeddings.
+void read_phi3_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+  json rope_json = json::object();
+  std::string key = "rope_parameters";
+  if (fields.has("rope_scaling") && !fields.at("rope_scaling").empty()) key = "rope_scaling";
+  if (fields.has(key)) {
+    if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
+    rope_json = fields.at(key);
+  }
+  const Fields rope(rope_json, source, key + ".");
+  config.rope_theta = rope.number("rope_theta", fields.number("rope_theta", 10000.0));
+  config.partial_rotary_factor = rope.number("partial_rotary_factor", fields.number("partial_rotary_factor", 1.0));
+  const int64_t rotary_dim = static_cast<int64_t>(config.head_dim * config.partial_rotary_factor);
+  if (!(config.partial_rotary_factor > 0 && config.partial_rotary_factor <= 1) || rotary_dim < 2 || rotary_dim % 2 != 0)
+    fields.fail("partial_rotary_factor", "must give an even number of rotary dimensions in [2, head_dim]");
+  RopeScaling& scaling = config.rope_scaling;
+  const std::string type_key = rope.has("rope_type") ? "rope_type" : "type";
+  scaling.rope_type = rope.string(type_key, "default");
+  if (scaling.rope_type == "su" || scaling.rope_type == "yarn") scaling.rope_type = "longrope";
+  // Phi3Config always has it; generation reads it too (Note [Phi-3 cache recompute] in generator.cpp).
+  scaling.original_max_position_embeddings = fields.positive_integer("original_max_position_embeddings", 4096);
+  if (scaling.rope_type == "default") return;
+  if (scaling.rope_type != "longrope")
+    rope.fail(type_key, "rope type \"" + scaling.rope_type + "\" is not supported for Phi-3 (default, longrope)");
+  scaling.short_factor = read_factor_list(rope, "short_factor", static_cast<size_t>(rotary_dim / 2));
+  scaling.long_factor = read_factor_list(rope, "long_factor", static_cast<size_t>(rotary_dim / 2));
+  scaling.factor = rope.number("factor", static_cast<double>(config.max_position_embeddings) /
+                                             static_cast<double>(scaling.original_max_position_embeddings));
+  if (!(scaling.factor > 0)) rope.fail("factor", "expected a number > 0");
+  if (rope.has("attention_factor")) scaling.attention_factor = rope.number("attention_factor");
+}
+
 // v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
 void read_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+  if (config.model_type == "phi3") return read_phi3_rope(fields, source, config);
   std::string key;
   if (fields.has("rope_parameters")) key = "rope_parameters";
   else if (fields.has("rope_scaling")) key = "rope_scaling";
@@ -167,6 +217,11 @@ std::vector<int64_t> read_eos(const Fields& fields, const Architecture& architec
 // Sliding-window attention is computed differently from full attention once a sequence is longer
 // than the window, so Qwen's per-layer sliding windows are refused; Mistral's window is recorded.
 void read_sliding_window(const Fields& fields, const Architecture& architecture, ModelConfig& config) {
+  if (architecture.id == ArchitectureId::kPhi3) {  // Phi3Config: None unless set (Phi-3-mini-4k: 2047)
+    config.sliding_window = fields.optional_integer("sliding_window", std::nullopt);
+    if (config.sliding_window && *config.sliding_window < 1) fields.fail("sliding_window", "expected an integer >= 1 or null");
+    return;
+  }
   if (architecture.id == ArchitectureId::kMistral) {
     config.sliding_window = fields.optional_integer("sliding_window", kMistralDefaultSlidingWindow);
     if (config.sliding_window && *config.sliding_window < 1)

@@ -33,7 +33,7 @@ CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, 
   }
   norm_ = at::empty({config_.hidden_size}, options);
   if (!config_.tie_word_embeddings) lm_head_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
-  inv_freq_ = rope_inverse_frequencies(config_, device);
+  rope_ = rope_frequencies(config_, device);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_parameters() const {
@@ -179,7 +179,7 @@ at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tenso
     }
   }
   auto hidden = embed(input_ids);  // (B, T, C)
-  const auto tables = rope_tables(inv_freq_, position_ids, dtype_);
+  const auto tables = rope_tables(rope_, position_ids, dtype_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto kernel = cached_attention_kernel(cache.keys[i], cache.values[i], past, attend);
     hidden = layer_forward(layers_[i], hidden, tables, kernel, /*training=*/false);
@@ -191,7 +191,7 @@ at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tenso
 at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                     const AttentionMask& mask, const ForwardOptions& options) const {
   auto hidden = embed(input_ids);  // (B, T, C)
-  const auto tables = rope_tables(inv_freq_, position_ids, dtype_);
+  const auto tables = rope_tables(rope_, position_ids, dtype_);
   const auto kernel = attention_kernel(mask);
   const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run

@@ -17,6 +17,8 @@ const DecoderComposition kLlama{llama_layer};
 const DecoderComposition kQwen2{llama_layer};
 const DecoderComposition kQwen3{llama_layer};
 const DecoderComposition kMistral{llama_layer};
+// Phi-3: Llama's layer over fused qkv_proj / gate_up_proj; its partial rotary and longrope live in rope.h.
+const DecoderComposition kPhi3{llama_layer};
 
 }  // namespace
 
@@ -26,6 +28,7 @@ const DecoderComposition& decoder_composition(ArchitectureId id) {
     case ArchitectureId::kQwen2: return kQwen2;
     case ArchitectureId::kQwen3: return kQwen3;
     case ArchitectureId::kMistral: return kMistral;
+    case ArchitectureId::kPhi3: return kPhi3;
   }
   throw Error("decoder_composition: unknown architecture id " + std::to_string(static_cast<int>(id)));
 }

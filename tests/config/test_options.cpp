@@ -61,7 +61,11 @@ TEST(OptionsTest, DefaultsMatchUnslothCli) {
   EXPECT_EQ(o.per_device_train_batch_size, 2);
   EXPECT_EQ(o.gradient_accumulation_steps, 4);
   EXPECT_TRUE(o.use_gradient_checkpointing);
-  EXPECT_EQ(o.target_modules.size(), 7u);
+  // Unsloth's seven projections, then the other families' names (Phi-3's fused qkv_proj,
+  // gate_up_proj): a fresh adapter takes the model's own (setup_adapter), on Llama Unsloth's seven.
+  const std::vector<std::string> unsloth = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  ASSERT_GE(o.target_modules.size(), 7u);
+  EXPECT_EQ(std::vector<std::string>(o.target_modules.begin(), o.target_modules.begin() + 7), unsloth);
   EXPECT_EQ(o.output_dir, "outputs");
   EXPECT_EQ(o.dtype, "auto");                // Unsloth: None (auto-detect)
   EXPECT_EQ(o.save_method, "merged_16bit");  // Unsloth's --save_method default

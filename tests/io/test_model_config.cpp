@@ -393,3 +393,58 @@ TEST(ModelConfigTest, DeepNestingIsRefusedNamingTheFile) {
 
 }  // namespace
 }  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// Phi-3-mini-128k / Phi-4-mini as the hub writes them (transformers 4 spelling): rope_scaling with
+// type "longrope", top-level original_max_position_embeddings and partial_rotary_factor.
+nlohmann::json phi3_hub_config() {
+  std::vector<double> short_factor(6, 1.0), long_factor(6, 2.0);
+  return {{"architectures", {"Phi3ForCausalLM"}}, {"model_type", "phi3"}, {"vocab_size", 96}, {"hidden_size", 64},
+          {"intermediate_size", 112}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+          {"max_position_embeddings", 131072}, {"original_max_position_embeddings", 4096},
+          {"partial_rotary_factor", 0.75}, {"rope_theta", 10000.0}, {"sliding_window", 262144},
+          {"rope_scaling", {{"type", "longrope"}, {"short_factor", short_factor}, {"long_factor", long_factor},
+                            {"original_max_position_embeddings", 999}}}};
+}
+
+TEST(ModelConfigTest, Phi3LongropeFollowsPhi3Config) {
+  const ModelConfig c = model_config_from_json(phi3_hub_config(), "phi3/config.json");
+  EXPECT_EQ(c.architecture, "Phi3ForCausalLM");
+  EXPECT_EQ(c.rope_scaling.rope_type, "longrope");
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.75);
+  // The top-level key wins over the rope dict's, as Phi3Config's standardize_rope_params does.
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);  // max_position_embeddings / original
+  EXPECT_EQ(c.rope_scaling.short_factor, std::vector<double>(6, 1.0));
+  EXPECT_EQ(c.rope_scaling.long_factor, std::vector<double>(6, 2.0));
+  EXPECT_EQ(c.sliding_window, std::optional<int64_t>(262144));
+  EXPECT_EQ(c.bos_token_id, std::optional<int64_t>(1));  // Phi3Config's defaults, from the table
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{32000});
+
+  auto su = phi3_hub_config();
+  su["rope_scaling"]["type"] = "su";  // the old name of longrope
+  EXPECT_EQ(model_config_from_json(su, "x").rope_scaling.rope_type, "longrope");
+  auto none = phi3_hub_config();
+  none["rope_scaling"] = nullptr;  // Phi-3-mini-4k
+  none.erase("sliding_window");
+  const ModelConfig plain = model_config_from_json(none, "x");
+  EXPECT_EQ(plain.rope_scaling.rope_type, "default");
+  EXPECT_FALSE(plain.sliding_window.has_value());
+}
+
+TEST(ModelConfigTest, Phi3RopeErrorsNameTheField) {
+  auto short_list = phi3_hub_config();
+  short_list["rope_scaling"]["long_factor"] = std::vector<double>(8, 1.0);  // 12 rotary dims need 6
+  EXPECT_TRUE(contains(error_of(short_list), "rope_scaling.long_factor")) << error_of(short_list);
+  auto odd = phi3_hub_config();
+  odd["partial_rotary_factor"] = 0.2;  // int(16 * 0.2) = 3 rotary dims: not pairs
+  EXPECT_TRUE(contains(error_of(odd), "partial_rotary_factor"));
+  auto llama_partial = base_config();  // only Phi-3 rotates part of a head
+  llama_partial["rope_scaling"] = {{"type", "default"}, {"partial_rotary_factor", 0.5}};
+  EXPECT_TRUE(contains(error_of(llama_partial), "partial_rotary_factor"));
+}
+
+}  // namespace
+}  // namespace finetune

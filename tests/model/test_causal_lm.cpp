@@ -50,7 +50,7 @@ TEST(CausalLM, LogitsEqualTransformersForEveryFamily) {
     EXPECT_LE(relative, 1e-5);
   }
   EXPECT_EQ(architectures, (std::set<std::string>{"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                                                  "MistralForCausalLM"}));
+                                                  "MistralForCausalLM", "Phi3ForCausalLM"}));
 }
 
 TEST(CausalLM, NamesFollowTheArchitectureTable) {

@@ -134,16 +134,20 @@ def parity_inputs(work, model_dir, data_path, rows, r=16, alpha=16):
     return selected, data, adapter, load_file(os.path.join(adapter, "adapter_model.safetensors"))
 
 
+LLAMA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PHI3_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]  # Phi-3's fused projections
+
+
 def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
-                      dtype=torch.float32):
+                      dtype=torch.float32, target_modules=None):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised; with DoRA
-    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's."""
+    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's;
+    `target_modules`: Llama's projections unless given."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
-                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                             "down_proj"])
+                             target_modules=target_modules or LLAMA_TARGETS)
     model = peft.get_peft_model(model, config)
     with torch.no_grad():
         for name, p in model.named_parameters():

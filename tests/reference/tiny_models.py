@@ -1,8 +1,9 @@
 """Tiny random Hugging Face models, written with transformers' own save_pretrained (safetensors).
 
-Every case the model loader must get right has one model here: the four architectures, Llama-3
+Every case the model loader must get right has one model here: the five architectures, Llama-3
 rope scaling, linear rope scaling, tied and untied embeddings, Qwen2's q/k/v bias, Qwen3's q/k
-norm, GQA and MHA, and a sharded checkpoint. Used by the end-to-end tests and the benchmarks.
+norm, GQA and MHA, a sharded checkpoint, and Phi-3's fused qkv_proj / gate_up_proj with longrope
+at full rotary (Phi-3 / Phi-3.5) and partial rotary (Phi-4-mini). Used by the end-to-end tests and the benchmarks.
 """
 import json
 import os
@@ -22,6 +23,17 @@ def _common(**overrides):
     return base
 
 
+def _longrope(rotary_dim, seed):
+    """Phi-3's longrope with distinct short and long factors. original_max_position_embeddings is
+    small (32, with max_position_embeddings 512): rows longer than it switch to the long factors, and
+    the attention factor sqrt(1 + ln(16) / ln(32)) scales cos and sin."""
+    g = torch.Generator().manual_seed(seed)
+    short = (1.0 + 0.5 * torch.rand(rotary_dim // 2, generator=g)).tolist()
+    long = (1.0 + 4.0 * torch.rand(rotary_dim // 2, generator=g)).tolist()
+    return dict(original_max_position_embeddings=32,
+                rope_scaling={"type": "longrope", "short_factor": short, "long_factor": long})
+
+
 def model_cases():
     """name -> (config class, config kwargs, save kwargs)."""
     return {
@@ -37,6 +49,9 @@ def model_cases():
         "qwen3": (transformers.Qwen3Config, _common(head_dim=32, tie_word_embeddings=True), {}),
         "mistral": (transformers.MistralConfig, _common(sliding_window=None), {}),
         "llama_sharded": (transformers.LlamaConfig, _common(), {"max_shard_size": "100KB"}),
+        "phi3_longrope": (transformers.Phi3Config, _common(tie_word_embeddings=False, **_longrope(16, 1)), {}),
+        "phi4_mini_partial_rotary": (transformers.Phi3Config, _common(
+            tie_word_embeddings=True, partial_rotary_factor=0.75, **_longrope(12, 2)), {}),
     }
 
 
@@ -45,6 +60,7 @@ MODEL_CLASSES = {
     transformers.Qwen2Config: transformers.Qwen2ForCausalLM,
     transformers.Qwen3Config: transformers.Qwen3ForCausalLM,
     transformers.MistralConfig: transformers.MistralForCausalLM,
+    transformers.Phi3Config: transformers.Phi3ForCausalLM,
 }
 
 

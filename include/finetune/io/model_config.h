@@ -1,5 +1,6 @@
 // config.json -> ModelConfig for the decoder families of the architecture table
-// (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM),
+// (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+// Phi3ForCausalLM),
 // dispatched on architectures[0] (or model_type when no class is named).
 // Reads both the transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype) and the 5.x one
 // (rope_parameters, dtype). Anything we would compute differently from transformers (an unknown
@@ -21,7 +22,12 @@ struct RopeScaling {
   double factor = 1.0;
   double low_freq_factor = 1.0;       // llama3
   double high_freq_factor = 4.0;      // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3, longrope
+  // longrope (Phi-3): per-frequency divisors for rows up to original_max_position_embeddings
+  // (short) and beyond (long), and the cos/sin scale (rope_attention_scaling in rope.h).
+  std::vector<double> short_factor;
+  std::vector<double> long_factor;
+  std::optional<double> attention_factor;
 };
 
 // config.json's quantization_config of a checkpoint saved in 4-bit by transformers + bitsandbytes
@@ -47,6 +53,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  double partial_rotary_factor = 1.0;  // Phi-3 / Phi-4-mini: RoPE on the first int(head_dim * f) dims
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v (and o for llama) bias; Qwen2 always has q/k/v bias
   bool attention_output_bias = false;  // o_proj bias (llama's attention_bias covers o too)

@@ -24,7 +24,7 @@
 
 namespace finetune {
 
-enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral };
+enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral, kPhi3 };
 
 // What a module of a decoder layer does, whatever its architecture calls it.
 enum class ModuleRole {
@@ -106,6 +106,20 @@ inline std::vector<LayerModule> llama_layer_modules(bool qk_norm) {
   return modules;
 }
 
+// Phi-3's layer (Phi-3, Phi-3.5, Phi-4, Phi-4-mini): fused qkv_proj (q, k, v rows) and gate_up_proj
+// (gate rows, then up rows: Phi3MLP's chunk(2)), listed in Phi3DecoderLayer's parameter order.
+inline std::vector<LayerModule> phi3_layer_modules() {
+  using R = ModuleRole;
+  return {
+      {"input_layernorm", {R::kAttentionInputNorm}, "attn_norm"},
+      {"self_attn.o_proj", {R::kAttentionOutput}, "attn_output"},
+      {"self_attn.qkv_proj", {R::kQuery, R::kKey, R::kValue}, "attn_qkv"},
+      {"mlp.gate_up_proj", {R::kGate, R::kUp}, "ffn_up"},
+      {"mlp.down_proj", {R::kDown}, "ffn_down"},
+      {"post_attention_layernorm", {R::kMlpInputNorm}, "ffn_norm"},
+  };
+}
+
 inline const std::vector<Architecture>& architectures() {
   using A = ArchitectureId;
   static const std::vector<Architecture> table = {
@@ -115,6 +129,7 @@ inline const std::vector<Architecture>& architectures() {
       {A::kQwen3, {"Qwen3ForCausalLM"}, "qwen3", {32, 128, 32768, std::nullopt, std::nullopt},
        llama_layer_modules(true), "qwen3", false},
       {A::kMistral, {"MistralForCausalLM"}, "mistral", {8, 0, 131072, 1, 2}, llama_layer_modules(false), "llama", true},
+      {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "phi3", false},
   };
   return table;
 }

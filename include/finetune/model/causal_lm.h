@@ -115,7 +115,7 @@ class CausalLM {
   std::vector<DecoderLayer> layers_;
   at::Tensor norm_;          // (C)
   at::Tensor lm_head_;       // (V, C); undefined when tied (embed_tokens_ is used)
-  at::Tensor inv_freq_;      // (head_dim / 2) fp32
+  RopeFrequencies rope_;     // inv_freq (rotary_dim / 2) fp32; longrope's long table
 };
 
 }  // namespace finetune
