@@ -152,7 +152,8 @@ TrainResult Trainer::train(const TrainerHooks& hooks) {
     profiler_.after_step(step);
     global_step_ = step;
     after_step(step, outcome, hooks, result);
-    if (policy_.should_stop()) {  // the same all-reduced eval losses on every rank: all stop here
+    // Early stopping: every rank saw the same all-reduced eval losses, so all stop after this step.
+    if (policy_.should_stop() && step < config_.total_steps) {
       result.stopped_early_at = step;
       break;
     }
@@ -256,7 +257,8 @@ void Trainer::record_evaluation(int64_t step, double eval_loss, const TrainerHoo
   result.final_eval_loss = eval_loss;
   policy_.record_evaluation(step, eval_loss);
   // The final evaluation (finish) comes after the last step's save: its checkpoint is the best's.
-  if (policy_.best_step() == step && !last_checkpoint_.empty() && last_checkpoint_ == hooks.checkpoint_dir(step)) {
+  if (policy_.best_step() == step && !last_checkpoint_.empty() && hooks.checkpoint_dir &&
+      last_checkpoint_ == hooks.checkpoint_dir(step)) {
     best_checkpoint_ = last_checkpoint_;
   }
 }

@@ -109,7 +109,7 @@ def eval_args(model, data):
     (["--learning_rate", "-1"], ["--learning_rate", "-1"]),
     (["--lora_dropout", "1.5"], ["--lora_dropout", "1.5"]),
     (["--dtype", "float64"], ["--dtype", "float64"]),
-    (["--optim", "paged_adamw_32bit"], ["--optim", "paged_adamw_32bit", "supported", "adamw_torch", "adamw_8bit"]),
+    (["--optim", "rmsprop"], ["--optim", "rmsprop", "not supported", "adamw_torch", "adamw_8bit", "sgd", "adafactor"]),
     (["--save_method", "gguf_q8_0"], ["--save_method", "gguf_q8_0", "not supported", "--quantization"]),
     (["--r", "4", "--r", "0"], ["--r", "0"]),  # a repeated flag takes the last value, validated
     (["stray_word"], ["stray_word"]),
