@@ -13,6 +13,7 @@ import torch
 import transformers
 
 import bnb_cpu
+import tiny_models
 
 
 def micro_batches(rows, batch_size):
@@ -64,10 +65,10 @@ def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulat
     if quantization_config is not None:
         if str(device) == "cpu":
             bnb_cpu.use_portable_cpu_kernels()
-        model = transformers.AutoModelForCausalLM.from_pretrained(
+        model = tiny_models.load_reference_model(
             base_dir, dtype=dtype, quantization_config=quantization_config, device_map=device)
     else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).to(device)
+        model = tiny_models.load_reference_model(base_dir, dtype=dtype).to(device)
     model = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
@@ -134,16 +135,21 @@ def parity_inputs(work, model_dir, data_path, rows, r=16, alpha=16):
     return selected, data, adapter, load_file(os.path.join(adapter, "adapter_model.safetensors"))
 
 
+PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# A multimodal checkpoint's text tower only (its vision tower has q/k/v_proj too).
+LANGUAGE_MODEL_PROJECTIONS = r".*language_model.*\.(" + "|".join(PROJECTIONS) + ")"
+
+
 def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
-                      dtype=torch.float32):
+                      dtype=torch.float32, target_modules=None):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised; with DoRA
-    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's."""
+    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's.
+    target_modules: PEFT's (default: the seven projections by name)."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+    model = tiny_models.load_reference_model(base_dir, dtype=dtype)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
-                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                             "down_proj"])
+                             target_modules=target_modules or PROJECTIONS)
     model = peft.get_peft_model(model, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
