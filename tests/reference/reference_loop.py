@@ -135,21 +135,16 @@ def parity_inputs(work, model_dir, data_path, rows, r=16, alpha=16):
     return selected, data, adapter, load_file(os.path.join(adapter, "adapter_model.safetensors"))
 
 
-PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-# A multimodal checkpoint's text tower only (its vision tower has q/k/v_proj too).
-LANGUAGE_MODEL_PROJECTIONS = r".*language_model.*\.(" + "|".join(PROJECTIONS) + ")"
-
-
 def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
-                      dtype=torch.float32, target_modules=None):
+                      dtype=torch.float32):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised; with DoRA
-    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's.
-    target_modules: PEFT's (default: the seven projections by name)."""
+    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's."""
     torch.manual_seed(seed)
     model = tiny_models.load_reference_model(base_dir, dtype=dtype)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
-                             target_modules=target_modules or PROJECTIONS)
+                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"])
     model = peft.get_peft_model(model, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
