@@ -1,10 +1,9 @@
 // config.json -> ModelConfig for the decoder families of the architecture table
-// (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-// Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration's text_config),
+// (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM),
 // dispatched on architectures[0] (or model_type when no class is named).
 // Reads both the transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype) and the 5.x one
 // (rope_parameters, dtype). Anything we would compute differently from transformers (an unknown
-// architecture, rope type, activation, Qwen's sliding window...) is an error, not a silent
+// architecture, rope type, activation, sliding window in use...) is an error, not a silent
 // wrong model.
 #pragma once
 
@@ -37,7 +36,7 @@ struct Bnb4bitQuantization {
 
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
-  std::string model_type;    // llama|qwen2|qwen3|mistral|gemma2|gemma3_text|gemma3
+  std::string model_type;    // llama|qwen2|qwen3|mistral
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
