@@ -16,6 +16,7 @@ namespace {
 using nlohmann::json;
 
 constexpr int64_t kMistralDefaultSlidingWindow = 4096;
+constexpr int64_t kGemmaDefaultSlidingWindow = 4096;
 
 // Typed access to config.json fields; every error names the file and the field.
 class Fields {
@@ -169,21 +170,8 @@ void read_phi3_rope(const Fields& fields, const std::string& source, ModelConfig
   if (rope.has("attention_factor")) scaling.attention_factor = rope.number("attention_factor");
 }
 
-// v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
-void read_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
-  if (config.model_type == "phi3") return read_phi3_rope(fields, source, config);
-  std::string key;
-  if (fields.has("rope_parameters")) key = "rope_parameters";
-  else if (fields.has("rope_scaling")) key = "rope_scaling";
-
-  config.rope_theta = fields.number("rope_theta", 10000.0);
-  if (key.empty()) return;
-  if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
-  const Fields rope(fields.at(key), source, key + ".");
-  config.rope_theta = rope.number("rope_theta", config.rope_theta);
-
-  RopeScaling& scaling = config.rope_scaling;
-  const std::string type_key = rope.has("rope_type") ? "rope_type" : "type";
+// One rope_parameters / rope_scaling object: its type and scaling factors (theta is read by the caller).
+void read_rope_scaling(const Fields& rope, const std::string& type_key, RopeScaling& scaling) {
   scaling.rope_type = rope.string(type_key, "default");
   if (scaling.rope_type != "default" && scaling.rope_type != "linear" && scaling.rope_type != "llama3")
     rope.fail(type_key, "rope type \"" + scaling.rope_type + "\" is not supported (supported: default, linear, llama3)");
@@ -201,6 +189,57 @@ void read_rope(const Fields& fields, const std::string& source, ModelConfig& con
   }
 }
 
+// v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
+void read_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+  if (config.model_type == "phi3") return read_phi3_rope(fields, source, config);
+  std::string key;
+  if (fields.has("rope_parameters")) key = "rope_parameters";
+  else if (fields.has("rope_scaling")) key = "rope_scaling";
+
+  config.rope_theta = fields.number("rope_theta", 10000.0);
+  if (key.empty()) return;
+  if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
+  const Fields rope(fields.at(key), source, key + ".");
+  config.rope_theta = rope.number("rope_theta", config.rope_theta);
+  read_rope_scaling(rope, rope.has("rope_type") ? "rope_type" : "type", config.rope_scaling);
+}
+
+// Gemma-3: global layers take rope_theta (default 1e6) and rope_scaling; sliding layers their own
+// base (default 1e4) without scaling. v5 writes rope_parameters per layer type
+// ({"full_attention": {...}, "sliding_attention": {...}}); v4 rope_theta, rope_scaling and
+// rope_local_base_freq (Gemma3TextConfig.convert_rope_params_to_dict).
+void read_gemma3_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+  constexpr double kGlobalTheta = 1000000.0;
+  constexpr double kLocalTheta = 10000.0;
+  const bool per_layer_type = fields.has("rope_parameters") && fields.at("rope_parameters").is_object() &&
+                              (fields.at("rope_parameters").contains("full_attention") ||
+                               fields.at("rope_parameters").contains("sliding_attention"));
+  if (!per_layer_type) {
+    read_rope(fields, source, config);
+    if (!fields.has("rope_parameters") || !fields.at("rope_parameters").contains("rope_theta"))
+      config.rope_theta = fields.number("rope_theta", kGlobalTheta);
+    config.rope_local_base_freq = fields.number("rope_local_base_freq", kLocalTheta);
+    return;
+  }
+  const Fields parameters(fields.at("rope_parameters"), source, "rope_parameters.");
+  config.rope_theta = kGlobalTheta;
+  config.rope_local_base_freq = kLocalTheta;
+  if (parameters.has("full_attention")) {
+    if (!parameters.at("full_attention").is_object()) parameters.fail("full_attention", "expected an object");
+    const Fields full(parameters.at("full_attention"), source, "rope_parameters.full_attention.");
+    config.rope_theta = full.number("rope_theta", kGlobalTheta);
+    read_rope_scaling(full, full.has("rope_type") ? "rope_type" : "type", config.rope_scaling);
+  }
+  if (parameters.has("sliding_attention")) {
+    if (!parameters.at("sliding_attention").is_object()) parameters.fail("sliding_attention", "expected an object");
+    const Fields sliding(parameters.at("sliding_attention"), source, "rope_parameters.sliding_attention.");
+    config.rope_local_base_freq = sliding.number("rope_theta", kLocalTheta);
+    const std::string type_key = sliding.has("rope_type") ? "rope_type" : "type";
+    if (sliding.string(type_key, "default") != "default")
+      sliding.fail(type_key, "only default RoPE is supported for sliding layers");
+  }
+}
+
 std::vector<int64_t> read_eos(const Fields& fields, const Architecture& architecture) {
   if (!fields.present("eos_token_id")) {
     if (architecture.defaults.eos_token_id) return {*architecture.defaults.eos_token_id};
@@ -214,8 +253,33 @@ std::vector<int64_t> read_eos(const Fields& fields, const Architecture& architec
   return ids;
 }
 
-// Sliding-window attention is computed differently from full attention once a sequence is longer
-// than the window, so Qwen's per-layer sliding windows are refused; Mistral's window is recorded.
+bool is_gemma(ArchitectureId id) { return id == ArchitectureId::kGemma2 || id == ArchitectureId::kGemma3; }
+
+// Gemma's layer_types ("sliding_attention" / "full_attention" per layer). Absent: Gemma-2
+// alternates sliding and full from layer 0; Gemma-3 makes every sliding_window_pattern-th layer
+// (default 6) full, the others sliding (their config classes' __post_init__).
+std::vector<bool> read_sliding_layers(const Fields& fields, ArchitectureId id, int64_t layers) {
+  std::vector<bool> sliding;
+  if (!fields.has("layer_types")) {
+    const int64_t pattern = id == ArchitectureId::kGemma2 ? 2 : fields.positive_integer("sliding_window_pattern", 6);
+    for (int64_t i = 0; i < layers; ++i) sliding.push_back((i + 1) % pattern != 0);
+    return sliding;
+  }
+  const json& types = fields.at("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
+    fields.fail("layer_types", "expected a list of num_hidden_layers (" + std::to_string(layers) + ") layer types, got " +
+                                   json_excerpt(types));
+  for (const auto& type : types) {
+    if (type != "sliding_attention" && type != "full_attention")
+      fields.fail("layer_types", "layer type " + json_excerpt(type) +
+                                     " is not supported (sliding_attention, full_attention)");
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
+// Mistral's window applies to every layer; Gemma's to its sliding layers. Qwen's per-layer
+// sliding windows (use_sliding_window, max_window_layers) are refused.
 void read_sliding_window(const Fields& fields, const Architecture& architecture, ModelConfig& config) {
   if (architecture.id == ArchitectureId::kPhi3) {  // Phi3Config: None unless set (Phi-3-mini-4k: 2047)
     config.sliding_window = fields.optional_integer("sliding_window", std::nullopt);
@@ -226,6 +290,11 @@ void read_sliding_window(const Fields& fields, const Architecture& architecture,
     config.sliding_window = fields.optional_integer("sliding_window", kMistralDefaultSlidingWindow);
     if (config.sliding_window && *config.sliding_window < 1)
       fields.fail("sliding_window", "expected an integer >= 1 or null");
+    return;
+  }
+  if (is_gemma(architecture.id)) {
+    config.sliding_window = fields.positive_integer("sliding_window", kGemmaDefaultSlidingWindow);
+    config.sliding_layers = read_sliding_layers(fields, architecture.id, config.num_hidden_layers);
     return;
   }
   if (architecture.id == ArchitectureId::kQwen2 || architecture.id == ArchitectureId::kQwen3) {
@@ -239,6 +308,41 @@ void read_sliding_window(const Fields& fields, const Architecture& architecture,
       if (type != "full_attention")
         fields.fail("layer_types", "layer type " + json_excerpt(type) + " is not supported (only full_attention)");
   }
+}
+
+// Gemma's own keys: GeGLU activation, attention scale, soft-caps (Gemma-3's attn_logit_softcapping
+// is stored by transformers but never applied, so it is not read).
+void read_gemma_fields(const Fields& fields, ArchitectureId id, ModelConfig& config) {
+  config.hidden_activation = fields.string("hidden_activation", "gelu_pytorch_tanh");
+  if (config.hidden_activation != "gelu_pytorch_tanh")
+    fields.fail("hidden_activation", "activation \"" + config.hidden_activation +
+                                         "\" is not supported (only gelu_pytorch_tanh)");
+  if (fields.boolean("use_bidirectional_attention", false))
+    fields.fail("use_bidirectional_attention", "bidirectional attention is not supported (finetune trains causal LMs)");
+  config.query_pre_attn_scalar = fields.number("query_pre_attn_scalar", 256.0);
+  if (!(*config.query_pre_attn_scalar > 0)) fields.fail("query_pre_attn_scalar", "expected a number > 0");
+  const auto softcap = [&](const std::string& key, std::optional<double> fallback) -> std::optional<double> {
+    if (!fields.present(key)) return fallback;
+    if (fields.at(key).is_null()) return std::nullopt;
+    const double value = fields.number(key);
+    if (!(value > 0)) fields.fail(key, "expected a number > 0 or null");
+    return value;
+  };
+  const bool gemma2 = id == ArchitectureId::kGemma2;
+  config.final_logit_softcapping = softcap("final_logit_softcapping", gemma2 ? std::optional<double>(30.0) : std::nullopt);
+  if (gemma2) config.attn_logit_softcapping = softcap("attn_logit_softcapping", 50.0);
+}
+
+// The config class defaults of the sizes Gemma's config.json may leave out (Gemma2Config,
+// Gemma3TextConfig; a Gemma-3 multimodal checkpoint's text_config often lists only a few).
+json with_gemma_size_defaults(const json& text, ArchitectureId id) {
+  json merged = {{"vocab_size", id == ArchitectureId::kGemma2 ? 256000 : 262208},
+                 {"hidden_size", 2304},
+                 {"intermediate_size", 9216},
+                 {"num_hidden_layers", 26},
+                 {"num_attention_heads", 8}};
+  for (const auto& [key, value] : text.items()) merged[key] = value;
+  return merged;
 }
 
 }  // namespace
@@ -274,10 +378,29 @@ static std::optional<Bnb4bitQuantization> read_quantization(const Fields& fields
   return out;
 }
 
+// The object holding the text model's keys: config.json itself, or a multimodal checkpoint's
+// text_config (Gemma3ForConditionalGeneration), with Gemma's size defaults filled in.
+json text_model_json(const json& config_json, const Fields& fields, const Architecture& architecture) {
+  json text = config_json;
+  if (!architecture.ignored_checkpoint_prefixes.empty()) {  // a multimodal checkpoint's text tower
+    text = json::object();
+    if (fields.has("text_config")) {
+      if (!fields.at("text_config").is_object())
+        fields.fail("text_config", "expected an object, got " + json_excerpt(fields.at("text_config")));
+      text = fields.at("text_config");
+    }
+  }
+  return is_gemma(architecture.id) ? with_gemma_size_defaults(text, architecture.id) : text;
+}
+
 ModelConfig model_config_from_json(const json& config_json, const std::string& source) {
   if (!config_json.is_object()) throw Error(source + ": expected a JSON object");
-  const Fields fields(config_json, source);
-  const Architecture& architecture = architecture_of_fields(fields);
+  const Fields top_fields(config_json, source);
+  const Architecture& architecture = architecture_of_fields(top_fields);
+  const ArchitectureId id = architecture.id;
+  const json text_json = text_model_json(config_json, top_fields, architecture);
+  const bool nested = !architecture.ignored_checkpoint_prefixes.empty();
+  const Fields fields(text_json, source, nested ? "text_config." : "");
 
   ModelConfig config;
   config.architecture = architecture.class_names.front();
@@ -305,18 +428,27 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
     config.head_dim = config.hidden_size / config.num_attention_heads;
   }
 
-  const std::string activation = fields.string("hidden_act", "silu");
-  if (activation != "silu") fields.fail("hidden_act", "activation \"" + activation + "\" is not supported (only silu)");
+  if (is_gemma(id)) {
+    read_gemma_fields(fields, id, config);
+  } else {
+    const std::string activation = fields.string("hidden_act", "silu");
+    if (activation != "silu") fields.fail("hidden_act", "activation \"" + activation + "\" is not supported (only silu)");
+  }
   config.rms_norm_eps = fields.number("rms_norm_eps", 1e-6);
   if (config.rms_norm_eps <= 0) fields.fail("rms_norm_eps", "expected a number > 0");
   config.max_position_embeddings =
       fields.positive_integer("max_position_embeddings", architecture.defaults.max_position_embeddings);
-  read_rope(fields, source, config);
-  config.tie_word_embeddings = fields.boolean("tie_word_embeddings", false);
+  if (id == ArchitectureId::kGemma3) {
+    read_gemma3_rope(fields, source, config);
+  } else {
+    read_rope(fields, source, config);
+  }
+  // Gemma ties by default (its config classes); a multimodal checkpoint may say it at the top.
+  const bool tie_default = is_gemma(id) && top_fields.boolean("tie_word_embeddings", true);
+  config.tie_word_embeddings = fields.boolean("tie_word_embeddings", tie_default);
 
   // Which projections carry a bias, as each modeling_*.py builds its layers.
-  const ArchitectureId id = architecture.id;
-  if (id == ArchitectureId::kLlama || id == ArchitectureId::kQwen3) {
+  if (id == ArchitectureId::kLlama || id == ArchitectureId::kQwen3 || is_gemma(id)) {
     config.attention_bias = config.attention_output_bias = fields.boolean("attention_bias", false);
   } else if (id == ArchitectureId::kQwen2) {
     config.attention_bias = true;  // q/k/v always biased, o_proj never
@@ -325,16 +457,16 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   config.mlp_bias = id == ArchitectureId::kLlama && fields.boolean("mlp_bias", false);
   config.qk_norm = has_role(architecture, ModuleRole::kQueryNorm);
 
-  const std::string dtype_key = fields.has("dtype") ? "dtype" : "torch_dtype";
-  config.torch_dtype = fields.string(dtype_key, "float32");
+  const std::string dtype_key = top_fields.has("dtype") ? "dtype" : "torch_dtype";
+  config.torch_dtype = top_fields.string(dtype_key, "float32");
   if (config.torch_dtype != "float32" && config.torch_dtype != "float16" && config.torch_dtype != "bfloat16")
-    fields.fail(dtype_key, "dtype \"" + config.torch_dtype + "\" is not supported (float32, float16, bfloat16)");
+    top_fields.fail(dtype_key, "dtype \"" + config.torch_dtype + "\" is not supported (float32, float16, bfloat16)");
 
   config.bos_token_id = fields.optional_integer("bos_token_id", architecture.defaults.bos_token_id);
   config.eos_token_ids = read_eos(fields, architecture);
-  config.pad_token_id = fields.optional_integer("pad_token_id", std::nullopt);
+  config.pad_token_id = fields.optional_integer("pad_token_id", is_gemma(id) ? std::optional<int64_t>(0) : std::nullopt);
   read_sliding_window(fields, architecture, config);
-  config.quantization = read_quantization(fields, source);
+  config.quantization = read_quantization(top_fields, source);
   config.raw = config_json;
   validate_model_config_bounds(config, source);
   return config;
@@ -345,14 +477,14 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return model_config_from_json(read_json_file(path, "is " + model_dir + " a Hugging Face model directory?"), path);
 }
 
-void check_sequence_length(const ModelConfig& config, int64_t max_seq_length) {
-  if (config.sliding_window && max_seq_length > *config.sliding_window) {
-    throw UsageError("--max_seq_length: " + std::to_string(max_seq_length) + " is longer than the model's sliding_window (" +
-                     std::to_string(*config.sliding_window) + " in config.json): transformers then attends to the last " +
-                     std::to_string(*config.sliding_window) +
-                     " tokens only, which finetune does not implement; use --max_seq_length <= " +
-                     std::to_string(*config.sliding_window));
-  }
+void check_sequence_length(const ModelConfig&, int64_t) {
+  // Every length attends as transformers does: sliding windows are computed (model/attention_kernels.h).
+}
+
+bool layer_is_sliding(const ModelConfig& config, int64_t layer) {
+  if (!config.sliding_window) return false;
+  if (config.sliding_layers.empty()) return true;
+  return config.sliding_layers.at(static_cast<size_t>(layer));
 }
 
 // Note [Config bounds]

@@ -40,6 +40,7 @@ AttentionMask variable_length_mask(const std::vector<int64_t>& sample_lengths, c
   std::vector<int32_t> cumulative{0};
   AttentionMask out;
   out.is_causal_only = false;
+  out.sample_lengths = sample_lengths;
   for (int64_t length : sample_lengths) {
     cumulative.push_back(cumulative.back() + static_cast<int32_t>(length));
     out.max_seqlen = std::max(out.max_seqlen, length);

@@ -1,9 +1,11 @@
 #include "finetune/model/causal_lm.h"
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <utility>
 
+#include "finetune/model/attention_kernels.h"
 #include "finetune/model/checkpoint_function.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/rope.h"
@@ -18,7 +20,13 @@ void add_linear(std::vector<std::pair<std::string, at::Tensor>>& out, const std:
   if (layer.bias.defined()) out.emplace_back(prefix + ".bias", layer.bias);
 }
 
-double attention_scale(const ModelConfig& config) { return 1.0 / std::sqrt(static_cast<double>(config.head_dim)); }
+// make(spec) for a full layer's attention ([0]) and a sliding layer's ([1]): what every layer of
+// that kind shares within one forward.
+template <typename Make>
+auto per_layer_kind(const ModelConfig& config, const Make& make) {
+  using Value = decltype(make(AttentionSpec{}));
+  return std::array<Value, 2>{make(attention_spec(config, false)), make(attention_spec(config, true))};
+}
 
 }  // namespace
 
@@ -34,6 +42,12 @@ CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, 
   norm_ = at::empty({config_.hidden_size}, options);
   if (!config_.tie_word_embeddings) lm_head_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
   rope_ = rope_frequencies(config_, device);
+  if (config_.rope_local_base_freq) {
+    ModelConfig local = config_;  // Gemma-3's sliding layers: their own base, unscaled
+    local.rope_theta = *config_.rope_local_base_freq;
+    local.rope_scaling = RopeScaling{};
+    local_rope_ = rope_frequencies(local, device);
+  }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_parameters() const {
@@ -81,71 +95,92 @@ at::Tensor CausalLM::embed(const at::Tensor& input_ids) const {
 
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                                    const AttentionKernel& kernel, bool training) const {
-  const LayerContext context{layout_, config_, kernels_, rope, kernel, training};
+  const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset};
   return composition_->layer(layer, hidden, context);
 }
 
-AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask) const {
-  const double scale = attention_scale(config_);
-  return [mask, scale](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+at::Tensor CausalLM::final_norm(const at::Tensor& hidden) const {
+  if (architecture_->rms_norm_unit_offset) return rms_norm_unit_offset(hidden, norm_, config_.rms_norm_eps);
+  return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
+}
+
+AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const AttentionSpec& spec, int64_t seq_len) const {
+  // The padded paths read the window from the mask; the padding-free ones take it themselves.
+  const AttentionMask windowed =
+      spec.window ? with_sliding_window(mask, *spec.window, seq_len, device_) : mask;
+  return [windowed, spec](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const int64_t batch = q.size(0);
     const int64_t seq_len = q.size(1);
-    if (mask.variable_length()) {
+    if (windowed.variable_length()) {
       // One row of packed samples: (1, N, H, D) -> (N, H, D); flash attention handles GQA itself.
       auto flat = [](const at::Tensor& t) { return t.squeeze(0).contiguous(); };
-      auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), mask.cu_seqlens, mask.cu_seqlens,
-                                                           mask.max_seqlen, mask.max_seqlen, 0.0, /*is_causal=*/true,
-                                                           /*return_debug_mask=*/false, scale));  // (N, H, D)
-      return out.reshape({batch, seq_len, -1});                                       // (1, N, H*D)
+      if (spec.softcap) {  // Note [Soft-capped attention]
+        return packed_eager_attention(flat(q), flat(k), flat(v), windowed.sample_lengths, spec)
+            .reshape({batch, seq_len, -1});
+      }
+      const auto [left, right] = flash_window(spec);  // Note [Sliding window]
+      auto out = std::get<0>(at::_flash_attention_forward(
+          flat(q), flat(k), flat(v), windowed.cu_seqlens, windowed.cu_seqlens, windowed.max_seqlen,
+          windowed.max_seqlen, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false, spec.scale, left, right));  // (N, H, D)
+      return out.reshape({batch, seq_len, -1});  // (1, N, H*D)
     }
-    auto attn = mask.is_causal_only
-                    ? at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                       std::nullopt, 0.0, /*is_causal=*/true, scale,
+    const auto qt = q.transpose(1, 2);  // (B, H, T, D)
+    const auto kt = k.transpose(1, 2);  // (B, KV, T, D)
+    const auto vt = v.transpose(1, 2);
+    if (spec.softcap) {
+      const auto allowed = windowed.is_causal_only ? causal_keys(seq_len, 0, q.device()) : windowed.mask;
+      return eager_attention(qt, kt, vt, allowed, spec).transpose(1, 2).reshape({batch, seq_len, -1});
+    }
+    auto attn = windowed.is_causal_only
+                    ? at::scaled_dot_product_attention(qt, kt, vt, std::nullopt, 0.0, /*is_causal=*/true, spec.scale,
                                                        /*enable_gqa=*/true)
-                    : at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                       mask.mask, 0.0, /*is_causal=*/false, scale,
+                    : at::scaled_dot_product_attention(qt, kt, vt, windowed.mask, 0.0, /*is_causal=*/false, spec.scale,
                                                        /*enable_gqa=*/true);  // (B, H, T, D)
     return attn.transpose(1, 2).reshape({batch, seq_len, -1});                // (B, T, H*D)
   };
 }
 
-// attend: (B, 1, T, past + T), bool (true: attend) or, where the math kernel takes it, additive
-// (0 / -inf); undefined for "every cached key, causally" (see forward_cached).
+// mask: (B, 1, T, past + T), the spec's window included: bool (true: attend) or, on the GPU's
+// masked path, additive (0 / -inf); undefined for "every cached key, causally" (see forward_cached).
 AttentionKernel CausalLM::cached_attention_kernel(at::Tensor& keys, at::Tensor& values, int64_t past,
-                                                  const at::Tensor& attend) const {
-  const double scale = attention_scale(config_);
-  const bool flash = kernels_.variable_length_attention;
-  return [&keys, &values, past, attend, scale, flash](const at::Tensor& q_in, const at::Tensor& k,
-                                                      const at::Tensor& v) {
+                                                  const at::Tensor& mask, const AttentionSpec& spec) const {
+  const bool flash = kernels_.variable_length_attention && !spec.softcap;
+  return [&keys, &values, past, mask, spec, flash](const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v) {
     const int64_t batch = q_in.size(0);
     const int64_t seq_len = q_in.size(1);
     keys.narrow(2, past, seq_len).copy_(k.transpose(1, 2));  // (B, KV, T, D) into (B, KV, capacity, D)
     values.narrow(2, past, seq_len).copy_(v.transpose(1, 2));
     auto k_all = keys.narrow(2, 0, past + seq_len);          // (B, KV, past + T, D)
     auto v_all = values.narrow(2, 0, past + seq_len);
+    const auto q = q_in.transpose(1, 2);  // (B, H, T, D)
+    if (spec.softcap) {  // Note [Soft-capped attention]
+      const auto allowed = mask.defined() ? mask : causal_keys(seq_len, past, q.device());
+      return eager_attention(q, k_all, v_all, allowed, spec).transpose(1, 2).reshape({batch, seq_len, -1});
+    }
     // Without padding, one query (a decode step) sees every key, and a prompt from an empty cache
     // is plain causal attention: mask-free kernels serve both.
-    const bool causal = !attend.defined() && seq_len > 1;
-    if (!attend.defined() && flash) {
+    const bool causal = !mask.defined() && seq_len > 1;
+    if (!mask.defined() && flash) {
       // Flash attention directly (GQA inside, keys read through the cache's strides): SDPA would
       // pick cuDNN here, which builds a new plan for every key length, i.e. every decode step
       // (~3.7 ms of host time per layer and step on an H100, measured with --profile_start_step).
+      const auto [left, right] = flash_window(spec);  // Note [Sliding window]
       auto out = std::get<0>(at::_flash_attention_forward(q_in, k_all.transpose(1, 2), v_all.transpose(1, 2),
                                                            std::nullopt, std::nullopt, seq_len, past + seq_len, 0.0,
-                                                           causal, /*return_debug_mask=*/false, scale));  // (B, T, H, D)
+                                                           causal, /*return_debug_mask=*/false, spec.scale, left,
+                                                           right));  // (B, T, H, D)
       return out.reshape({batch, seq_len, -1});
     }
-    const auto q = q_in.transpose(1, 2);  // (B, H, T, D)
-    if (attend.defined() && flash) {
+    if (mask.defined() && flash) {
       // Left-padded rows on the GPU: SDPA's math kernel with the (additive) mask. Its backend
       // choice would be cuDNN too, with a new plan per key length (see above); flash takes no mask.
-      auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, attend, 0.0, false, std::nullopt,
-                                                                    scale, /*enable_gqa=*/true));  // (B, H, T, D)
+      auto out = std::get<0>(at::_scaled_dot_product_attention_math(q, k_all, v_all, mask, 0.0, false, std::nullopt,
+                                                                    spec.scale, /*enable_gqa=*/true));  // (B, H, T, D)
       return out.transpose(1, 2).reshape({batch, seq_len, -1});
     }
-    auto attn = attend.defined()
-                    ? at::scaled_dot_product_attention(q, k_all, v_all, attend, 0.0, false, scale, /*enable_gqa=*/true)
-                    : at::scaled_dot_product_attention(q, k_all, v_all, std::nullopt, 0.0, causal, scale,
+    auto attn = mask.defined()
+                    ? at::scaled_dot_product_attention(q, k_all, v_all, mask, 0.0, false, spec.scale, /*enable_gqa=*/true)
+                    : at::scaled_dot_product_attention(q, k_all, v_all, std::nullopt, 0.0, causal, spec.scale,
                                                        /*enable_gqa=*/true);  // (B, H, T, D)
     return attn.transpose(1, 2).reshape({batch, seq_len, -1});                // (B, T, H*D)
   };
@@ -171,47 +206,63 @@ at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tenso
     attend = key_position.le(query_position).unsqueeze(0);               // (1, T, past + T)
     if (key_mask.defined()) attend = attend & key_mask.to(at::kBool).unsqueeze(1);  // (B, T, past + T)
     attend = (attend | key_position.eq(query_position).unsqueeze(0)).unsqueeze(1);  // (B, 1, T, past + T)
-    if (kernels_.variable_length_attention) {
-      // The GPU's masked path calls SDPA's math kernel, which adds its mask: SDPA's front end turns
-      // a bool mask into 0 / -inf first, so do we, once for every layer.
-      attend = at::zeros(attend.sizes(), at::TensorOptions().dtype(dtype_).device(attend.device()))
-                   .masked_fill(attend.logical_not(), -std::numeric_limits<double>::infinity());
-    }
   }
+  // A sliding layer's keys: the window's (Note [Sliding window]); on the mask-free flash path the
+  // kernel applies it itself.
+  // The GPU's masked path calls SDPA's math kernel, which adds its mask: SDPA's front end turns a
+  // bool mask into 0 / -inf first, so do we, once per kind of layer.
+  const auto mask_of = [&](const AttentionSpec& spec) {
+    const bool flash = kernels_.variable_length_attention && !spec.softcap;
+    at::Tensor mask = attend;
+    if (spec.window && total > *spec.window && (attend.defined() || !flash))
+      mask = sliding_window_keys(attend, *spec.window, seq_len, past, input_ids.device());
+    if (!mask.defined() || !flash) return mask;
+    return at::zeros(mask.sizes(), at::TensorOptions().dtype(dtype_).device(mask.device()))
+        .masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  };
   auto hidden = embed(input_ids);  // (B, T, C)
   const auto tables = rope_tables(rope_, position_ids, dtype_);
+  const auto local_tables = local_rope_.inv_freq.defined() ? rope_tables(local_rope_, position_ids, dtype_) : tables;
+  const auto layer_masks = per_layer_kind(config_, mask_of);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const auto kernel = cached_attention_kernel(cache.keys[i], cache.values[i], past, attend);
-    hidden = layer_forward(layers_[i], hidden, tables, kernel, /*training=*/false);
+    const bool sliding = layer_is_sliding(config_, static_cast<int64_t>(i));
+    const auto kernel = cached_attention_kernel(cache.keys[i], cache.values[i], past, layer_masks[sliding ? 1 : 0],
+                                                attention_spec(config_, sliding));
+    hidden = layer_forward(layers_[i], hidden, sliding ? local_tables : tables, kernel, /*training=*/false);
   }
   cache.length = total;
-  return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
+  return final_norm(hidden);
 }
 
 at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                     const AttentionMask& mask, const ForwardOptions& options) const {
   auto hidden = embed(input_ids);  // (B, T, C)
   const auto tables = rope_tables(rope_, position_ids, dtype_);
-  const auto kernel = attention_kernel(mask);
+  const auto local_tables = local_rope_.inv_freq.defined() ? rope_tables(local_rope_, position_ids, dtype_) : tables;
+  // One kernel per kind of layer (full, sliding), built once for every layer of its kind.
+  const auto kernels = per_layer_kind(config_, [&](const AttentionSpec& spec) { return attention_kernel(mask, spec, input_ids.size(1)); });
   const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
   // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
   const bool layers_draw_random = checkpoint && adapters_draw_random_numbers();
-  for (const auto& layer : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const bool sliding = layer_is_sliding(config_, static_cast<int64_t>(i));
+    const auto& kernel = kernels[sliding ? 1 : 0];
+    const auto& layer_tables = sliding ? local_tables : tables;
     if (checkpoint) {
       // The recompute runs in backward, after this function returns: capture by value.
-      const DecoderLayer* layer_ptr = &layer;
+      const DecoderLayer* layer_ptr = &layers_[i];
       const bool training = options.training;
       hidden = checkpointed_call(
-          [this, layer_ptr, tables, kernel, training](const at::Tensor& h) {
-            return layer_forward(*layer_ptr, h, tables, kernel, training);
+          [this, layer_ptr, layer_tables, kernel, training](const at::Tensor& h) {
+            return layer_forward(*layer_ptr, h, layer_tables, kernel, training);
           },
           hidden, layers_draw_random);
     } else {
-      hidden = layer_forward(layer, hidden, tables, kernel, options.training);
+      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training);
     }
   }
-  return rms_norm(hidden, norm_, config_.rms_norm_eps, kernels_.fused_rms_norm);
+  return final_norm(hidden);
 }
 
 bool CausalLM::adapters_draw_random_numbers() const {

@@ -61,6 +61,7 @@ DecoderLayer make_decoder_layer(const Architecture& architecture, const ModelCon
 
 at::Tensor norm_block(const DecoderLayer& layer, ModuleRole role, const at::Tensor& x, const LayerContext& context) {
   const auto& weight = layer.modules[context.layout.slot(role).module].norm_weight;
+  if (context.unit_offset_norms) return rms_norm_unit_offset(x, weight, context.config.rms_norm_eps);
   return rms_norm(x, weight, context.config.rms_norm_eps, context.kernels.fused_rms_norm);
 }
 
@@ -112,6 +113,12 @@ at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, cons
   const auto& gate = gate_up[0];
   const auto& up = gate_up[1];
   auto activation = context.kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+}
+
+at::Tensor geglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
+  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
+  auto activation = at::gelu(gate_up[0], "tanh") * gate_up[1];
   return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
 }
 

@@ -1,5 +1,7 @@
 #include "finetune/model/decoder_composition.h"
 
+#include <cmath>
+
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -11,14 +13,38 @@ at::Tensor llama_layer(const DecoderLayer& layer, const at::Tensor& hidden, cons
   return h + swiglu_mlp_block(layer, norm_block(layer, ModuleRole::kMlpInputNorm, h, context), context);
 }
 
+// Gemma-2 and Gemma-3: each sub-block's output is normed before its residual (sandwich norms),
+// the MLP is GeGLU. The norms are (1 + w) ones (the table's rms_norm_unit_offset); Gemma-3's q/k
+// norms are applied by attention_block when the table lists them.
+at::Tensor gemma_layer(const DecoderLayer& layer, const at::Tensor& hidden, const LayerContext& context) {
+  auto attention = attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context);
+  auto h = hidden + norm_block(layer, ModuleRole::kAttentionOutputNorm, attention, context);
+  auto mlp = geglu_mlp_block(layer, norm_block(layer, ModuleRole::kMlpInputNorm, h, context), context);
+  return h + norm_block(layer, ModuleRole::kMlpOutputNorm, mlp, context);
+}
+
+// Gemma's scaled word embedding: the lookup times sqrt(hidden_size), a scalar first rounded to
+// fp32 (torch.tensor) and then to the embedding dtype, as Gemma2TextScaledWordEmbedding does.
+at::Tensor gemma_scale_embeddings(const at::Tensor& embeddings, const ModelConfig& config) {
+  const auto scale = at::scalar_tensor(std::sqrt(static_cast<double>(config.hidden_size)), at::kFloat)
+                         .to(embeddings.scalar_type());
+  return embeddings * scale;
+}
+
+std::optional<double> gemma_final_logit_softcapping(const ModelConfig& config) { return config.final_logit_softcapping; }
+
 const DecoderComposition kLlama{llama_layer};
 // Qwen2 (q/k/v biases), Qwen3 (q/k norms, applied by attention_block when the table lists them)
-// and Mistral (its sliding window is checked by model_config.h) compose Llama's blocks the same way.
+// and Mistral (its sliding window is the attention kernel's, attention_kernels.h) compose Llama's
+// blocks the same way.
 const DecoderComposition kQwen2{llama_layer};
 const DecoderComposition kQwen3{llama_layer};
 const DecoderComposition kMistral{llama_layer};
 // Phi-3: Llama's layer over fused qkv_proj / gate_up_proj; its partial rotary and longrope live in rope.h.
 const DecoderComposition kPhi3{llama_layer};
+// Gemma-2's attention soft-cap, scale and alternating windows are the attention kernel's; Gemma-3's
+// local RoPE base is the model's (causal_lm.cpp).
+const DecoderComposition kGemma{gemma_layer, gemma_scale_embeddings, gemma_final_logit_softcapping};
 
 }  // namespace
 
@@ -29,6 +55,8 @@ const DecoderComposition& decoder_composition(ArchitectureId id) {
     case ArchitectureId::kQwen3: return kQwen3;
     case ArchitectureId::kMistral: return kMistral;
     case ArchitectureId::kPhi3: return kPhi3;
+    case ArchitectureId::kGemma2:
+    case ArchitectureId::kGemma3: return kGemma;
   }
   throw Error("decoder_composition: unknown architecture id " + std::to_string(static_cast<int>(id)));
 }

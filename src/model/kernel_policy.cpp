@@ -1,5 +1,6 @@
 #include "finetune/model/kernel_policy.h"
 
+#include "finetune/model/architecture.h"
 #include "finetune/model/device_selection.h"
 
 namespace finetune {
@@ -17,14 +18,21 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   const bool cuda = device.is_cuda();
   const bool cuda_half = cuda && is_half_precision(dtype);
   policy.fused_elementwise = cuda_half && cuda_kernels_compiled_in();
-  policy.fused_rms_norm = cuda_half;
+  // ATen's fused kernel scales by w; Gemma's norms scale by (1 + w) in fp32 and run as transformers writes them.
+  const Architecture* architecture = find_architecture_by_class(config.architecture);
+  policy.fused_rms_norm = cuda_half && !(architecture && architecture->rms_norm_unit_offset);
   policy.half_precision_lora = cuda_half;
   policy.lora_split_kernel = cuda_half && cuda_kernels_compiled_in();
   policy.half_gemm_fp32_output = cuda_half;
-  // Flash attention: fp16/bf16 on CUDA, head_dim a multiple of 8 up to 256.
-  policy.variable_length_attention = cuda_half && config.head_dim % 8 == 0 && config.head_dim <= 256;
-  policy.padding_free_batches = policy.variable_length_attention;
-  policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in();
+  // Flash attention: fp16/bf16 on CUDA, head_dim a multiple of 8 up to 256. It takes no logit
+  // soft-cap: soft-capped models keep padding-free batches with eager attention per sample
+  // (Note [Soft-capped attention] in attention_kernels.h), whose host-side sample loop a CUDA
+  // graph cannot replay.
+  const bool flash_shape = cuda_half && config.head_dim % 8 == 0 && config.head_dim <= 256;
+  policy.softcapped_attention = config.attn_logit_softcapping.has_value();
+  policy.variable_length_attention = flash_shape && !policy.softcapped_attention;
+  policy.padding_free_batches = flash_shape;
+  policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in() && !policy.softcapped_attention;
   policy.fused_adamw = cuda;
   return policy;
 }
@@ -38,7 +46,11 @@ std::string KernelPolicy::describe() const {
   add(fused_rms_norm, "fused RMSNorm", "HF RMSNorm");
   add(half_precision_lora, lora_split_kernel ? "half-precision LoRA GEMMs (CUDA split kernel)" : "half-precision LoRA GEMMs",
       "PEFT fp32 LoRA");
-  add(variable_length_attention, "padding-free flash attention", "padded SDPA attention");
+  if (softcapped_attention) {
+    add(padding_free_batches, "padding-free eager soft-capped attention (per sample)", "padded eager soft-capped attention");
+  } else {
+    add(variable_length_attention, "padding-free flash attention", "padded SDPA attention");
+  }
   add(fused_adamw, "fused AdamW", "per-tensor AdamW");
   return out;
 }

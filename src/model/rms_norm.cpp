@@ -17,4 +17,10 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
   return weight * hidden.to(input_dtype);
 }
 
+at::Tensor rms_norm_unit_offset(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  auto hidden = x.to(at::kFloat);
+  hidden = hidden * at::rsqrt(hidden.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (hidden * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
+}
+
 }  // namespace finetune

@@ -10,25 +10,41 @@
 namespace finetune {
 namespace {
 
-// Buffers some checkpoints carry that are not parameters of ours.
-bool is_ignorable(const std::string& name) {
+// Buffers some checkpoints carry that are not parameters of ours, and tensors outside the text model.
+bool is_ignorable(const Architecture& architecture, const std::string& name) {
+  for (const auto& prefix : architecture.ignored_checkpoint_prefixes)
+    if (name.compare(0, prefix.size(), prefix) == 0) return true;
   return name.find("rotary_emb.inv_freq") != std::string::npos;
 }
 
 }  // namespace
 
+std::string checkpoint_tensor_name(const Architecture& architecture, const CheckpointFiles& files,
+                                   const std::string& name) {
+  if (files.contains(name)) return name;
+  for (const auto& [model_prefix, stored_prefix] : architecture.checkpoint_prefix_aliases) {
+    if (name.compare(0, model_prefix.size(), model_prefix) != 0) continue;
+    const std::string stored = stored_prefix + name.substr(model_prefix.size());
+    if (files.contains(stored)) return stored;
+  }
+  return name;
+}
+
 void load_weights(CausalLM& model, const std::string& model_dir) {
   const auto files = CheckpointFiles::open_dir(model_dir);
+  const Architecture& architecture = model.architecture();
   std::set<std::string> expected;
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.named_parameters()) {
-    expected.insert(name);
-    parameter.copy_(weight_view(files, name, parameter.sizes()));
+    const std::string stored = checkpoint_tensor_name(architecture, files, name);
+    expected.insert(stored);
+    parameter.copy_(weight_view(files, stored, parameter.sizes()));
   }
   if (model.projections_4bit()) load_projections_4bit(model, files, expected);
+  const std::string tied_lm_head = checkpoint_tensor_name(architecture, files, architecture.lm_head);
   for (const auto& name : files.tensor_names()) {
-    if (expected.count(name) == 0 && !is_ignorable(name)) {
-      if (name == model.architecture().lm_head && model.config().tie_word_embeddings) continue;  // a tied copy
+    if (expected.count(name) == 0 && !is_ignorable(architecture, name)) {
+      if (name == tied_lm_head && model.config().tie_word_embeddings) continue;  // a tied copy
       throw Error(model_dir + ": unexpected tensor '" + name + "' for " + model.config().architecture +
                   " (does config.json match the weights?)");
     }

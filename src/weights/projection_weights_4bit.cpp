@@ -1,5 +1,6 @@
 #include "finetune/weights/projection_weights_4bit.h"
 
+#include "finetune/weights/model_weights.h"
 #include "finetune/weights/tensor_io.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"
@@ -45,7 +46,7 @@ void load_projections_4bit(CausalLM& model, const CheckpointFiles& files, std::s
   at::NoGradGuard no_grad;
   const auto options = at::TensorOptions().dtype(model.dtype()).device(model.device());
   for (auto& [module, linear] : model.named_linears()) {
-    const std::string name = module + ".weight";
+    const std::string name = checkpoint_tensor_name(model.architecture(), files, module + ".weight");
     consumed.insert(name);
     if (saved_quant_type(name, tensor_lookup(files, consumed))) {
       linear->weight_4bit = std::make_shared<const Nf4Weight>(owned_on(stored_4bit(files, name, *linear, consumed),

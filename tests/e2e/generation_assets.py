@@ -38,7 +38,10 @@ def make_model(case, out_dir, tokenizer, seed=0):
     kwargs = dict(kwargs, vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                   eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(seed)
-    model = tiny_models.MODEL_CLASSES[config_class](config_class(**kwargs)).to(torch.float32)
+    config = config_class(**kwargs)
+    if tiny_models.reference_attention(config):
+        config._attn_implementation = tiny_models.reference_attention(config)
+    model = tiny_models.MODEL_CLASSES[config_class](config).to(torch.float32)
     tiny_models.perturb_norms_and_biases(model)
     with torch.no_grad():
         model.lm_head.weight.normal_(0.0, 0.1)

@@ -418,19 +418,6 @@ def test_unsupported_rope_type(assets, tmp_path, field):
     expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "yarn", field)
 
 
-@pytest.mark.parametrize("action", ["train", "eval"])
-def test_sequences_past_a_sliding_window_are_refused(assets, tmp_path, action):
-    model = copy_model(assets, tmp_path)
-    edit_config(model, lambda c: c.update(architectures=["MistralForCausalLM"], model_type="mistral",
-                                          sliding_window=64))
-    args = [action, "--model_name", model, "--dataset", assets["rows"]] + CPU
-    if action == "train":
-        args += ["--output_dir", tmp_path / "out"]
-    expect_failure(args + ["--max_seq_length", 65], 2, "--max_seq_length", "65", "sliding_window (64")
-    if action == "eval":  # within the window the same model runs
-        expect_success(args + ["--max_seq_length", 64])
-
-
 def test_truncated_safetensors(assets, tmp_path):
     model = copy_model(assets, tmp_path)
     weights = model / "model.safetensors"

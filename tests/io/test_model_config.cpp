@@ -221,23 +221,95 @@ TEST(ModelConfigTest, MistralSlidingWindowIsRecorded) {
   EXPECT_TRUE(contains(error_of(c), "sliding_window"));
 }
 
-TEST(ModelConfigTest, SequencesLongerThanTheSlidingWindowAreRefused) {
+TEST(ModelConfigTest, MistralWindowAppliesToEveryLayerAtAnyLength) {
   json c = base_config();
   c["architectures"] = {"MistralForCausalLM"};
   c["model_type"] = "mistral";
   c["sliding_window"] = 512;
   const ModelConfig mistral = model_config_from_json(c, "x");
-  EXPECT_NO_THROW(check_sequence_length(mistral, 512));  // fits: identical to full attention
-  try {
-    check_sequence_length(mistral, 513);
-    ADD_FAILURE() << "a sequence past the window was accepted";
-  } catch (const UsageError& e) {
-    const std::string msg = e.what();
-    EXPECT_TRUE(contains(msg, "--max_seq_length") && contains(msg, "513") && contains(msg, "sliding_window (512")) << msg;
+  EXPECT_NO_THROW(check_sequence_length(mistral, 513));  // computed as transformers does (model/attention_kernels.h)
+  for (int64_t layer = 0; layer < mistral.num_hidden_layers; ++layer) EXPECT_TRUE(layer_is_sliding(mistral, layer));
+  c["sliding_window"] = nullptr;  // no window
+  EXPECT_FALSE(layer_is_sliding(model_config_from_json(c, "x"), 0));
+  EXPECT_FALSE(layer_is_sliding(model_config_from_json(base_config(), "x"), 0));  // Llama
+}
+
+// Gemma's defaults are its config classes' (Gemma2Config, Gemma3TextConfig): alternating layers
+// from a sliding one (Gemma-2), every sixth layer global (Gemma-3), soft-caps 50 / 30 (Gemma-2
+// only), query_pre_attn_scalar 256, GeGLU, tied embeddings, rope bases 1e6 global / 1e4 local.
+TEST(ModelConfigTest, GemmaDefaultsAreTheConfigClasses) {
+  json c = {{"architectures", {"Gemma2ForCausalLM"}}, {"num_hidden_layers", 3}, {"vocab_size", 64}};
+  const ModelConfig gemma2 = model_config_from_json(c, "x");
+  EXPECT_EQ(gemma2.sliding_layers, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(gemma2.sliding_window, 4096);
+  EXPECT_EQ(gemma2.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(gemma2.final_logit_softcapping, 30.0);
+  EXPECT_EQ(gemma2.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(gemma2.hidden_size, 2304);
+  EXPECT_EQ(gemma2.head_dim, 256);
+  EXPECT_EQ(gemma2.num_key_value_heads, 4);
+  EXPECT_TRUE(gemma2.tie_word_embeddings);
+  EXPECT_EQ(gemma2.hidden_activation, "gelu_pytorch_tanh");
+  EXPECT_EQ(gemma2.rope_theta, 10000.0);
+  EXPECT_FALSE(gemma2.rope_local_base_freq.has_value());
+
+  json t = {{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 7}, {"vocab_size", 64}};
+  const ModelConfig gemma3 = model_config_from_json(t, "x");
+  EXPECT_EQ(gemma3.sliding_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  EXPECT_FALSE(gemma3.attn_logit_softcapping.has_value());
+  EXPECT_FALSE(gemma3.final_logit_softcapping.has_value());
+  EXPECT_EQ(gemma3.rope_theta, 1000000.0);
+  EXPECT_EQ(gemma3.rope_local_base_freq, 10000.0);
+  t["sliding_window_pattern"] = 2;
+  EXPECT_EQ(model_config_from_json(t, "x").sliding_layers,
+            (std::vector<bool>{true, false, true, false, true, false, true}));
+}
+
+// transformers 4.x's spelling (rope_theta, rope_scaling for global layers, rope_local_base_freq) and
+// 5.x's rope_parameters per layer type give one config; a multimodal checkpoint's text_config is read.
+TEST(ModelConfigTest, Gemma3RopeSpellingsAndTheMultimodalTextConfig) {
+  json v4 = {{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 2}, {"rope_theta", 500000.0},
+             {"rope_local_base_freq", 20000.0}, {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}};
+  json v5 = {{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 2},
+             {"rope_parameters", {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 500000.0}}},
+                                  {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 20000.0}}}}}};
+  for (const json& c : {v4, v5}) {
+    const ModelConfig m = model_config_from_json(c, "x");
+    EXPECT_EQ(m.rope_theta, 500000.0);
+    EXPECT_EQ(m.rope_scaling.rope_type, "linear");
+    EXPECT_EQ(m.rope_scaling.factor, 8.0);
+    EXPECT_EQ(m.rope_local_base_freq, 20000.0);
   }
-  c["sliding_window"] = nullptr;  // no window: any length
-  EXPECT_NO_THROW(check_sequence_length(model_config_from_json(c, "x"), 1 << 20));
-  EXPECT_NO_THROW(check_sequence_length(model_config_from_json(base_config(), "x"), 1 << 20));  // Llama
+  json multimodal = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                     {"dtype", "bfloat16"},
+                     {"text_config", {{"hidden_size", 2560}, {"num_hidden_layers", 34}, {"sliding_window", 1024},
+                                      {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}}}};
+  const ModelConfig m = model_config_from_json(multimodal, "x");
+  EXPECT_EQ(m.architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(m.hidden_size, 2560);
+  EXPECT_EQ(m.vocab_size, 262208);
+  EXPECT_EQ(m.sliding_window, 1024);
+  EXPECT_EQ(m.torch_dtype, "bfloat16");
+  EXPECT_EQ(m.rope_scaling.factor, 8.0);
+  multimodal["text_config"]["num_hidden_layers"] = "many";
+  EXPECT_TRUE(contains(error_of(multimodal), "text_config.num_hidden_layers"));
+}
+
+TEST(ModelConfigTest, GemmaFeaturesFinetuneDoesNotComputeAreRefused) {
+  json c = {{"architectures", {"Gemma3ForCausalLM"}}, {"num_hidden_layers", 2}};
+  c["use_bidirectional_attention"] = true;
+  EXPECT_TRUE(contains(error_of(c), "use_bidirectional_attention"));
+  c.erase("use_bidirectional_attention");
+  c["hidden_activation"] = "relu";
+  EXPECT_TRUE(contains(error_of(c), "hidden_activation"));
+  c.erase("hidden_activation");
+  c["layer_types"] = {"sliding_attention"};  // one type for two layers
+  EXPECT_TRUE(contains(error_of(c), "layer_types"));
+  c["layer_types"] = {"sliding_attention", "chunked_attention"};
+  EXPECT_TRUE(contains(error_of(c), "chunked_attention"));
+  c.erase("layer_types");
+  c["rope_parameters"] = {{"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}};
+  EXPECT_TRUE(contains(error_of(c), "rope_parameters.sliding_attention.rope_type"));
 }
 
 TEST(ModelConfigTest, HeadsMustDivide) {

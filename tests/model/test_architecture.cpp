@@ -112,17 +112,51 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(Architecture, UnknownClassIsAnErrorNamingIt) {
   ModelConfig config = tiny_llama_config({32, 16, 24, 1, 2, 2, 8});
-  config.architecture = "Gemma2ForCausalLM";
+  config.architecture = "FalconForCausalLM";
   const auto message = error_of([&] { architecture_of(config); });
-  EXPECT_NE(message.find("Gemma2ForCausalLM"), std::string::npos) << message;
+  EXPECT_NE(message.find("FalconForCausalLM"), std::string::npos) << message;
   EXPECT_NE(message.find("LlamaForCausalLM"), std::string::npos) << message;  // the supported ones
-  EXPECT_NE(error_of([&] { CausalLM(config, at::kFloat, at::kCPU); }).find("Gemma2ForCausalLM"), std::string::npos);
-  EXPECT_EQ(find_architecture_by_class("Gemma2ForCausalLM"), nullptr);
-  EXPECT_EQ(find_architecture_by_model_type("gemma2"), nullptr);
+  EXPECT_NE(error_of([&] { CausalLM(config, at::kFloat, at::kCPU); }).find("FalconForCausalLM"), std::string::npos);
+  EXPECT_EQ(find_architecture_by_class("FalconForCausalLM"), nullptr);
+  EXPECT_EQ(find_architecture_by_model_type("falcon"), nullptr);
   nlohmann::json json = {{"architectures", {"Starcoder2ForCausalLM"}}, {"vocab_size", 32}};
   const auto from_json = error_of([&] { model_config_from_json(json, "x/config.json"); });
   EXPECT_NE(from_json.find("Starcoder2ForCausalLM"), std::string::npos) << from_json;
   EXPECT_NE(from_json.find("x/config.json"), std::string::npos) << from_json;
+}
+
+// Gemma-2 and Gemma-3: four (1 + w) norms per layer in HF's parameter order, Gemma-3's q/k norms, the
+// seven projections as LoRA targets, no GGUF export; Gemma3ForConditionalGeneration's text tower
+// under model.language_model (stored as language_model.model.*), its vision tower ignored.
+TEST(Architecture, GemmaEntriesHaveTheirHfNames) {
+  const std::vector<std::string> gemma2_paths = {
+      "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+      "mlp.down_proj", "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+      "post_feedforward_layernorm"};
+  const Architecture* gemma2 = find_architecture_by_class("Gemma2ForCausalLM");
+  ASSERT_NE(gemma2, nullptr);
+  EXPECT_EQ(gemma2, find_architecture_by_model_type("gemma2"));
+  EXPECT_EQ(paths_of(*gemma2), gemma2_paths);
+  EXPECT_TRUE(gemma2->rms_norm_unit_offset);
+  EXPECT_EQ(gemma2->gguf_architecture, "");
+  EXPECT_EQ(lora_target_names(*gemma2), kProjections);
+  EXPECT_TRUE(has_role(*gemma2, ModuleRole::kAttentionOutputNorm) && has_role(*gemma2, ModuleRole::kMlpOutputNorm));
+  for (const char* class_name : {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
+    SCOPED_TRACE(class_name);
+    const Architecture* gemma3 = find_architecture_by_class(class_name);
+    ASSERT_NE(gemma3, nullptr);
+    auto expected = gemma2_paths;
+    expected.insert(expected.begin() + 4, {"self_attn.q_norm", "self_attn.k_norm"});
+    EXPECT_EQ(paths_of(*gemma3), expected);
+    EXPECT_EQ(lora_target_names(*gemma3), kProjections);
+  }
+  EXPECT_EQ(find_architecture_by_model_type("gemma3_text"), find_architecture_by_class("Gemma3ForCausalLM"));
+  const Architecture* multimodal = find_architecture_by_model_type("gemma3");
+  ASSERT_EQ(multimodal, find_architecture_by_class("Gemma3ForConditionalGeneration"));
+  EXPECT_EQ(multimodal->layer_prefix, "model.language_model.layers.");
+  EXPECT_EQ(multimodal->embed_tokens, "model.language_model.embed_tokens.weight");
+  EXPECT_EQ(multimodal->final_norm, "model.language_model.norm.weight");
+  EXPECT_EQ(multimodal->lm_head, "lm_head.weight");
 }
 
 // Phi-3's layout: q, k, v in one projection and gate, up in another.

@@ -9,11 +9,13 @@ Usage: make_model_fixtures.py OUTDIR
       rotated q_embed, k_embed in HF's layout (B, H, T, D).
   OUTDIR/weights/<case>/  (config.json + safetensors, written by save_pretrained)
   OUTDIR/weights/<case>.expected.safetensors
-      every tiny model of tiny_models.py (tied and untied embeddings, biases, q/k norm, sharded),
-      a bf16 one and a tied one whose checkpoint also holds lm_head.weight, with the model's own
-      state_dict() (tied: lm_head.weight included) to compare the loaded parameters with.
+      every tiny model of tiny_models.py (tied and untied embeddings, biases, q/k norm, sharded,
+      sliding windows, Gemma-2/3), a bf16 one and a tied one whose checkpoint also holds
+      lm_head.weight, with the model's own state_dict() (tied: lm_head.weight included; a
+      multimodal checkpoint: its text tower and lm_head) to compare the loaded parameters with.
   OUTDIR/weights/<case>.logits.safetensors (fp32 cases; cases.json "logits": true)
-      input_ids (2, T) and the model's fp32 logits (2, T, V) for them.
+      input_ids (2, T) and the model's fp32 logits (2, T, V) for them; T = 11 is longer than
+      every tiny model's sliding window.
 """
 import json
 import os
@@ -39,6 +41,7 @@ ROPE_CASES = {
 }
 SEQUENCE = 24
 LOGITS_SEQUENCE = 11
+VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.")  # not finetune's: it trains the text tower
 
 
 def rope_fixture(name, kwargs, out):
@@ -73,7 +76,8 @@ def weights_fixture(name, out):
     case, dtype = WEIGHT_CASES[name]
     model = tiny_models.make_model(case, os.path.join(out, name), seed=len(name), dtype=dtype)
     # Clones: a tied lm_head.weight shares embed_tokens' storage, which save_file refuses.
-    state = {key: value.detach().clone().contiguous() for key, value in model.state_dict().items()}
+    state = {key: value.detach().clone().contiguous() for key, value in model.state_dict().items()
+             if not key.startswith(VISION_PREFIXES)}
     save_file(state, os.path.join(out, name + ".expected.safetensors"))
     if name == "llama_tied_with_lm_head_copy":
         assert "lm_head.weight" in state
@@ -87,7 +91,8 @@ def weights_fixture(name, out):
 def logits_fixture(model, name, out):
     """The model's fp32 logits for two unpadded rows (positions 0..T-1)."""
     g = torch.Generator().manual_seed(len(name) + 1)
-    input_ids = torch.randint(0, model.config.vocab_size, (2, LOGITS_SEQUENCE), generator=g)
+    vocab_size = model.config.get_text_config().vocab_size
+    input_ids = torch.randint(0, vocab_size, (2, LOGITS_SEQUENCE), generator=g)
     model.eval()
     with torch.no_grad():
         logits = model(input_ids=input_ids).logits.float()

@@ -13,6 +13,7 @@ import torch
 import transformers
 
 import bnb_cpu
+import tiny_models
 
 
 def micro_batches(rows, batch_size):
@@ -64,10 +65,10 @@ def train_reference(base_dir, adapter_dir, rows, *, steps, batch_size, accumulat
     if quantization_config is not None:
         if str(device) == "cpu":
             bnb_cpu.use_portable_cpu_kernels()
-        model = transformers.AutoModelForCausalLM.from_pretrained(
+        model = tiny_models.load_reference_model(
             base_dir, dtype=dtype, quantization_config=quantization_config, device_map=device)
     else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype).to(device)
+        model = tiny_models.load_reference_model(base_dir, dtype=dtype).to(device)
     model = peft.PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
@@ -144,7 +145,7 @@ def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False,
     the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's;
     `target_modules`: Llama's projections unless given."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+    model = tiny_models.load_reference_model(base_dir, dtype=dtype)
     config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
                              target_modules=target_modules or LLAMA_TARGETS)

@@ -64,19 +64,32 @@ struct ModelConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
   std::optional<int64_t> pad_token_id;
-  // Mistral's sliding-window attention span (transformers' default 4096 when the key is absent).
-  // Harmless while every sequence fits in it, which check_sequence_length enforces (the
-  // commands call it with --max_seq_length). Always empty for Qwen2/Qwen3 (their
-  // use_sliding_window=true is rejected here).
+  // The sliding-window attention span: a query attends to the last `sliding_window` positions,
+  // itself included, as transformers' sliding_window_overlay (Mistral's default 4096 when the key
+  // is absent; Gemma's sliding layers). Always empty for Qwen2/Qwen3 (their use_sliding_window=true
+  // is rejected here).
   std::optional<int64_t> sliding_window;
+  // Per layer: whether it attends within sliding_window only (config.json layer_types,
+  // "sliding_attention"). Empty: every layer does when sliding_window is set (Mistral).
+  std::vector<bool> sliding_layers;
+  // Gemma-2/3 (transformers' Gemma2Config / Gemma3TextConfig):
+  std::string hidden_activation = "silu";  // silu (SwiGLU) | gelu_pytorch_tanh (GeGLU)
+  std::optional<double> query_pre_attn_scalar;  // attention scale query_pre_attn_scalar^-0.5; empty: head_dim^-0.5
+  std::optional<double> attn_logit_softcapping;   // scores -> c * tanh(scores / c) before the mask (Gemma-2)
+  std::optional<double> final_logit_softcapping;  // logits -> c * tanh(logits / c)
+  // Gemma-3: the RoPE base of sliding layers (rope_parameters.sliding_attention.rope_theta, v4's
+  // rope_local_base_freq), with default (unscaled) RoPE; empty: every layer uses rope_theta/rope_scaling.
+  std::optional<double> rope_local_base_freq;
   std::optional<Bnb4bitQuantization> quantization;  // a pre-quantized 4-bit checkpoint
   nlohmann::json raw;           // the original config.json, re-written on merged export
 };
 
-// Sequences of up to `max_seq_length` tokens attend exactly as transformers does: with a sliding
-// window, only when they fit in it (past it transformers attends to the last `sliding_window`
-// tokens, which we do not implement). UsageError naming both numbers otherwise.
+// Sequences of up to `max_seq_length` tokens attend exactly as transformers does, sliding windows
+// included (kept for the commands that call it; it refuses nothing today).
 void check_sequence_length(const ModelConfig& config, int64_t max_seq_length);
+
+// Whether layer `layer` attends within config.sliding_window only.
+bool layer_is_sliding(const ModelConfig& config, int64_t layer);
 
 // `source` names the file in error messages.
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source);

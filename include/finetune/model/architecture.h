@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "finetune/io/model_config.h"
@@ -24,12 +25,14 @@
 
 namespace finetune {
 
-enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral, kPhi3 };
+enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral, kPhi3, kGemma2, kGemma3 };
 
 // What a module of a decoder layer does, whatever its architecture calls it.
 enum class ModuleRole {
   kAttentionInputNorm,  // RMSNorm before attention (HF: input_layernorm)
   kMlpInputNorm,        // RMSNorm before the MLP (Llama: post_attention_layernorm)
+  kAttentionOutputNorm,  // RMSNorm of the attention output, before its residual (Gemma: post_attention_layernorm)
+  kMlpOutputNorm,        // RMSNorm of the MLP output, before its residual (Gemma: post_feedforward_layernorm)
   kQueryNorm,           // per-head RMSNorm on q (Qwen3)
   kKeyNorm,             // per-head RMSNorm on k (Qwen3)
   kQuery,
@@ -44,6 +47,7 @@ constexpr int kModuleRoleCount = static_cast<int>(ModuleRole::kDown) + 1;
 
 inline bool is_norm_role(ModuleRole role) {
   return role == ModuleRole::kAttentionInputNorm || role == ModuleRole::kMlpInputNorm ||
+         role == ModuleRole::kAttentionOutputNorm || role == ModuleRole::kMlpOutputNorm ||
          role == ModuleRole::kQueryNorm || role == ModuleRole::kKeyNorm;
 }
 
@@ -83,6 +87,13 @@ struct Architecture {
   std::string embed_tokens = "model.embed_tokens.weight";
   std::string final_norm = "model.norm.weight";
   std::string lm_head = "lm_head.weight";
+  // Gemma's RMSNorm scales by (1 + weight), in fp32 (Gemma2RMSNorm): the checkpoint stores w.
+  bool rms_norm_unit_offset = false;
+  // Where a checkpoint may store the tensors under another prefix than the model's module names
+  // (Gemma-3's multimodal checkpoints: "language_model.model." for "model.language_model."), and
+  // prefixes of checkpoint tensors that are not part of the text model (its vision tower).
+  std::vector<std::pair<std::string, std::string>> checkpoint_prefix_aliases = {};
+  std::vector<std::string> ignored_checkpoint_prefixes = {};
 };
 
 // Llama's layer, which Qwen2, Qwen3 and Mistral share (Qwen3 adds q/k norms).
@@ -118,6 +129,54 @@ inline std::vector<LayerModule> phi3_layer_modules() {
       {"mlp.down_proj", {R::kDown}, "ffn_down"},
       {"post_attention_layernorm", {R::kMlpInputNorm}, "ffn_norm"},
   };
+// Gemma-2's and Gemma-3's layer: Llama's projections (Gemma-3 adds q/k norms) and four norms,
+// around attention and around the MLP, in HF's parameter order.
+inline std::vector<LayerModule> gemma_layer_modules(bool qk_norm) {
+  using R = ModuleRole;
+  std::vector<LayerModule> modules = {
+      {"self_attn.q_proj", {R::kQuery}, "attn_q"},
+      {"self_attn.k_proj", {R::kKey}, "attn_k"},
+      {"self_attn.v_proj", {R::kValue}, "attn_v"},
+      {"self_attn.o_proj", {R::kAttentionOutput}, "attn_output"},
+  };
+  if (qk_norm) {
+    modules.push_back({"self_attn.q_norm", {R::kQueryNorm}, "attn_q_norm"});
+    modules.push_back({"self_attn.k_norm", {R::kKeyNorm}, "attn_k_norm"});
+  }
+  modules.push_back({"mlp.gate_proj", {R::kGate}, "ffn_gate"});
+  modules.push_back({"mlp.up_proj", {R::kUp}, "ffn_up"});
+  modules.push_back({"mlp.down_proj", {R::kDown}, "ffn_down"});
+  modules.push_back({"input_layernorm", {R::kAttentionInputNorm}, "attn_norm"});
+  modules.push_back({"post_attention_layernorm", {R::kAttentionOutputNorm}, "post_attention_norm"});
+  modules.push_back({"pre_feedforward_layernorm", {R::kMlpInputNorm}, "ffn_norm"});
+  modules.push_back({"post_feedforward_layernorm", {R::kMlpOutputNorm}, "post_ffw_norm"});
+  return modules;
+}
+
+// A Gemma entry. GGUF export: none (gguf_architecture empty; llama.cpp stores Gemma's norms as
+// 1 + w and needs metadata finetune does not write).
+inline Architecture gemma_architecture(ArchitectureId id, std::vector<std::string> class_names, std::string model_type,
+                                       int64_t max_position_embeddings, bool qk_norm) {
+  Architecture architecture{id, std::move(class_names), std::move(model_type), {4, 256, max_position_embeddings, 2, 1},
+                            gemma_layer_modules(qk_norm), "", false};
+  architecture.rms_norm_unit_offset = true;
+  return architecture;
+}
+
+// Gemma3ForConditionalGeneration: its text tower, under model.language_model (transformers'
+// module names, which PEFT's adapter names follow); save_pretrained writes the tensors under
+// language_model.model. and its vision tower beside them.
+inline Architecture gemma3_multimodal_architecture() {
+  auto architecture = gemma_architecture(ArchitectureId::kGemma3, {"Gemma3ForConditionalGeneration"}, "gemma3",
+                                         131072, true);
+  architecture.layer_prefix = "model.language_model.layers.";
+  architecture.embed_tokens = "model.language_model.embed_tokens.weight";
+  architecture.final_norm = "model.language_model.norm.weight";
+  architecture.checkpoint_prefix_aliases = {{"model.language_model.", "language_model.model."},
+                                            {"lm_head.", "language_model.lm_head."}};
+  architecture.ignored_checkpoint_prefixes = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                              "model.multi_modal_projector."};
+  return architecture;
 }
 
 inline const std::vector<Architecture>& architectures() {
@@ -130,6 +189,9 @@ inline const std::vector<Architecture>& architectures() {
        llama_layer_modules(true), "qwen3", false},
       {A::kMistral, {"MistralForCausalLM"}, "mistral", {8, 0, 131072, 1, 2}, llama_layer_modules(false), "llama", true},
       {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "phi3", false},
+      gemma_architecture(A::kGemma2, {"Gemma2ForCausalLM"}, "gemma2", 8192, false),
+      gemma_architecture(A::kGemma3, {"Gemma3ForCausalLM"}, "gemma3_text", 131072, true),
+      gemma3_multimodal_architecture(),
   };
   return table;
 }
@@ -198,6 +260,8 @@ inline int64_t role_out_features(ModuleRole role, const ModelConfig& config) {
   switch (role) {
     case ModuleRole::kAttentionInputNorm:
     case ModuleRole::kMlpInputNorm:
+    case ModuleRole::kAttentionOutputNorm:
+    case ModuleRole::kMlpOutputNorm:
     case ModuleRole::kAttentionOutput:
     case ModuleRole::kDown: return config.hidden_size;
     case ModuleRole::kQueryNorm:

@@ -16,6 +16,7 @@ struct AttentionMask {
   // within each sample, by flash attention over cumulative sample lengths.
   at::Tensor cu_seqlens;       // (samples + 1) int32 on the device; undefined otherwise
   int64_t max_seqlen = 0;
+  std::vector<int64_t> sample_lengths;  // on the host: what cu_seqlens bounds (the eager soft-capped path reads it)
   bool variable_length() const { return cu_seqlens.defined(); }
 };
 

@@ -1,5 +1,5 @@
 // The decoder-only causal LM of every architecture in the name table (architecture.h: Llama,
-// Qwen2, Qwen3, Mistral), in LibTorch, with parameter names identical to transformers'
+// Qwen2, Qwen3, Mistral, Gemma-2, Gemma-3), in LibTorch, with parameter names identical to transformers'
 // (model.layers.3.self_attn.q_proj.weight, ...), all read from that table.
 //
 //   input_ids (B, T) -> embed_tokens (-> the composition's embedding scale) -> N x layer -> norm
@@ -18,6 +18,7 @@
 
 #include "finetune/io/model_config.h"
 #include "finetune/model/architecture.h"
+#include "finetune/model/attention_kernels.h"
 #include "finetune/model/attention_mask.h"
 #include "finetune/model/decoder_blocks.h"
 #include "finetune/model/decoder_composition.h"
@@ -95,11 +96,14 @@ class CausalLM {
  private:
   // input_ids (B, T) -> the first layer's input (B, T, C).
   at::Tensor embed(const at::Tensor& input_ids) const;
-  // The attention kernel of forward_hidden for `mask`.
-  AttentionKernel attention_kernel(const AttentionMask& mask) const;
+  // The attention kernel of forward_hidden for `mask` over rows of `seq_len` and a layer's `spec`
+  // (attention_kernels.h).
+  AttentionKernel attention_kernel(const AttentionMask& mask, const AttentionSpec& spec, int64_t seq_len) const;
   // forward_cached's kernel for one layer: writes k, v into its cache tensors at `past`.
   AttentionKernel cached_attention_kernel(at::Tensor& keys, at::Tensor& values, int64_t past,
-                                          const at::Tensor& attend) const;
+                                          const at::Tensor& mask, const AttentionSpec& spec) const;
+  // The final RMSNorm (Gemma's (1 + w) form where the table says so): (..., C) -> (..., C).
+  at::Tensor final_norm(const at::Tensor& hidden) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                            const AttentionKernel& kernel, bool training) const;
 
@@ -115,7 +119,8 @@ class CausalLM {
   std::vector<DecoderLayer> layers_;
   at::Tensor norm_;          // (C)
   at::Tensor lm_head_;       // (V, C); undefined when tied (embed_tokens_ is used)
-  RopeFrequencies rope_;     // inv_freq (rotary_dim / 2) fp32; longrope's long table
+  RopeFrequencies rope_;        // inv_freq (rotary_dim / 2) fp32; longrope's long table
+  RopeFrequencies local_rope_;  // sliding layers' (Gemma-3's rope_local_base_freq); inv_freq undefined when shared
 };
 
 }  // namespace finetune

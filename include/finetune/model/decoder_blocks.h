@@ -1,6 +1,6 @@
 // The building blocks every decoder architecture composes (decoder_composition.h): RMSNorm,
 // attention (projections, q/k norms, RoPE, the attention kernel, output projection) and the gated
-// MLP, as llama.cpp's build_norm / build_attn / build_ffn. A block finds its tensors by role in a
+// MLPs (SwiGLU, GeGLU), as llama.cpp's build_norm / build_attn / build_ffn. A block finds its tensors by role in a
 // DecoderLayer laid out by the architecture table (architecture.h), so it works unchanged for
 // any naming and for fused projections (Note [Fused projections]).
 #pragma once
@@ -62,9 +62,10 @@ struct LayerContext {
   const RopeTables& rope;
   const AttentionKernel& attention_kernel;
   bool training;
+  bool unit_offset_norms = false;  // Architecture::rms_norm_unit_offset: norms scale by (1 + weight)
 };
 
-// RMSNorm by the weight of `role`: x (..., C) -> (..., C).
+// RMSNorm by the weight of `role` (Gemma's (1 + weight) form under unit_offset_norms): x (..., C) -> (..., C).
 at::Tensor norm_block(const DecoderLayer& layer, ModuleRole role, const at::Tensor& x, const LayerContext& context);
 
 // The projections of `roles`, each module run once (a fused one split): x (..., in) -> one
@@ -77,5 +78,9 @@ at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const
 
 // The gated MLP with SiLU (SwiGLU): x (B, T, C), already normed -> down(silu(gate(x)) * up(x)).
 at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
+
+// The gated MLP with tanh-approximated GELU (GeGLU, Gemma's gelu_pytorch_tanh):
+// x (B, T, C), already normed -> down(gelu_tanh(gate(x)) * up(x)).
+at::Tensor geglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
 
 }  // namespace finetune

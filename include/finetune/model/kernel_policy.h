@@ -37,6 +37,9 @@ struct KernelPolicy {
   // with variable_length_attention today; its own field so the batch layout is not read off the
   // attention kernel (a family whose attention the kernel cannot compute keeps padded batches).
   bool padding_free_batches = false;
+  // The model soft-caps attention logits (Gemma-2): attention is transformers' eager expression,
+  // per sample in padding-free batches (model/attention_kernels.h), and flash attention is off.
+  bool softcapped_attention = false;
   // Micro-steps may be captured and replayed as CUDA graphs (train/micro_step_graphs.h): a CUDA
   // device with padding-free batches, in a build with the CUDA code. Whether this model's adapters and base weights allow it
   // is CausalLM::cuda_graph_safe().

@@ -10,4 +10,8 @@ namespace finetune {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused_kernel);
 
+// Gemma's RMSNorm (Gemma2RMSNorm, Gemma3RMSNorm): normalise and scale in fp32 by (1 + weight), then cast:
+//   (x.float() * rsqrt(mean(x.float()^2, -1) + eps) * (1 + weight.float())).to(x.dtype)
+at::Tensor rms_norm_unit_offset(const at::Tensor& x, const at::Tensor& weight, double eps);
+
 }  // namespace finetune
