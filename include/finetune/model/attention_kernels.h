@@ -24,7 +24,7 @@
 
 #include <ATen/ATen.h>
 
-#include "finetune/config/model_config.h"
+#include "finetune/io/model_config.h"
 #include "finetune/model/attention_mask.h"
 
 namespace finetune {
