@@ -23,6 +23,7 @@ import transformers
 from datasets import Dataset
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # ORPO lives in trl.experimental
 import make_data_fixtures as data_fx  # noqa: E402
 import make_tokenizer_fixtures as tok_fx  # noqa: E402
 from trl.data_utils import extract_prompt  # noqa: E402
