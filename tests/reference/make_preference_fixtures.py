@@ -6,6 +6,10 @@
                      input_ids and labels, labels = input_ids where completion_mask is set, else
                      -100, as DPOTrainer._compute_loss builds them); and extract_prompt's output
                      for rows without a prompt
+  OUTDIR/objective/  base/ (a tiny Llama of tiny_models.py), adapter/ (a PEFT LoRA adapter with
+                     non-zero lora_B), rows.json (pairs as chosen/rejected input_ids and labels)
+                     and expected.json: DPOTrainer._compute_loss on that PeftModel and those
+                     pairs (reference = adapters disabled) for sigmoid, hinge and ipo
   OUTDIR/losses.json per-sequence log-prob sums (policy and reference, chosen and rejected) and
                      completion lengths, with the loss and metrics DPOTrainer._compute_loss logs
                      for each loss type, and ORPO's loss and metrics from
@@ -25,10 +29,13 @@ from datasets import Dataset
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # ORPO lives in trl.experimental
 import make_data_fixtures as data_fx  # noqa: E402
+import tiny_models  # noqa: E402
 import make_tokenizer_fixtures as tok_fx  # noqa: E402
 from trl.data_utils import extract_prompt  # noqa: E402
 from trl.experimental.orpo.orpo_trainer import ORPOTrainer  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
 from trl.trainer.dpo_trainer import DataCollatorForPreference, DPOTrainer  # noqa: E402
+from trl.trainer.utils import add_fused_lm_head  # noqa: E402
 
 TEXT_ROWS = [
     {"prompt": "The sky is", "chosen": " blue.", "rejected": " green, like grass and trees."},
@@ -116,6 +123,9 @@ class _Accelerator:
 
     gather_for_metrics = gather
 
+    def unwrap_model(self, model):
+        return model
+
 
 def fp32_list(tensor):
     return [float(v) for v in tensor.float().tolist()]
@@ -187,6 +197,50 @@ def write_losses(path):
     tok_fx.write_json(path, {"dpo": dpo, "orpo": orpo})
 
 
+def random_pairs(count, seed, vocab):
+    g = torch.Generator().manual_seed(seed)
+    ids = lambda low, high: torch.randint(3, vocab, (int(torch.randint(low, high + 1, (1,), generator=g)),),
+                                          generator=g).tolist()
+    return [{"prompt_ids": ids(2, 6), "chosen_ids": ids(1, 7), "rejected_ids": ids(1, 7)} for _ in range(count)]
+
+
+def write_objective(out):
+    os.makedirs(out, exist_ok=True)
+    model = tiny_models.make_model("llama", os.path.join(out, "base"), seed=3)
+    with torch.no_grad():  # sharper next-token distributions, so the adapter moves the log-ratios by O(1)
+        model.lm_head.weight.mul_(30.0)
+    model.save_pretrained(os.path.join(out, "base"), safe_serialization=True)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=128, lora_dropout=0.0,
+                                                  target_modules=["q_proj", "v_proj", "o_proj", "down_proj"]))
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, parameter in peft_model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=g) * 2.0)
+    peft_model.save_pretrained(os.path.join(out, "adapter"))
+    add_fused_lm_head(peft_model.get_base_model(), outputs=("log_probs", "entropy", "mean_logits", "is_top1"))
+    peft_model.train()
+    pairs = random_pairs(3, seed=5, vocab=tiny_models.VOCAB)
+    inputs = DataCollatorForPreference(pad_token_id=0)(pairs)
+    rows = {"chosen": [], "rejected": []}
+    for pair in pairs:
+        for side in ("chosen", "rejected"):
+            rows[side].append({"input_ids": pair["prompt_ids"] + pair[side + "_ids"],
+                               "labels": [-100] * len(pair["prompt_ids"]) + pair[side + "_ids"]})
+    cases = []
+    for loss_type, beta in [("sigmoid", 0.1), ("hinge", 0.5), ("ipo", 0.1)]:
+        owner = types.SimpleNamespace(
+            model=peft_model, ref_model=None, accelerator=_Accelerator(), aux_loss_enabled=False, ld_alpha=None,
+            precompute_ref_logps=False, f_divergence_type="reverse_kl", loss_types=[loss_type], loss_weights=[1.0],
+            beta=beta, label_smoothing=0.0, use_weighting=False, args=types.SimpleNamespace(gradient_checkpointing_kwargs=None),
+            _metrics={"train": collections.defaultdict(list)}, _total_train_tokens=0, _tp_size=1)
+        loss = DPOTrainer._compute_loss(owner, peft_model, inputs, False)
+        metrics = {k: v[0] for k, v in owner._metrics["train"].items() if k.startswith(("rewards/", "logps/"))}
+        cases.append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "metrics": metrics})
+    tok_fx.write_json(os.path.join(out, "rows.json"), rows)
+    tok_fx.write_json(os.path.join(out, "expected.json"), cases)
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -202,6 +256,7 @@ def main():
     for family, (make, template) in families.items():
         write_family(os.path.join(out, family), make, template)
     write_losses(os.path.join(out, "losses.json"))
+    write_objective(os.path.join(out, "objective"))
 
 
 if __name__ == "__main__":
