@@ -72,16 +72,6 @@ const ordered_json& required_field(const ordered_json& row, const std::string& k
   return *it;
 }
 
-// The conversation of `messages` with the row's tools and chat_template_kwargs, read as for messages rows.
-Conversation conversation_with_extras(const ordered_json& messages, const ordered_json& row) {
-  ordered_json carrier = ordered_json::object();
-  carrier["messages"] = messages;
-  for (const char* key : {"tools", "documents", "chat_template_kwargs"}) {
-    if (const auto it = row.find(key); it != row.end()) carrier[key] = *it;
-  }
-  return conversation_of_row(RowFormat::Messages, carrier);
-}
-
 std::vector<int32_t> render_and_encode(const ChatTemplate& chat_template, const Conversation& conversation,
                                        bool add_generation_prompt, const Tokenizer& tokenizer) {
   return tokenizer.encode(chat_template.render(conversation, add_generation_prompt).text, /*add_special_tokens=*/false);
@@ -95,10 +85,10 @@ ordered_json concatenated(ordered_json first, const ordered_json& second) {
 // Full sequences of the conversational form: {prompt, prompt + chosen, prompt + rejected}.
 std::vector<std::vector<int32_t>> conversational_sequences(const PreferenceExample& example, const ordered_json& row,
                                                            const ChatTemplate& chat_template, const Tokenizer& tokenizer) {
-  const Conversation prompt = conversation_with_extras(example.prompt, row);
+  const Conversation prompt = preference_conversation(example.prompt, row);
   Conversation chosen = prompt, rejected = prompt;
-  chosen.messages = conversation_with_extras(concatenated(example.prompt, example.chosen), row).messages;
-  rejected.messages = conversation_with_extras(concatenated(example.prompt, example.rejected), row).messages;
+  chosen.messages = preference_conversation(concatenated(example.prompt, example.chosen), row).messages;
+  rejected.messages = preference_conversation(concatenated(example.prompt, example.rejected), row).messages;
   return {render_and_encode(chat_template, prompt, true, tokenizer),
           render_and_encode(chat_template, chosen, false, tokenizer),
           render_and_encode(chat_template, rejected, false, tokenizer)};
@@ -179,6 +169,15 @@ PreferenceExample preference_example(const ordered_json& row) {
 }
 
 bool is_conversational(const PreferenceExample& example) { return example.prompt.is_array(); }
+
+Conversation preference_conversation(const ordered_json& messages, const ordered_json& row) {
+  ordered_json carrier = ordered_json::object();
+  carrier["messages"] = messages;
+  for (const char* key : {"tools", "documents", "chat_template_kwargs"}) {
+    if (const auto it = row.find(key); it != row.end()) carrier[key] = *it;
+  }
+  return conversation_of_row(RowFormat::Messages, carrier);
+}
 
 PreferenceTokens tokenize_preference(const PreferenceExample& example, const ordered_json& row,
                                      const ChatTemplate* chat_template, const Tokenizer& tokenizer) {

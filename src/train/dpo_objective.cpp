@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/core/grad_mode.h>
+
 #include "finetune/model/linear.h"
 #include "finetune/train/loss.h"
 #include "finetune/util/errors.h"

@@ -1,11 +1,14 @@
-"""Fixtures for test_preference_rows and test_preference_loss, produced by TRL 1.16's own code.
+"""Fixtures for test_preference_rows, test_orpo_rows, test_preference_loss and
+test_dpo_objective, produced by TRL 1.16's own code.
 
   OUTDIR/<family>/   tokenizer files with chat_template set, rows.jsonl, expected.json: for each
                      truncation setting, each row as DPOTrainer._prepare_dataset and
                      DataCollatorForPreference leave it (dropped, or the chosen and rejected
                      input_ids and labels, labels = input_ids where completion_mask is set, else
                      -100, as DPOTrainer._compute_loss builds them); and extract_prompt's output
-                     for rows without a prompt
+                     for rows without a prompt; orpo_rows.jsonl and expected.json's "orpo": each
+                     row as ORPOTrainer's maybe_extract_prompt, maybe_apply_chat_template and
+                     tokenize_row leave it, for several max_length
   OUTDIR/objective/  base/ (a tiny Llama of tiny_models.py), adapter/ (a PEFT LoRA adapter with
                      non-zero lora_B), rows.json (pairs as chosen/rejected input_ids and labels)
                      and expected.json: DPOTrainer._compute_loss on that PeftModel and those
@@ -31,7 +34,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # ORPO lives in trl.expe
 import make_data_fixtures as data_fx  # noqa: E402
 import tiny_models  # noqa: E402
 import make_tokenizer_fixtures as tok_fx  # noqa: E402
-from trl.data_utils import extract_prompt  # noqa: E402
+from trl.data_utils import extract_prompt, maybe_apply_chat_template, maybe_extract_prompt  # noqa: E402
 from trl.experimental.orpo.orpo_trainer import ORPOTrainer  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 from trl.trainer.dpo_trainer import DataCollatorForPreference, DPOTrainer  # noqa: E402
@@ -67,6 +70,12 @@ IMPLICIT_CONVERSATIONS_ROWS = [
 ]
 FORMS = {"text": TEXT_ROWS, "implicit_text": IMPLICIT_TEXT_ROWS, "conversations": CONVERSATIONS_ROWS,
          "implicit_conversations": IMPLICIT_CONVERSATIONS_ROWS}
+# ORPO extracts the prompt when the row's is of another kind than the completions (DPO refuses it).
+ORPO_EXTRA_ROWS = [
+    {"prompt": "an ignored string prompt", "chosen": IMPLICIT_CONVERSATIONS_ROWS[0]["chosen"],
+     "rejected": IMPLICIT_CONVERSATIONS_ROWS[0]["rejected"]},
+]
+ORPO_MAX_LENGTHS = [1024, 12, 30]
 # (max_length, truncation_mode): none, and lengths that cut completions, prompts, and drop rows.
 TRUNCATIONS = [(None, "keep_start"), (12, "keep_start"), (12, "keep_end"), (30, "keep_start"), (30, "keep_end")]
 
@@ -97,6 +106,15 @@ def trl_processed_row(tokenizer, row, max_length, truncation_mode):
     return out
 
 
+def trl_orpo_row(tokenizer, row, max_length):
+    """One row through ORPOTrainer's maybe_extract_prompt, maybe_apply_chat_template and tokenize_row."""
+    owner = types.SimpleNamespace(is_encoder_decoder=False, processing_class=tokenizer, max_length=max_length)
+    owner.build_tokenized_answer = lambda prompt, answer: ORPOTrainer.build_tokenized_answer(owner, prompt, answer)
+    example = maybe_apply_chat_template(maybe_extract_prompt(dict(row)), tokenizer)
+    batch = ORPOTrainer.tokenize_row(owner, example)
+    return {key: batch[key] for key in ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels")}
+
+
 def write_family(directory, make, template):
     make(directory)
     set_template(directory, template)
@@ -109,9 +127,13 @@ def write_family(directory, make, template):
     for max_length, mode in TRUNCATIONS:
         processed = [trl_processed_row(tokenizer, row, max_length, mode) for row in rows]
         expected["truncations"].append({"max_length": max_length, "truncation_mode": mode, "rows": processed})
-    with open(os.path.join(directory, "rows.jsonl"), "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    orpo_rows = rows + ORPO_EXTRA_ROWS
+    expected["orpo"] = [{"max_length": max_length, "rows": [trl_orpo_row(tokenizer, row, max_length) for row in orpo_rows]}
+                        for max_length in ORPO_MAX_LENGTHS]
+    for name, written in (("rows.jsonl", rows), ("orpo_rows.jsonl", orpo_rows)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            for row in written:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
     tok_fx.write_json(os.path.join(directory, "expected.json"), expected)
 
 

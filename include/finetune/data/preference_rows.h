@@ -58,6 +58,10 @@ PreferenceExample preference_example(const nlohmann::ordered_json& row);
 
 bool is_conversational(const PreferenceExample& example);
 
+// `messages` as a conversation with the row's "tools", "documents" and "chat_template_kwargs",
+// read and checked as for messages rows (data/dataset_formats.h).
+Conversation preference_conversation(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& row);
+
 // tokenize_fn's output.
 struct PreferenceTokens {
   std::vector<int32_t> prompt_ids;
