@@ -216,6 +216,22 @@ std::optional<PreferencePair> preference_pair(const PreferenceTokens& tokens, co
   return pair;
 }
 
+std::vector<Sample> preference_batch_rows(const std::vector<PreferencePair>& pairs, const std::vector<int64_t>& indices) {
+  std::vector<Sample> rows;
+  rows.reserve(2 * indices.size());
+  for (const bool chosen : {true, false}) {
+    for (const int64_t index : indices) {
+      if (index < 0 || index >= static_cast<int64_t>(pairs.size())) {
+        throw Error("preference pair index " + std::to_string(index) + " out of range (" + std::to_string(pairs.size()) +
+                    " pairs)");
+      }
+      const PreferencePair& pair = pairs[static_cast<size_t>(index)];
+      rows.push_back(chosen ? pair.chosen : pair.rejected);
+    }
+  }
+  return rows;
+}
+
 int64_t completion_token_count(const Sample& row) {
   return static_cast<int64_t>(std::count_if(row.labels.begin(), row.labels.end(),
                                             [](int32_t label) { return label != kIgnoreIndex; }));

@@ -122,6 +122,22 @@ TEST(PreferenceRows, MixedFormsAndMissingFieldsAreErrorsNamingTheFields) {
   EXPECT_THROW(truncation_mode_from_name("keep_middle"), UsageError);
 }
 
+TEST(PreferenceRows, BatchRowsAreTheChosenThenTheRejectedInPairOrder) {
+  std::vector<PreferencePair> pairs(3);
+  for (int32_t i = 0; i < 3; ++i) {
+    pairs[static_cast<size_t>(i)].chosen.input_ids = {10 + i};
+    pairs[static_cast<size_t>(i)].rejected.input_ids = {20 + i};
+    pairs[static_cast<size_t>(i)].group_id = i;
+  }
+  const std::vector<Sample> rows = preference_batch_rows(pairs, {2, 0});
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].input_ids, std::vector<int32_t>{12});
+  EXPECT_EQ(rows[1].input_ids, std::vector<int32_t>{10});
+  EXPECT_EQ(rows[2].input_ids, std::vector<int32_t>{22});
+  EXPECT_EQ(rows[3].input_ids, std::vector<int32_t>{20});
+  EXPECT_THROW(preference_batch_rows(pairs, {3}), Error);
+}
+
 TEST(PreferenceRows, CompletionTokenCountIncludesTheFirstPosition) {
   Sample row;
   row.input_ids = {5, 6, 7};

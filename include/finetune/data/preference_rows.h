@@ -86,6 +86,10 @@ struct PreferencePair {
 std::optional<PreferencePair> preference_pair(const PreferenceTokens& tokens, const PreferenceTruncation& truncation,
                                               int64_t group_id);
 
+// The rows of a micro-batch of pairs (`indices` into `pairs`): every chosen row, then every
+// rejected row in the same order, TRL's [chosen, rejected] batch (train/dpo_objective.h).
+std::vector<Sample> preference_batch_rows(const std::vector<PreferencePair>& pairs, const std::vector<int64_t>& indices);
+
 // Number of completion tokens of a row (labels other than -100, the first position included): what
 // the ipo loss divides its log-ratios by (TRL counts the unshifted completion_mask).
 int64_t completion_token_count(const Sample& row);
