@@ -38,23 +38,28 @@ struct Items {
       list = &value;
     }
   }
-  int64_t size() const { return list ? static_cast<int64_t>(list->size()) : static_cast<int64_t>(offsets.size()) - 1; }
+  int64_t size() const { return static_cast<int64_t>(list ? list->size() : offsets.size() - 1); }
   bool same_item(const Items& other, int64_t i) const {
-    if (list) return (*list)[static_cast<size_t>(i)] == (*other.list)[static_cast<size_t>(i)];
+    if (list) return message(i) == other.message(i);
     return code_point(i) == other.code_point(i);
   }
-  std::string code_point(int64_t i) const {
-    return text.substr(offsets[static_cast<size_t>(i)], offsets[static_cast<size_t>(i) + 1] - offsets[static_cast<size_t>(i)]);
-  }
+  const ordered_json& message(int64_t i) const { return (*list)[static_cast<size_t>(i)]; }
+  std::string code_point(int64_t i) const { return text_between(i, i + 1); }
   // Python's value[begin:end] with 0 <= begin <= end <= size().
   ordered_json slice(int64_t begin, int64_t end) const {
-    if (!list) return text.substr(offsets[static_cast<size_t>(begin)], offsets[static_cast<size_t>(end)] - offsets[static_cast<size_t>(begin)]);
+    if (!list) return text_between(begin, end);
     ordered_json out = ordered_json::array();
-    for (int64_t i = begin; i < end; ++i) out.push_back((*list)[static_cast<size_t>(i)]);
+    for (int64_t i = begin; i < end; ++i) out.push_back(message(i));
     return out;
   }
   // Python's index resolution for a slice bound (negative counts from the end).
   int64_t resolve(int64_t index) const { return std::clamp(index < 0 ? index + size() : index, int64_t{0}, size()); }
+
+ private:
+  std::string text_between(int64_t begin, int64_t end) const {
+    const size_t first = offsets[static_cast<size_t>(begin)];
+    return text.substr(first, offsets[static_cast<size_t>(end)] - first);
+  }
 };
 
 std::string kind_of(const ordered_json& value) {
