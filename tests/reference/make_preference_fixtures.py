@@ -12,7 +12,8 @@ test_dpo_objective, produced by TRL 1.16's own code.
   OUTDIR/objective/  base/ (a tiny Llama of tiny_models.py), adapter/ (a PEFT LoRA adapter with
                      non-zero lora_B), rows.json (pairs as chosen/rejected input_ids and labels)
                      and expected.json: DPOTrainer._compute_loss on that PeftModel and those
-                     pairs (reference = adapters disabled) for sigmoid, hinge and ipo
+                     pairs (reference = adapters disabled) for sigmoid, hinge and ipo, and
+                     orpo_expected.json: ORPOTrainer.get_batch_loss_metrics on that model and pairs
   OUTDIR/losses.json per-sequence log-prob sums (policy and reference, chosen and rejected) and
                      completion lengths, with the loss and metrics DPOTrainer._compute_loss logs
                      for each loss type, and ORPO's loss and metrics from
@@ -261,6 +262,39 @@ def write_objective(out):
         cases.append({"loss_type": loss_type, "beta": beta, "loss": loss.item(), "metrics": metrics})
     tok_fx.write_json(os.path.join(out, "rows.json"), rows)
     tok_fx.write_json(os.path.join(out, "expected.json"), cases)
+    tok_fx.write_json(os.path.join(out, "orpo_expected.json"), orpo_objective_cases(out, rows))
+
+
+def orpo_objective_cases(out, rows):
+    """ORPOTrainer.get_batch_loss_metrics (its own concatenated_forward) on the saved model and pairs."""
+    from peft import PeftModel
+    from trl.experimental.utils import DPODataCollatorWithPadding
+
+    base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(out, "base"), dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, os.path.join(out, "adapter"))
+    model.train()
+    features = []
+    for chosen, rejected in zip(rows["chosen"], rows["rejected"], strict=True):
+        feature = {}
+        for side, row in (("chosen", chosen), ("rejected", rejected)):
+            feature[side + "_input_ids"] = row["input_ids"]
+            feature[side + "_attention_mask"] = [1] * len(row["input_ids"])
+            feature[side + "_labels"] = row["labels"]
+        features.append(feature)
+    batch = DPODataCollatorWithPadding(pad_token_id=0, is_encoder_decoder=False)(features)
+    cases = []
+    for beta in (0.1, 0.5):
+        owner = types.SimpleNamespace(beta=beta, accelerator=_Accelerator(), aux_loss_enabled=False,
+                                      is_encoder_decoder=False, padding_value=0,
+                                      concatenated_inputs=ORPOTrainer.concatenated_inputs,
+                                      get_batch_logps=ORPOTrainer.get_batch_logps)
+        owner.odds_ratio_loss = lambda c, r, owner=owner: ORPOTrainer.odds_ratio_loss(owner, c, r)
+        owner.concatenated_forward = lambda m, b, owner=owner: ORPOTrainer.concatenated_forward(owner, m, b)
+        loss, metrics = ORPOTrainer.get_batch_loss_metrics(owner, model, batch, "train")
+        keep = ("rewards/", "logps/", "nll_loss", "log_odds_ratio", "log_odds_chosen")
+        cases.append({"beta": beta, "loss": loss.item(),
+                      "metrics": {k: v for k, v in metrics.items() if k.startswith(keep)}})
+    return cases
 
 
 def main():

@@ -5,50 +5,25 @@
 
 #include <cmath>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "../reference/fixtures.h"
-#include "finetune/checkpoint/adapter_io.h"
-#include "finetune/data/batch.h"
-#include "finetune/io/model_config.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/dpo_objective.h"
 #include "finetune/util/errors.h"
-#include "finetune/weights/model_weights.h"
+#include "preference_test_model.h"
 
 namespace finetune {
 namespace {
 
 constexpr double kRelative = 1e-5;
 
-std::string objective_dir(const std::string& leaf) { return reference::fixture_path("preference", "objective/" + leaf); }
-
-std::unique_ptr<CausalLM> model_with_peft_adapter() {
-  auto model = std::make_unique<CausalLM>(load_model_config(objective_dir("base")), at::kFloat, at::kCPU);
-  load_weights(*model, objective_dir("base"));
-  attach_lora(*model, read_adapter_config(objective_dir("adapter")), /*random_state=*/0);
-  load_adapter_weights(*model, objective_dir("adapter"));
-  return model;
-}
-
-// The chosen rows, then the rejected rows (DpoObjective's micro-batch contract).
-HostBatch pairs_batch() {
-  const nlohmann::json rows = reference::load_json_fixture("preference", "objective/rows.json");
-  std::vector<Sample> samples;
-  for (const char* side : {"chosen", "rejected"}) {
-    for (const auto& row : rows[side]) {
-      samples.push_back({row["input_ids"].get<std::vector<int32_t>>(), row["labels"].get<std::vector<int32_t>>()});
-    }
-  }
-  std::vector<int64_t> order(samples.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
-  return collate(samples, order, /*pad_token_id=*/0);
-}
+using testing::preference_model_with_peft_adapter;
+using testing::preference_pairs_batch;
 
 ForwardOptions training() {
   ForwardOptions forward;
@@ -61,8 +36,8 @@ double relative_difference(double actual, double expected) {
 }
 
 TEST(DpoObjective, LossAndMetricsMatchTrlDpoTrainerOnAPeftModel) {
-  auto model = model_with_peft_adapter();
-  const HostBatch host = pairs_batch();
+  auto model = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
   const DeviceBatch batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
   const nlohmann::json cases = reference::load_json_fixture("preference", "objective/expected.json");
   double worst = 0;
@@ -96,8 +71,8 @@ TEST(DpoObjective, LossAndMetricsMatchTrlDpoTrainerOnAPeftModel) {
 }
 
 TEST(DpoObjective, GradientReachesTheAdaptersAndTheReferenceKeepsThem) {
-  auto model = model_with_peft_adapter();
-  const HostBatch host = pairs_batch();
+  auto model = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
   const DeviceBatch batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
   const DpoObjective objective(DpoLossConfig{}, *model);
   const size_t adapters_before = lora_parameters(*model).size();
@@ -116,9 +91,9 @@ TEST(DpoObjective, GradientReachesTheAdaptersAndTheReferenceKeepsThem) {
 }
 
 TEST(DpoObjective, RejectsAnOddRowCountAndAnotherModel) {
-  auto model = model_with_peft_adapter();
-  auto other = model_with_peft_adapter();
-  const HostBatch host = pairs_batch();
+  auto model = preference_model_with_peft_adapter();
+  auto other = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
   const DeviceBatch batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
   const DpoObjective objective(DpoLossConfig{}, *model);
   EXPECT_THROW(objective.evaluate(*other, micro_batch_inputs(batch), training()), Error);

@@ -21,15 +21,9 @@
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/objective.h"
 #include "finetune/train/preference_loss.h"
+#include "finetune/train/sequence_log_probs.h"
 
 namespace finetune {
-
-// Sum of log p(target) over each row's trained positions: hidden (B, T, C) -> (B) fp32,
-// differentiable. The LM head runs on the trained positions only, logit_chunk_rows at a time.
-at::Tensor row_log_prob_sums(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets);
-
-// Number of trained positions of each row: (B) fp32, on the targets' device.
-at::Tensor row_target_counts(const TokenTargets& targets, int64_t rows, int64_t seq_len);
 
 class DpoObjective final : public Objective {
  public:
