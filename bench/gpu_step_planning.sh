@@ -9,7 +9,7 @@
 #                                           (setsid), so the command returns at once
 #   bash bench/gpu_step_planning.sh wait    wait for both (up to WAIT_S, default 520 s)
 #   bash bench/gpu_step_planning.sh bench   RUNS (default "qwen3-8b llama-3.2-1b") x GPUS (default
-#                                           "1 2") x literal, balanced
+#                                           "1 2") x PLANNINGS (default "literal balanced")
 # Results under $OUT: summary.txt (one line per run: tokens/s per GPU, peak GiB, mean rank_imbalance;
 # then the scaling = 2-GPU tokens/s per GPU over 1-GPU tokens/s) and the build log.
 set -uo pipefail
@@ -72,7 +72,7 @@ case "$phase" in
     FINETUNE=$TREE/build-gpu/finetune
     for shape in $SHAPES; do
       for gpus in ${GPUS:-1 2}; do
-        for planning in literal balanced; do
+        for planning in ${PLANNINGS:-literal balanced}; do
           tag=$shape-$gpus-$planning
           mkdir -p "$LOGS/$tag"  # bench.py writes its JSON there
           FINETUNE_STEP_PLANNING=$planning python3 "$TREE/bench/bench.py" --finetune "$FINETUNE" --shapes "$shape" \

@@ -129,6 +129,8 @@ inline std::vector<LayerModule> phi3_layer_modules() {
       {"mlp.down_proj", {R::kDown}, "ffn_down"},
       {"post_attention_layernorm", {R::kMlpInputNorm}, "ffn_norm"},
   };
+}
+
 // Gemma-2's and Gemma-3's layer: Llama's projections (Gemma-3 adds q/k norms) and four norms,
 // around attention and around the MLP, in HF's parameter order.
 inline std::vector<LayerModule> gemma_layer_modules(bool qk_norm) {
