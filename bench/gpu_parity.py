@@ -53,7 +53,12 @@ def main():
     ours = load_file(dump)
 
     t0 = time.time()
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).cuda().eval()
+    # transformers' default SDPA attention drops Gemma-2's attn_logit_softcapping without a word;
+    # its eager attention applies it (tests/reference/tiny_models.py: reference_attention).
+    config = transformers.AutoConfig.from_pretrained(args.model)
+    attention = "eager" if getattr(config, "attn_logit_softcapping", None) else None
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=torch.bfloat16, attn_implementation=attention).cuda().eval()
     hf_load = time.time() - t0
     results = {"ours_eval": ours_summary, "transformers_load_s": hf_load, "rows": []}
 
