@@ -24,7 +24,6 @@ int run_eval(const Options& options, const EnvMap& env) {
                            fetch_at_once(hub_settings_from(env, options.hub_token)),
                            [&] { splits = eval_command_splits(data_setup, env); });  // before the model: fails fast
   auto& loaded = opened.loaded;
-  check_sequence_length(loaded.model->config(), data_setup.max_seq_length);
   const auto memory_after_load = peak_device_memory_gib(device);
   DataSetup eval_setup = data_setup;  // every split's rows, unweighted, nothing held out
   eval_setup.dataset_weights.assign(splits.size(), 1.0);

@@ -214,7 +214,6 @@ int run_train(const Options& options, const EnvMap& env) {
         });
     auto& loaded = opened.loaded;
     auto& model = *loaded.model;
-    check_sequence_length(model.config(), options.max_seq_length);
     const AttachedAdapter& adapter = *opened.adapter;
     const auto data = load_datasets(data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
     if (data.train.samples.empty()) {

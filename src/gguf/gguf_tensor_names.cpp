@@ -49,6 +49,13 @@ std::string gguf_architecture(const ModelConfig& config, const std::string& sour
     throw Error(source + ": architecture '" + config.architecture + "' has no GGUF export (supported: " +
                 supported_architecture_names() + ")");
   }
+  if (architecture->gguf_architecture.empty()) {
+    std::string supported;
+    for (const auto& entry : architectures())
+      if (!entry.gguf_architecture.empty()) supported += (supported.empty() ? "" : ", ") + entry.class_names.front();
+    throw Error(source + ": " + config.architecture + " has no GGUF export yet (llama.cpp's converter writes metadata "
+                "for it that finetune does not); GGUF export supports " + supported);
+  }
   return architecture->gguf_architecture;
 }
 

@@ -477,10 +477,6 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return model_config_from_json(read_json_file(path, "is " + model_dir + " a Hugging Face model directory?"), path);
 }
 
-void check_sequence_length(const ModelConfig&, int64_t) {
-  // Every length attends as transformers does: sliding windows are computed (model/attention_kernels.h).
-}
-
 bool layer_is_sliding(const ModelConfig& config, int64_t layer) {
   if (!config.sliding_window) return false;
   if (config.sliding_layers.empty()) return true;

@@ -75,7 +75,7 @@ void run_checkpoint_index(const std::string& input, const std::string& dir) {
 void run_model_config(const std::string& input, const std::string& dir) {
   write_file(dir, "config.json", input);
   const ModelConfig config = load_model_config(dir);
-  check_sequence_length(config, 2048);
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) (void)layer_is_sliding(config, layer);
 }
 
 void run_tokenizer_json(const std::string& input, const std::string& dir) {

@@ -84,9 +84,6 @@ struct ModelConfig {
   nlohmann::json raw;           // the original config.json, re-written on merged export
 };
 
-// Sequences of up to `max_seq_length` tokens attend exactly as transformers does, sliding windows
-// included (kept for the commands that call it; it refuses nothing today).
-void check_sequence_length(const ModelConfig& config, int64_t max_seq_length);
 
 // Whether layer `layer` attends within config.sliding_window only.
 bool layer_is_sliding(const ModelConfig& config, int64_t layer);

@@ -80,7 +80,7 @@ struct Architecture {
   // The modules of every decoder layer, in the order HF lists their parameters (weights load and
   // export in this order; LoRA adapters are initialised in it).
   std::vector<LayerModule> layer_modules;
-  std::string gguf_architecture;  // llama.cpp's general.architecture
+  std::string gguf_architecture;  // llama.cpp's general.architecture; empty: no GGUF export
   bool gguf_permutes_qk;          // llama.cpp's "llama" rope rotates interleaved pairs: q/k rows permuted
   // Tensors outside the layers (a multimodal checkpoint's text tower may nest them deeper).
   std::string layer_prefix = "model.layers.";
@@ -190,7 +190,8 @@ inline const std::vector<Architecture>& architectures() {
       {A::kQwen3, {"Qwen3ForCausalLM"}, "qwen3", {32, 128, 32768, std::nullopt, std::nullopt},
        llama_layer_modules(true), "qwen3", false},
       {A::kMistral, {"MistralForCausalLM"}, "mistral", {8, 0, 131072, 1, 2}, llama_layer_modules(false), "llama", true},
-      {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "phi3", false},
+      // GGUF: none yet (llama.cpp's phi3 needs the rope factor tensors and the rotary dimension count).
+      {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "", false},
       gemma_architecture(A::kGemma2, {"Gemma2ForCausalLM"}, "gemma2", 8192, false),
       gemma_architecture(A::kGemma3, {"Gemma3ForCausalLM"}, "gemma3_text", 131072, true),
       gemma3_multimodal_architecture(),
