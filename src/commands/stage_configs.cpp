@@ -235,14 +235,15 @@ ExportSetup export_setup_from(const Options& options) {
   config.base_model_name = options.model_name;
   config.quantization = comma_list(options.quantization);  // already normalized by the parser
   config.save_gguf = options.save_gguf && config.save_method != SaveMethod::Gguf;
-  config.push_gguf = options.push_gguf;
+  config.push_gguf = options.push_gguf ? options.hub_path : "";
   config.hub_private_repo = options.hub_private_repo;
-  if (!config.push_gguf.empty() && !looks_like_hub_id(config.push_gguf)) {
-    throw UsageError("--push_gguf: expected a hub repo ORG/NAME (got \"" + config.push_gguf + "\")");
+  if (options.push_gguf && !looks_like_hub_id(options.hub_path)) {
+    throw UsageError("--push_gguf needs --hub_path ORG/NAME, the hub repo to upload to" +
+                     (options.hub_path.empty() ? std::string() : " (got \"" + options.hub_path + "\")"));
   }
   const bool writes_gguf = config.save_method == SaveMethod::Gguf || config.save_method == SaveMethod::GgufLora ||
                            config.save_gguf;
-  if (!config.push_gguf.empty() && !writes_gguf) {
+  if (options.push_gguf && !writes_gguf) {
     throw UsageError("--push_gguf: uploads the GGUF files an export writes; add --save_method gguf (or gguf_lora) "
                      "or --save_gguf");
   }

@@ -395,7 +395,7 @@ void check_required(const Command& command) {
     throw UsageError("--prompt / --prompts: generate takes exactly one of them (a text, or a JSONL file of prompts)");
   if (command.action == Action::Export && save_method_from_name(o.save_method) == SaveMethod::Lora)
     throw UsageError("--save_method: export writes merged_16bit, merged_4bit or gguf (the adapter is already lora)");
-  if (command.action == Action::Train && !o.push_gguf.empty() && !o.save_model)
+  if (command.action == Action::Train && o.push_gguf && !o.save_model)
     throw UsageError("--push_gguf: uploads the GGUF files of --save_model's export; add --save_model");
   if (command.action == Action::Train && o.save_gguf && !o.save_model)
     throw UsageError("--save_gguf: writes GGUF as part of --save_model's export (as in Unsloth's CLI, where it "

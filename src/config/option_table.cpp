@@ -359,8 +359,8 @@ std::vector<OptionRow> build_option_table() {
       bool_row("save_gguf", {"saving", kExporting}, &Options::save_gguf,
                "also write SAVE_PATH/<MODEL>.<TYPE>.gguf per --quantization type (MODEL: the model directory's "
                "name); train: with --save_model, as in Unsloth's CLI"),
-      string_row("push_gguf", {"saving", kExporting}, &Options::push_gguf, true,
-                 "hub repo ORG/NAME to upload the GGUF files and their Ollama Modelfile to (Unsloth's flag)"),
+      bool_row("push_gguf", {"saving", kExporting}, &Options::push_gguf,
+               "upload the GGUF files and their Ollama Modelfile to the hub repo --hub_path (Unsloth's flag)"),
 
       // --- generation
       string_row("adapter", {"generation", kAdapterAppliers}, &Options::adapter, true,

@@ -204,9 +204,10 @@ TEST(OptionsTest, UnslothOptionsFinetuneLacksAreNamedWithAReason) {
   EXPECT_TRUE(contains(msg, "--adapter_file: an option of Unsloth's CLI that finetune does not have") &&
               contains(msg, "an MLX option"))
       << msg;
-  EXPECT_EQ(parse_train({"--save_model", "--save_method", "gguf", "--push_gguf", "me/tuned-gguf"}).options.push_gguf,
-            "me/tuned-gguf");
-  msg = usage_error_of([] { parse_train({"--save_method", "gguf", "--push_gguf", "me/tuned-gguf"}); });
+  const auto pushed = parse_train({"--save_model", "--save_method", "gguf", "--push_gguf", "--hub_path", "me/tuned-gguf"});
+  EXPECT_TRUE(pushed.options.push_gguf);  // Unsloth's store_true; the repo is --hub_path
+  EXPECT_EQ(pushed.options.hub_path, "me/tuned-gguf");
+  msg = usage_error_of([] { parse_train({"--save_method", "gguf", "--push_gguf", "--hub_path", "me/tuned-gguf"}); });
   EXPECT_TRUE(contains(msg, "--push_gguf") && contains(msg, "--save_model")) << msg;
   EXPECT_TRUE(parse_train({"--save_model", "--save_gguf"}).options.save_gguf);
   EXPECT_EQ(parse_train({"--quantization", "q8_0"}).options.quantization, "q8_0");

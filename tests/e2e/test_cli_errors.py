@@ -115,7 +115,7 @@ def eval_args(model, data):
     (["stray_word"], ["stray_word"]),
     (["--lora_r", "0"], ["--lora_r", "expected an integer >= 1"]),  # an alias is named as typed
     (["--loftq_config", '{"loftq_bits": 4}'], ["--loftq_config", "LoftQ", "only None is accepted"]),
-    (["--push_gguf", "me/tuned"], ["--push_gguf", "--save_model"]),
+    (["--push_gguf", "--hub_path", "me/tuned"], ["--push_gguf", "--save_model"]),
     (["--push_model"], ["--push_model", "--hub_path"]),
     (["--quantization", "q3_k_s"], ["--quantization", "q3_k_s", "f16", "q8_0"]),
     (["--report_to", "wandb"], ["--report_to", "wandb", "metrics.jsonl", "tensorboard"]),

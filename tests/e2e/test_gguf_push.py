@@ -1,4 +1,4 @@
-"""--push_gguf ORG/NAME and the Modelfile beside the GGUF files, end to end: `finetune export` pushes
+"""--push_gguf --hub_path ORG/NAME and the Modelfile beside the GGUF files, end to end: `finetune export` pushes
 the GGUF files and their Modelfile to the local hub server (tests/reference/mock_hub.py, which
 speaks the hub's upload protocol) in one commit, and huggingface_hub reads back the same bytes.
 """
@@ -27,7 +27,7 @@ def test_push_gguf_uploads_files_and_modelfile(tmp_path):
     out = tmp_path / "out"
     with MockHub(tmp_path / "store", tokens=(TOKEN,)) as hub:
         proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--quantization", "q8_0,f16",
-                             "--save_path", out, "--device", "cpu", "--push_gguf", "me/tiny-gguf",
+                             "--save_path", out, "--device", "cpu", "--push_gguf", "--hub_path", "me/tiny-gguf",
                              "--hub_token", TOKEN], env=hub_env(hub, tmp_path / "home"))
         assert "pushed: " in proc.stderr
         files = last_json_line(proc.stdout)["gguf_files"]
@@ -53,5 +53,5 @@ def test_push_gguf_needs_a_gguf_export(tmp_path):
     model_dir = tmp_path / "qwen2"
     gguf_models.make_gguf_model("qwen2", model_dir, TOKENIZERS)
     proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "merged_16bit", "--save_path",
-                         tmp_path / "o", "--device", "cpu", "--push_gguf", "me/x"], check=False)
+                         tmp_path / "o", "--device", "cpu", "--push_gguf", "--hub_path", "me/x"], check=False)
     assert proc.returncode == 2 and "--push_gguf" in proc.stderr and "--save_method gguf" in proc.stderr

@@ -112,7 +112,7 @@ struct Options {
   bool hub_private_repo = false;     // create the --hub_path repo private
   std::string quantization = "q8_0"; // GGUF tensor type(s), comma-separated (gguf/quantization_names.h)
   bool save_gguf = false;            // also write a GGUF file (per --quantization) into --save_path
-  std::string push_gguf;             // ORG/NAME: upload the GGUF files (and Modelfile) written there
+  bool push_gguf = false;            // upload the GGUF files (and Modelfile) to --hub_path (Unsloth: store_true)
 
   // --- generation (generate, chat; --adapter also for export)
   std::string adapter;               // PEFT adapter directory applied to --model_name

@@ -1,4 +1,4 @@
-// --push_gguf ORG/NAME (Unsloth's flag): the GGUF files an export wrote, and the Ollama Modelfile
+// --push_gguf --hub_path ORG/NAME (Unsloth's flags): the GGUF files an export wrote, and the Ollama Modelfile
 // beside them, uploaded to a hub model repo in one commit through the hub client (hub/hub_upload.h).
 #pragma once
 
