@@ -48,7 +48,8 @@ LLAMA3_CHAT_TEMPLATE = (
     "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
 
-BATCH_LINE = re.compile(r"batch (\d+) per device x (\d+) accumulation x (\d+) ranks = \d+ \| (\d+) steps per epoch, "
+BATCH_LINE = re.compile(r"batch (\d+) per device x (\d+) accumulation x (\d+) ranks = \d+ \| "
+                        r"(?:step planning \w+ \| )?(\d+) steps per epoch, "
                         r"(\d+) steps")
 LORA_LINE = re.compile(r"LoRA r=(\d+) alpha=([0-9.e+-]+) ")
 DATA_LINE = re.compile(r"data .*: ([\d,]+) rows kept of [\d,]+ \(\d+ without trainable tokens, \d+ malformed skipped, "

@@ -49,6 +49,10 @@ def trained(setup):
                   "--warmup_steps", s["warmup"], "--lr_scheduler_type", s["scheduler"],
                   "--max_grad_norm", s["max_grad_norm"], "--weight_decay", 0.01, "--lora_dropout", 0.0,
                   "--shuffle", "false", "--logging_steps", 1, "--use_gradient_checkpointing", "true",
+                  # The reference loop's micro-batches: longrope picks the long or short factors from
+                  # the longest row of a forward (Phi3Config's rule), so which rows share a
+                  # micro-batch changes the numbers; balanced planning would group them otherwise.
+                  "--step_planning", "literal",
                   "--save_model", "--save_method", "merged_16bit", "--save_path", root / "merged"] + CPU)
     return out
 
