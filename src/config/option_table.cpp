@@ -94,7 +94,8 @@ OptionRow chat_template_row() {
               if (v == alias) return void(o.chat_template = name);
             }
             const auto names = chat_template_names();
-            if (std::find(names.begin(), names.end(), v) != names.end() || std::filesystem::is_regular_file(v)) {
+            std::error_code ec;  // a name too long for a path, or unreadable: not a file
+            if (std::find(names.begin(), names.end(), v) != names.end() || std::filesystem::is_regular_file(v, ec)) {
               return void(o.chat_template = v);
             }
             throw BadValue("\"" + v + "\" is neither a template name (" + join(names, ", ") + ") nor an existing file");

@@ -98,7 +98,8 @@ ChatTemplate ChatTemplate::select(const std::string& choice, const ChatTemplates
     throw UsageError("--chat_template alpaca applies to instruction/input/output rows only; conversations need "
                      "a chat template: auto, a built-in name or a .jinja file");
   }
-  if (std::filesystem::is_regular_file(choice) || ends_with(choice, ".jinja")) {
+  std::error_code ec;  // a name too long for a path, or unreadable: not a file
+  if (std::filesystem::is_regular_file(choice, ec) || ends_with(choice, ".jinja")) {
     const std::string name = "chat template file " + choice;
     return ChatTemplate("file " + choice, compile(read_template_file(choice), name), nullptr, std::move(globals));
   }

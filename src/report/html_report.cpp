@@ -191,11 +191,13 @@ const std::vector<ReportSeries>& report_series() {
 RunMetrics read_run_metrics(const std::string& run_dir_or_file) {
   namespace fs = std::filesystem;
   const fs::path given(run_dir_or_file);
-  const fs::path file = fs::is_directory(given) ? given / "metrics.jsonl" : given;
+  std::error_code ec;  // a path too long or unreadable is not a directory: the read below names it
+  const bool is_dir = fs::is_directory(given, ec);
+  const fs::path file = is_dir ? given / "metrics.jsonl" : given;
   std::ifstream in(file);
   if (!in) throw Error(file.string() + ": cannot read (a run directory holds metrics.jsonl)");
   RunMetrics run;
-  const auto dir = fs::is_directory(given) ? given : file.parent_path();
+  const auto dir = is_dir ? given : file.parent_path();
   run.name = fs::absolute(dir).lexically_normal().filename().string();
   if (run.name.empty()) run.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   std::string line;

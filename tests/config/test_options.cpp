@@ -601,3 +601,17 @@ TEST(OptionsTest, CurrentEnvironmentSeesProcessVariables) {
 
 }  // namespace
 }  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// A value too long for a path (ENAMETOOLONG) is not a file: the option's own usage error, never a
+// std::filesystem_error (found by the option_file fuzz target).
+TEST(Options, ChatTemplateTooLongForAPathIsAUsageError) {
+  const std::string value(5000, 'z');
+  const std::string msg = usage_error_of([&] { parse_train({"--chat_template", value}); });
+  EXPECT_NE(msg.find("--chat_template"), std::string::npos) << msg.substr(0, 200);
+}
+
+}  // namespace
+}  // namespace finetune
