@@ -10,6 +10,10 @@
 #   bash bench/gpu_step_planning.sh wait    wait for both (up to WAIT_S, default 520 s)
 #   bash bench/gpu_step_planning.sh bench   RUNS (default "qwen3-8b llama-3.2-1b") x GPUS (default
 #                                           "1 2") x PLANNINGS (default "literal balanced")
+#   bash bench/gpu_step_planning.sh profile RUNS x GPUS, balanced seed setting: 10 steps from PROFILE_START
+#                                           (default 21) profiled
+#                                           (kernel summary per rank, rank 0's Chrome trace gzipped,
+#                                           metrics.jsonl) under $OUT/profile-<shape>-<gpus>/
 # Results under $OUT: summary.txt (one line per run: tokens/s per GPU, peak GiB, mean rank_imbalance;
 # then the scaling = 2-GPU tokens/s per GPU over 1-GPU tokens/s) and the build log.
 set -uo pipefail
@@ -107,6 +111,25 @@ for (shape, gpus, planning), value in sorted(speed.items()):
         print(f"scaling {shape} {planning}: {value / one:.3f} (2-GPU {value:.0f} / 1-GPU {one:.0f} tok/s/GPU)")
 PY
     for f in "$LOGS"/*.log; do echo "===== $f"; tail -c 3000 "$f"; done > "$OUT/bench_logs.txt"
+    ;;
+  profile)
+    for shape in $SHAPES; do
+      for gpus in ${GPUS:-1 2}; do
+        run=$WORK/profile-$shape-$gpus
+        launch=(); [ "$gpus" -gt 1 ] && launch=(torchrun --no-python --standalone --nproc_per_node="$gpus")
+        "${launch[@]}" "$TREE/build-gpu/finetune" --model_name "$BENCH/$shape" --dataset "$BENCH/$shape.jsonl" \
+          --max_steps $(( ${PROFILE_START:-21} + 9 )) --per_device_train_batch_size 1 --gradient_accumulation_steps 4 --learning_rate 2e-4 \
+          --max_seq_length 2048 --warmup_steps 5 --logging_steps 10 --output_dir "$run" --overwrite_output_dir \
+          --dtype bfloat16 --use_gradient_checkpointing true --profile_start_step "${PROFILE_START:-21}" --profile_steps 10 \
+          ${EXTRA_ARGS:-} > "$run.log" 2>&1
+        mkdir -p "$OUT/profile-$shape-$gpus"
+        cp "$run"/kernel_summary-rank0.txt "$OUT/profile-$shape-$gpus/" 2>/dev/null
+        tail -c 4000 "$run.log" >> "$OUT/profile-$shape-$gpus/kernel_summary-rank0.txt"
+        gzip -c "$run/profile/profile-rank0.json" > "$OUT/profile-$shape-$gpus/profile-rank0.json.gz" 2>/dev/null ||
+          gzip -c "$(find "$run" -name 'profile-rank0.json' | head -1)" > "$OUT/profile-$shape-$gpus/profile-rank0.json.gz"
+        echo "== $shape $gpus GPU"; head -12 "$OUT/profile-$shape-$gpus/kernel_summary-rank0.txt"
+      done
+    done
     ;;
   *) echo "unknown phase $phase"; exit 2 ;;
 esac

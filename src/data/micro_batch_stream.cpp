@@ -135,17 +135,34 @@ std::vector<HostBatch> MicroBatchStream::balanced_step(int64_t step) const {
     planner.token_budget = std::max(planner.token_budget, planned.back().tokens);
   }
   const StepPlan plan = plan_step_balanced(planned, planner);
-  std::vector<HostBatch> micro_batches;
-  for (const auto& positions : plan[static_cast<size_t>(config_.sampler.rank)]) {
-    if (positions.empty()) {
-      micro_batches.emplace_back();  // zero weight: rows == 0
-      continue;
-    }
+  auto collate_positions = [&](const std::vector<int64_t>& positions) {
+    if (positions.empty()) return HostBatch{};  // zero weight: rows == 0
     Rows rows;
     for (int64_t position : positions) rows.push_back(items[static_cast<size_t>(position)]);
-    micro_batches.push_back(collate_rows(samples_, rows, config_.pad_token_id));
+    return collate_rows(samples_, rows, config_.pad_token_id);
+  };
+  std::vector<HostBatch> micro_batches;
+  for (const auto& positions : plan[static_cast<size_t>(config_.sampler.rank)]) {
+    micro_batches.push_back(collate_positions(positions));
   }
+  if (config_.padding_free && plan.size() > 1) record_step_peaks(plan, collate_positions, micro_batches);
   return micro_batches;
+}
+
+void MicroBatchStream::record_step_peaks(const StepPlan& plan,
+                                         const std::function<HostBatch(const std::vector<int64_t>&)>& collate_positions,
+                                         std::vector<HostBatch>& micro_batches) const {
+  for (size_t k = 0; k < micro_batches.size(); ++k) {
+    HostBatch& own = micro_batches[k];
+    for (const auto& rank_plan : plan) {
+      const HostBatch peer = collate_positions(rank_plan[k]);
+      int64_t samples = 0;
+      for (const auto& row : peer.sample_lengths) samples += static_cast<int64_t>(row.size());
+      own.step_peak_real_tokens = std::max(own.step_peak_real_tokens, peer.real_tokens);
+      own.step_peak_trainable_tokens = std::max(own.step_peak_trainable_tokens, peer.trainable_tokens);
+      own.step_peak_samples = std::max(own.step_peak_samples, samples);
+    }
+  }
 }
 
 std::vector<HostBatch> MicroBatchStream::next_step() {

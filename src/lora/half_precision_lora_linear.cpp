@@ -1,8 +1,11 @@
 #include "finetune/lora/half_precision_lora_linear.h"
 
+#include <typeinfo>
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/lora/lora_kernels.h"
+#include "finetune/model/device_selection.h"
 
 namespace finetune {
 namespace {
@@ -115,6 +118,48 @@ std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraA
   }
   adapter.half_precision_operands = operands;
   return operands;
+}
+
+void refresh_half_precision_operands(const std::vector<const LoraAdapter*>& adapters, at::ScalarType dtype) {
+  std::vector<SplitTarget> targets;
+  std::vector<const LoraAdapter*> refreshed;
+  for (const LoraAdapter* adapter : adapters) {
+    const auto& A = adapter->lora_A;
+    const auto& B = adapter->lora_B;
+    const auto& cached = adapter->half_precision_operands;
+    const bool in_place = cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
+                          cached->lora_B_impl == B.unsafeGetTensorImpl() && A.is_contiguous() && B.is_contiguous();
+    if (!in_place) {
+      half_precision_operands(*adapter, dtype);  // builds the cache
+      continue;
+    }
+    if (cached->lora_A_version == A._version() && cached->lora_B_version == B._version()) continue;
+    targets.push_back({A.detach(), cached->A_split, 0});
+    targets.push_back({B.detach(), cached->B_split, 1});
+    refreshed.push_back(adapter);
+  }
+  if (targets.empty()) return;
+  split_hi_lo_into(targets, refreshed.front()->kernels.lora_split_kernel);
+  for (const LoraAdapter* adapter : refreshed) {
+    auto operands = std::make_shared<HalfPrecisionOperands>(*adapter->half_precision_operands);
+    operands->lora_A_version = adapter->lora_A._version();
+    operands->lora_B_version = adapter->lora_B._version();
+    adapter->half_precision_operands = operands;
+  }
+}
+
+void refresh_derived_tensors(const std::vector<const LinearAdapter*>& adapters, at::ScalarType dtype) {
+  std::vector<const LoraAdapter*> batched;
+  for (const LinearAdapter* adapter : adapters) {
+    const auto* lora = dynamic_cast<const LoraAdapter*>(adapter);
+    if (lora && typeid(*adapter) == typeid(LoraAdapter) && lora->kernels.half_precision_lora &&
+        is_half_precision(dtype)) {
+      batched.push_back(lora);
+    } else {
+      adapter->refresh_derived_tensors(dtype);
+    }
+  }
+  refresh_half_precision_operands(batched, dtype);
 }
 
 at::Tensor half_precision_lora_linear(const at::Tensor& x, const Linear& base, const LoraAdapter& adapter) {

@@ -1,5 +1,8 @@
 #include "finetune/lora/lora_kernels.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "finetune/util/errors.h"
 
 #ifdef FINETUNE_WITH_CUDA
@@ -12,6 +15,63 @@ namespace finetune {
 at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim) {
   auto hi = t.to(dtype);
   return at::cat({hi, (t - hi).to(dtype)}, dim);  // t - hi is formed in fp32
+}
+
+namespace {
+
+void check_split_target(const SplitTarget& target) {
+  const auto& t = target.source;
+  auto want = t.sizes().vec();
+  if (t.dim() == 2 && (target.dim == 0 || target.dim == 1)) want[static_cast<size_t>(target.dim)] *= 2;
+  if (t.dim() != 2 || t.scalar_type() != at::kFloat || !t.is_contiguous() || !target.out.is_contiguous() ||
+      target.out.sizes().vec() != want || (target.dim != 0 && target.dim != 1)) {
+    throw Error("split_hi_lo_into: needs a contiguous fp32 matrix and a contiguous output of twice its size along "
+                "dim 0 or 1, got " + t.toString() + " " + std::to_string(t.dim()) + "-D into " + target.out.toString());
+  }
+}
+
+#ifdef FINETUNE_WITH_CUDA
+// All targets in one launch: their jobs travel to the device in one copy.
+void split_hi_lo_into_cuda(const std::vector<SplitTarget>& targets) {
+  const auto& first = targets.front().out;
+  std::vector<cuda_kernels::SplitOperandJob> jobs;
+  int64_t max_elements = 0;
+  for (const auto& target : targets) {
+    if (target.out.device() != first.device() || target.out.scalar_type() != first.scalar_type() ||
+        target.source.device() != first.device()) {
+      throw Error("split_hi_lo_into: the CUDA kernel takes targets on one device and of one dtype");
+    }
+    jobs.push_back({target.source.data_ptr<float>(), target.out.data_ptr(), target.source.size(0),
+                    target.source.size(1), target.dim});
+    max_elements = std::max(max_elements, target.source.numel());
+  }
+  const auto bytes = static_cast<int64_t>(jobs.size() * sizeof(cuda_kernels::SplitOperandJob));
+  auto host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(host.data_ptr(), jobs.data(), static_cast<size_t>(bytes));
+  const auto device_jobs = host.to(first.device(), /*non_blocking=*/true);
+  cuda_kernels::check_launch(
+      cuda_kernels::lora_split_operands(static_cast<const cuda_kernels::SplitOperandJob*>(device_jobs.data_ptr()),
+                                        static_cast<int64_t>(jobs.size()), max_elements,
+                                        cuda_kernels::half_kind(first), cuda_kernels::current_stream(first)),
+      "lora_split_operands");
+}
+#endif
+
+}  // namespace
+
+void split_hi_lo_into(const std::vector<SplitTarget>& targets, bool cuda_kernel) {
+  if (targets.empty()) return;
+  for (const auto& target : targets) check_split_target(target);
+#ifdef FINETUNE_WITH_CUDA
+  if (cuda_kernel && targets.front().out.is_cuda()) {
+    split_hi_lo_into_cuda(targets);
+    return;
+  }
+#endif
+  at::NoGradGuard no_grad;
+  for (const auto& target : targets) {
+    target.out.copy_(split_hi_lo(target.source, target.out.scalar_type(), target.dim));
+  }
 }
 
 at::Tensor sum_halves(const at::Tensor& product, int64_t dim) {

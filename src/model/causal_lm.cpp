@@ -274,6 +274,8 @@ bool CausalLM::adapters_draw_random_numbers() const {
 
 bool CausalLM::cuda_graph_safe() const {
   if (projections_4bit_) return false;
+  // Soft-capped attention walks the samples' lengths on the host (Note [Soft-capped attention]).
+  if (config_.attn_logit_softcapping) return false;
   for (const auto& [name, linear] : named_linears()) {
     if (linear->adapter && !linear->adapter->cuda_graph_safe()) return false;
   }

@@ -47,7 +47,7 @@ void AdamW::step(double lr) {
   if (fused_) {
     std::vector<at::Tensor> grads;
     for (const auto& p : parameters_) grads.push_back(p.grad());
-    for (auto& s : state_steps_) s.add_(1);
+    at::_foreach_add_(state_steps_, 1);  // torch.optim.adamw._fused_adamw's step count, one launch
     at::_fused_adamw_(parameters_, grads, exp_avg_, exp_avg_sq_, {}, state_steps_, lr, options_.beta1,
                       options_.beta2, options_.weight_decay, options_.eps, /*amsgrad=*/false,
                       /*maximize=*/false, std::nullopt, std::nullopt);

@@ -14,10 +14,20 @@ int64_t graph_bucket(int64_t count) {
   return (count + step - 1) / step * step;
 }
 
+int64_t graph_sample_bucket(int64_t count) {
+  int64_t bucket = 8;
+  while (bucket < count) bucket *= 2;
+  return bucket;
+}
+
 GraphShape graph_shape(const HostBatch& batch) {
   int64_t samples = 0;
   for (const auto& row : batch.sample_lengths) samples += static_cast<int64_t>(row.size());
-  return {graph_bucket(batch.real_tokens + 1), graph_bucket(batch.trainable_tokens), samples + 1};
+  // Every rank pads to the largest counterpart of its micro-batch (HostBatch::step_peak_*).
+  const int64_t tokens = std::max(batch.real_tokens, batch.step_peak_real_tokens);
+  const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
+  samples = std::max(samples, batch.step_peak_samples);
+  return {graph_bucket(tokens + 1), graph_bucket(targets), graph_sample_bucket(samples + 1)};
 }
 
 GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
@@ -32,7 +42,7 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
   });
   GraphBatch out;
   out.shape = graph_shape(flat);  // at least one filler token: no empty sample
-  if (out.shape.targets != graph_bucket(static_cast<int64_t>(positions.size()))) {
+  if (out.shape.targets < static_cast<int64_t>(positions.size())) {
     throw Error("graph_batch: the batch counts " + std::to_string(flat.trainable_tokens) + " trained positions, its labels " +
                 std::to_string(positions.size()));
   }
@@ -56,7 +66,9 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
   v.insert(v.end(), static_cast<size_t>(padding_targets), 0);
   v.push_back(0);
   for (int64_t length : flat.sample_lengths[0]) v.push_back(v.back() + length);
-  v.push_back(out.shape.tokens);
+  // The filler ends at the bucket's last token; the empty samples after it pad cu_seqlens.
+  const auto real_samples = static_cast<int64_t>(flat.sample_lengths[0].size());
+  v.insert(v.end(), static_cast<size_t>(out.shape.samples - real_samples), out.shape.tokens);
   return out;
 }
 

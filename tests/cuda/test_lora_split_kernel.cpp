@@ -70,5 +70,27 @@ TEST(LoraSplitKernel, EqualsTheAtenOpsAndCarriesTwiceTheDtypesPrecision) {
   }
 }
 
+// split_hi_lo_into's one-launch kernel (every adapter's operands after an optimizer step) writes
+// what split_hi_lo computes with ATen ops, for both split dims, odd shapes and both half dtypes.
+TEST(LoraSplitKernel, BatchedOperandSplitsEqualSplitHiLo) {
+  const at::Device cuda(at::kCUDA, 0);
+  at::manual_seed(15);
+  for (const auto dtype : cuda_testing::half_dtypes()) {
+    std::vector<SplitTarget> targets;
+    for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{{16, 4096}, {3, 7}, {1024, 16}, {1, 1}, {17, 300}}) {
+      const auto options = at::TensorOptions().dtype(at::kFloat).device(cuda);
+      for (const int64_t dim : {0, 1}) {
+        auto out = at::full({dim == 0 ? 2 * rows : rows, dim == 1 ? 2 * cols : cols}, 7.0, options.dtype(dtype));
+        targets.push_back({at::randn({rows, cols}, options) * 0.05, out, dim});
+      }
+    }
+    split_hi_lo_into(targets, /*cuda_kernel=*/true);
+    for (const auto& target : targets) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + target.source.toString() + " dim " + std::to_string(target.dim));
+      EXPECT_TRUE(equal_values(target.out, split_hi_lo(target.source, dtype, target.dim)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace finetune

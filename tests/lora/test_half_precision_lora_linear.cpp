@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "finetune/lora/half_precision_lora_linear.h"
+#include "finetune/lora/lora_kernels.h"
+#include "finetune/util/errors.h"
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"
 
@@ -197,6 +202,55 @@ TEST(HalfPrecisionLoraLinear, WeightOperandsAreCachedUntilTheAdapterChanges) {
   EXPECT_FALSE(at::equal(after, before));
   EXPECT_TRUE(at::equal(after, half_precision_lora_linear(c.x, base, fresh)));
   EXPECT_NE(half_precision_operands(adapter, at::kHalf), second);  // another dtype: rebuilt
+}
+
+// refresh_half_precision_operands re-splits every changed adapter in place (the addresses a CUDA
+// graph captured stay valid), leaves unchanged ones alone, builds missing operands, and gives the
+// values half_precision_operands gives one adapter at a time.
+TEST(HalfPrecisionLoraLinear, RefreshingManyAdaptersEqualsRefreshingEachInPlace) {
+  at::manual_seed(3);
+  std::vector<std::unique_ptr<LoraAdapter>> adapters;
+  for (const auto& [r, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 24, 40}, {8, 96, 80}, {3, 7, 5}}) {
+    auto adapter = std::make_unique<LoraAdapter>();
+    adapter->lora_A = (at::randn({r, in}) / 10).requires_grad_(true);
+    adapter->lora_B = (at::randn({out, r}) / 10).requires_grad_(true);
+    adapters.push_back(std::move(adapter));
+  }
+  std::vector<const LoraAdapter*> all;
+  for (const auto& adapter : adapters) all.push_back(adapter.get());
+  refresh_half_precision_operands(all, at::kBFloat16);  // builds every cache
+  std::vector<const HalfPrecisionOperands*> built;
+  std::vector<const void*> addresses;
+  for (const auto* adapter : all) {
+    ASSERT_TRUE(adapter->half_precision_operands);
+    built.push_back(adapter->half_precision_operands.get());
+    addresses.push_back(adapter->half_precision_operands->A_split.data_ptr());
+  }
+  {
+    at::NoGradGuard no_grad;
+    adapters[0]->lora_A.add_(0.25);  // changed
+    adapters[2]->lora_B.mul_(-3.0);  // changed; adapters[1] unchanged
+  }
+  refresh_half_precision_operands(all, at::kBFloat16);
+  EXPECT_EQ(adapters[1]->half_precision_operands.get(), built[1]) << "an unchanged adapter keeps its operands";
+  for (size_t i = 0; i < all.size(); ++i) {
+    const auto& operands = *all[i]->half_precision_operands;
+    EXPECT_EQ(operands.A_split.data_ptr(), addresses[i]) << i << ": refreshed in place";
+    EXPECT_TRUE(at::equal(operands.A_split, split_hi_lo(all[i]->lora_A.detach(), at::kBFloat16, 0))) << i;
+    EXPECT_TRUE(at::equal(operands.B_split, split_hi_lo(all[i]->lora_B.detach(), at::kBFloat16, 1))) << i;
+    // Up to date: asking one adapter alone reuses what the refresh left.
+    EXPECT_EQ(half_precision_operands(*all[i], at::kBFloat16).get(), all[i]->half_precision_operands.get()) << i;
+  }
+}
+
+TEST(HalfPrecisionLoraLinear, SplitIntoRefusesMismatchedOutputs) {
+  const auto t = at::randn({3, 5});
+  EXPECT_THROW(split_hi_lo_into({{t, at::empty({3, 5}, at::kBFloat16), 0}}, false), Error);
+  EXPECT_THROW(split_hi_lo_into({{t, at::empty({6, 5}, at::kBFloat16), 1}}, false), Error);
+  EXPECT_THROW(split_hi_lo_into({{t.t(), at::empty({10, 3}, at::kBFloat16), 0}}, false), Error);
+  auto out = at::empty({3, 10}, at::kBFloat16);
+  split_hi_lo_into({{t, out, 1}}, false);
+  EXPECT_TRUE(at::equal(out, split_hi_lo(t, at::kBFloat16, 1)));
 }
 
 }  // namespace

@@ -39,6 +39,17 @@ struct HalfPrecisionOperands {
 // The adapter's operands for `dtype`, from its cache when lora_A and lora_B are unchanged.
 std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype);
 
+// half_precision_operands of every adapter brought up to date: those whose lora_A or lora_B
+// changed since their operands were made are re-split in place (a captured CUDA graph reads them
+// at their addresses), all together (split_hi_lo_into: one kernel on CUDA with the adapters'
+// KernelPolicy::lora_split_kernel); adapters without operands yet get them made. The same values
+// as half_precision_operands one adapter at a time.
+void refresh_half_precision_operands(const std::vector<const LoraAdapter*>& adapters, at::ScalarType dtype);
+
+// LinearAdapter::refresh_derived_tensors of every adapter, the plain LoRA adapters' together
+// (refresh_half_precision_operands), the others one by one.
+void refresh_derived_tensors(const std::vector<const LinearAdapter*>& adapters, at::ScalarType dtype);
+
 // x: (..., in_features) bf16/fp16; base's dense weight (out, in) and bias (out) in x's dtype (bias
 // may be undefined) -> (..., out_features) in x's dtype. Differentiable in x, lora_A and lora_B.
 // The weight is read through `base` in forward and again in backward (not saved), so a 4-bit base

@@ -2,6 +2,8 @@
 // kernel on the GPU, the same arithmetic in ATen ops elsewhere.
 #pragma once
 
+#include <vector>
+
 #include <ATen/ATen.h>
 
 namespace finetune {
@@ -9,6 +11,18 @@ namespace finetune {
 // fp32 t -> [t_hi, t_lo] in `dtype` concatenated along `dim`, t_hi = half(t), t_lo = half(t - t_hi);
 // t_hi alone is its first block.
 at::Tensor split_hi_lo(const at::Tensor& t, at::ScalarType dtype, int64_t dim);
+
+// One split_hi_lo written into an existing tensor: out (the split's shape, contiguous, half
+// precision) <- split_hi_lo(source, out's dtype, dim), source contiguous fp32 and 2-D.
+struct SplitTarget {
+  at::Tensor source;
+  at::Tensor out;
+  int64_t dim = 0;
+};
+
+// Every target's split, in place. On CUDA (with `cuda_kernel`, all targets on one device and of
+// one dtype) one kernel writes all of them; otherwise each is split_hi_lo copied into its out.
+void split_hi_lo_into(const std::vector<SplitTarget>& targets, bool cuda_kernel);
 
 // The sum of the two equal halves along `dim` of a product with a split operand.
 at::Tensor sum_halves(const at::Tensor& product, int64_t dim);

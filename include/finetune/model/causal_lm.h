@@ -87,7 +87,8 @@ class CausalLM {
   bool adapters_draw_random_numbers() const;
   // Whether training micro-steps may be replayed from CUDA graphs (train/micro_step_graphs.h):
   // dense base weights and adapters that say so (plain LoRA without dropout). 4-bit weights and
-  // DoRA have not been verified under capture on a GPU and run eagerly.
+  // DoRA have not been verified under capture on a GPU and run eagerly; soft-capped attention
+  // (Gemma-2) reads the samples' lengths on the host.
   bool cuda_graph_safe() const;
 
   // Base parameters, a 4-bit weight counted by its elements.

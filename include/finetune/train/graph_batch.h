@@ -2,10 +2,11 @@
 // train/micro_step_graphs.h): host-side and pure, so it is unit-tested on the CPU.
 //
 // A flattened batch (data/batch.h flatten(): one row, samples back to back) of n tokens is padded
-// to a token bucket with one filler sample of label-free tokens, and its k trained positions to a
-// target bucket with weight-0 rows. Variable-length flash attention keeps the filler sample apart
-// (it is a sample of its own in cu_seqlens), and a weight-0 row adds nothing to the loss or the
-// gradient, so the padded micro-step trains exactly what the unpadded one does.
+// to a token bucket with one filler sample of label-free tokens, its k trained positions to a
+// target bucket with weight-0 rows, and its sample count to a sample bucket with empty samples
+// (repeated ends in cu_seqlens). Variable-length flash attention keeps the filler sample apart
+// (it is a sample of its own in cu_seqlens) and skips empty ones, and a weight-0 row adds nothing
+// to the loss or the gradient, so the padded micro-step trains exactly what the unpadded one does.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,15 @@ namespace finetune {
 // below count (so padding costs at most 64 tokens, or 12.5%).
 int64_t graph_bucket(int64_t count);
 
+// The smallest power of two >= count, at least 8: the samples a graph's cu_seqlens holds, so
+// that micro-batches of a few samples more or less share a graph.
+int64_t graph_sample_bucket(int64_t count);
+
 // What a captured graph is specialised to: its static buffers' sizes.
 struct GraphShape {
   int64_t tokens = 0;   // the padded row: real tokens + filler (>= 1 filler token)
   int64_t targets = 0;  // trained positions, padded with weight-0 rows
-  int64_t samples = 0;  // real samples + the filler
+  int64_t samples = 0;  // real samples + the filler + empty samples: graph_sample_bucket
   auto key() const { return std::tie(tokens, targets, samples); }
   bool operator<(const GraphShape& other) const { return key() < other.key(); }
   bool operator==(const GraphShape& other) const { return key() == other.key(); }

@@ -22,6 +22,7 @@
 //    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
 //    weight gradients (over more rows) and the GEMM shapes differ.
+//  - Soft-capped attention (Gemma-2) is not graphed: it walks the samples on the host.
 //  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit base
 //    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), objectives that
 //    are not graph_capturable, rows over max_tokens, new shapes once max_graphs are captured, the
@@ -42,8 +43,8 @@
 namespace finetune {
 
 struct MicroStepGraphsConfig {
-  // Rows padded beyond this run eagerly: there the GPU's work outlasts the host's issuing, and
-  // packed rows (many samples each) would make nearly every micro-step a new shape to capture.
+  // Rows padded beyond this run eagerly: there the GPU's work outlasts the host's issuing even for
+  // a 1B model, and long packed rows would make many micro-steps new shapes to capture.
   int64_t max_tokens = kCudaGraphMaxTokens;
   int64_t max_graphs = kCudaGraphMaxShapes;  // shapes first seen after this many captures run eagerly
   int64_t eager_warmup = 2;    // micro-steps run without capture first

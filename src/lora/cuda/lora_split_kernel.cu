@@ -21,7 +21,49 @@ __global__ void scaled_sum_split_kernel(const float* __restrict__ product, T* __
   out[row * 2 * r + j + r] = from_float<T>(v - to_float(hi));
 }
 
+// One job per blockIdx.y; the x blocks stride over its elements.
+template <typename T>
+__global__ void split_operands_kernel(const SplitOperandJob* __restrict__ jobs) {
+  const SplitOperandJob job = jobs[blockIdx.y];
+  T* out = static_cast<T*>(job.out);
+  const int64_t n = job.rows * job.cols;
+  for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < n;
+       index += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = index / job.cols, col = index % job.cols;
+    const float v = job.source[index];
+    const T hi = from_float<T>(v);
+    const T lo = from_float<T>(v - to_float(hi));
+    if (job.dim == 0) {
+      out[index] = hi;
+      out[n + index] = lo;
+    } else {
+      out[row * 2 * job.cols + col] = hi;
+      out[row * 2 * job.cols + job.cols + col] = lo;
+    }
+  }
+}
+
 }  // namespace
+
+cudaError_t lora_split_operands(const SplitOperandJob* jobs, int64_t count, int64_t max_elements, HalfKind kind,
+                                cudaStream_t stream) {
+  if (count == 0 || max_elements == 0) return cudaSuccess;
+  constexpr int threads = 256;
+  constexpr int64_t max_grid_y = 65535;
+  const int64_t wanted = (max_elements + threads - 1) / threads;
+  for (int64_t first = 0; first < count; first += max_grid_y) {
+    const int64_t chunk = count - first < max_grid_y ? count - first : max_grid_y;
+    const dim3 blocks(static_cast<unsigned>(wanted < 64 ? wanted : 64), static_cast<unsigned>(chunk));
+    if (kind == HalfKind::BFloat16) {
+      split_operands_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(jobs + first);
+    } else {
+      split_operands_kernel<__half><<<blocks, threads, 0, stream>>>(jobs + first);
+    }
+    const cudaError_t status = cudaGetLastError();
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
 
 cudaError_t lora_scaled_sum_split(const float* product, void* out, int64_t rows, int64_t r, float scaling,
                                   HalfKind kind, cudaStream_t stream) {

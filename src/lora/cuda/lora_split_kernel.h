@@ -14,4 +14,19 @@ namespace finetune::cuda_kernels {
 cudaError_t lora_scaled_sum_split(const float* product, void* out, int64_t rows, int64_t r, float scaling,
                                   HalfKind kind, cudaStream_t stream);
 
+// One fp32 matrix (rows, cols), contiguous, split into [hi, lo] halves of `kind` along `dim`:
+// dim 0 -> out (2 rows, cols) = [hi; lo]; dim 1 -> out (rows, 2 cols) = [hi, lo].
+struct SplitOperandJob {
+  const float* source;
+  void* out;
+  int64_t rows;
+  int64_t cols;
+  int64_t dim;
+};
+
+// Every job of `jobs` (a device array of `count` jobs, the largest `max_elements` elements) in one
+// launch: hi = half(t), lo = half(t - hi), as split_hi_lo (lora/lora_kernels.h) computes them.
+cudaError_t lora_split_operands(const SplitOperandJob* jobs, int64_t count, int64_t max_elements, HalfKind kind,
+                                cudaStream_t stream);
+
 }  // namespace finetune::cuda_kernels

@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "finetune/lora/half_precision_lora_linear.h"
 #include "finetune/train/graph_batch.h"
 #include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
@@ -139,7 +140,7 @@ at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normal
   if (eager) return state.micro_step(entry, loss_scale);
   // After an optimizer step the adapters' derived tensors are refreshed here, on the host, before
   // the graph reads them (and before a capture, so that it does not capture the refresh).
-  for (const LinearAdapter* adapter : state.adapters) adapter->refresh_derived_tensors(state.model.dtype());
+  refresh_derived_tensors(state.adapters, state.model.dtype());
   if (!entry.graph) state.capture(entry, loss_scale, reducer);
   entry.graph->replay();
   reducer.add_replayed_gradients(entry.fed);
