@@ -66,13 +66,17 @@ RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo) {
     throw_transport(e, repo, "");
   }
   if (response.status < 200 || response.status >= 300) throw_for_status(response, settings, repo, "");
+  return repo_info_from_answer(repo, request.url, response.body);
+}
+
+RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, const std::string& body) {
   RepoInfo info;
   try {
-    const auto json = nlohmann::json::parse(response.body);
+    const auto json = nlohmann::json::parse(body);
     info.commit = json.at("sha").get<std::string>();
     for (const auto& sibling : json.at("siblings")) info.files.push_back(sibling.at("rfilename").get<std::string>());
   } catch (const std::exception& e) {
-    throw Error(repo.describe() + ": the hub's repo info (" + request.url + ") is not what huggingface_hub expects: " +
+    throw Error(repo.describe() + ": the hub's repo info (" + url + ") is not what huggingface_hub expects: " +
                 e.what());
   }
   if (!is_commit_hash(info.commit)) {

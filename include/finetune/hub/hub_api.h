@@ -50,6 +50,8 @@ bool worth_retrying(const TransportError& error);
 // Throws when the answer is not repo info, or names a file that is not a plain repo-relative path
 // (absolute, with "." or ".." parts, empty parts or a backslash): it would land outside the cache.
 RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo);
+// fetch_repo_info's reading of a 2xx answer's body (fetched from `url`), with the same checks.
+RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, const std::string& body);
 
 // A path a repo can hold: relative, "/"-separated, no empty, "." or ".." part, no backslash or NUL.
 bool is_repo_relative_path(const std::string& path);
