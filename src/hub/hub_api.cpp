@@ -92,12 +92,13 @@ RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, cons
 }
 
 bool is_repo_relative_path(const std::string& path) {
-  if (path.empty() || path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
+  if (path.empty() || path.size() > kMaxRepoPathBytes) return false;
+  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
   size_t start = 0;
   while (true) {
     const size_t slash = path.find('/', start);
     const std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (part.empty() || part == "." || part == "..") return false;
+    if (part.empty() || part == "." || part == ".." || part.size() > kMaxRepoPathPartBytes) return false;
     if (slash == std::string::npos) return true;
     start = slash + 1;
   }

@@ -235,6 +235,14 @@ TEST(HubApi, RepoRelativePathsOnly) {
   for (const char* bad : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a/", "a\\b"})
     EXPECT_FALSE(is_repo_relative_path(bad)) << bad;
   EXPECT_FALSE(is_repo_relative_path(std::string("a\0b", 3)));
+  // What a file system can hold (a 40 KB name crashed the dataset listing's std::regex: fuzz target hub_answers).
+  EXPECT_TRUE(is_repo_relative_path(std::string(255, 'a') + "/" + std::string(255, 'b')));
+  EXPECT_FALSE(is_repo_relative_path(std::string(256, 'a')));
+  std::string deep;
+  while (deep.size() + 201 <= kMaxRepoPathBytes) deep += std::string(200, 'd') + "/";
+  EXPECT_TRUE(is_repo_relative_path(deep + std::string(kMaxRepoPathBytes - deep.size(), 'f')));
+  EXPECT_FALSE(is_repo_relative_path(deep + std::string(kMaxRepoPathBytes - deep.size() + 1, 'f')));
+  EXPECT_FALSE(is_repo_relative_path(std::string(40000, '[')));
 }
 
 }  // namespace finetune
