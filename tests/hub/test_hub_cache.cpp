@@ -200,13 +200,16 @@ TEST_F(RepoCacheFiles, HostileNamesAreRefusedBeforeAnyFileIsWritten) {
   EXPECT_FALSE(fs::exists(dir_.path() / "a"));
 }
 
-// A listed name too long for the file system (seen while writing the hub_answers fuzz target): an Error
-// naming the link, not a std::filesystem_error from the clean-up of the link never made.
-TEST_F(RepoCacheFiles, ANameTooLongForTheFileSystemIsAnError) {
-  const RepoCache cache(dir_.str(), model_repo());
-  testing::expect_contains(
-      testing::error_message([&] { cache.link_snapshot_file(kCommit, std::string(300, 'a'), kEtag); }),
-      {std::string(300, 'a'), "cannot link the snapshot file to its blob", "too long"});
+// A snapshot path longer than PATH_MAX under a deep cache root (seen while writing the hub_answers
+// fuzz target): an Error naming the link, not a std::filesystem_error from the clean-up of the
+// link never made.
+TEST_F(RepoCacheFiles, ASnapshotPathTooLongForTheFileSystemIsAnError) {
+  std::string root = dir_.str();
+  while (root.size() + 201 < 3950) root += "/" + std::string(200, 'r');  // snapshots/<commit>/ still fits
+  const RepoCache cache(root, model_repo());
+  const std::string name(250, 'a');  // a valid repo path; the whole snapshot path passes 4096 bytes
+  testing::expect_contains(testing::error_message([&] { cache.link_snapshot_file(kCommit, name, kEtag); }),
+                           {name, "cannot link the snapshot file to its blob", "too long"});
 }
 
 TEST(RepoCache, NormalizeEtag) {
