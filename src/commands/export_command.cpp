@@ -14,6 +14,7 @@
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/commands/run_setup.h"
 #include "finetune/commands/stage_configs.h"
+#include "finetune/hub/cache_lookup.h"
 #include "finetune/hub/hub_settings.h"
 #include "finetune/launch/launch_env.h"
 #include "finetune/model/device_selection.h"
@@ -41,8 +42,16 @@ int run_export(const Options& options, const EnvMap& env) {
   const auto setup = model_stage_setup_from(options, Action::Export);
   auto export_config = export_setup_from(options).export_config;
   if (export_config.save_path.empty()) throw UsageError("--save_path: export needs a directory to write into");
+  // --save_path beside the model, as train's (output_directory.h): a merged export into the model's
+  // own directory would overwrite the base weights it was merged from.
+  const auto check_save_path = [&] {
+    const auto& source = setup.source;
+    check_outputs_apart_from_model({"", export_config.save_path, source.model_name,
+                                    resolve_model_dir(source.model_name, env, source.revision), hub_cache_root(env)});
+  };
   auto opened = open_model(setup, hub_inputs_from(setup.source, DataSetup{}, false), env,
-                           command_device(setup.source, env), fetch_at_once(hub_settings_from(env, options.hub_token)));
+                           command_device(setup.source, env), fetch_at_once(hub_settings_from(env, options.hub_token)),
+                           check_save_path);
   const LoraConfig lora = opened.adapter ? opened.adapter->config : setup.adapter.lora;
   auto& loaded = opened.loaded;
 

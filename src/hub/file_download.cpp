@@ -163,6 +163,11 @@ RemoteFileInfo fetch_file_info(const HubSettings& settings, const RepoRef& repo,
   if (!is_redirect(response.status) && (response.status < 200 || response.status >= 300)) {
     throw_for_status(response, settings, repo, path);
   }
+  return file_info_from_head(repo, commit, path, url, response);
+}
+
+RemoteFileInfo file_info_from_head(const RepoRef& repo, const std::string& commit, const std::string& path,
+                                   const std::string& url, const HttpResponse& response) {
   RemoteFileInfo info;
   info.path = path;
   info.commit = response.header("x-repo-commit");

@@ -56,29 +56,15 @@ std::string lower(std::string text) {
 
 size_t on_header(char* data, size_t size, size_t count, void* user) {
   auto& transfer = *static_cast<Transfer*>(user);
-  std::string line(data, size * count);
-  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
-  if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or a 100 Continue)
-    transfer.response.headers.clear();
-    transfer.body_bytes = 0;
-    const auto space = line.find(' ');
-    transfer.response.status = space == std::string::npos ? 0 : std::strtol(line.c_str() + space + 1, nullptr, 10);
-    return size * count;
-  }
-  const auto colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string value = line.substr(colon + 1);
-    const auto first = value.find_first_not_of(" \t");
-    value = first == std::string::npos ? "" : value.substr(first);
-    const std::string name = lower(line.substr(0, colon));
-    transfer.response.headers[name] = value;
-    // A length over the bound is refused before the body (as CURLOPT_MAXFILESIZE_LARGE would, but
-    // only for the body it bounds: a redirect's or an error's may be longer).
-    const int64_t limit = current_limit(transfer);
-    if (name == "content-length" && limit >= 0 && !transfer.head) {
-      const long long length = std::strtoll(value.c_str(), nullptr, 10);
-      if (length > limit) return refuse(transfer, limit, length);
-    }
+  const std::string line(data, size * count);
+  if (line.rfind("HTTP/", 0) == 0) transfer.body_bytes = 0;  // a new response (after a redirect or a 100 Continue)
+  const std::string name = apply_header_line(line, transfer.response);
+  // A length over the bound is refused before the body (as CURLOPT_MAXFILESIZE_LARGE would, but
+  // only for the body it bounds: a redirect's or an error's may be longer).
+  const int64_t limit = current_limit(transfer);
+  if (name == "content-length" && limit >= 0 && !transfer.head) {
+    const long long length = std::strtoll(transfer.response.headers[name].c_str(), nullptr, 10);
+    if (length > limit) return refuse(transfer, limit, length);
   }
   return size * count;
 }
@@ -158,6 +144,24 @@ void set_bounds(CURL* curl, const HttpRequest& request) {
 }
 
 }  // namespace
+
+std::string apply_header_line(std::string line, HttpResponse& response) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+  if (line.rfind("HTTP/", 0) == 0) {
+    response.headers.clear();
+    const auto space = line.find(' ');
+    response.status = space == std::string::npos ? 0 : std::strtol(line.c_str() + space + 1, nullptr, 10);
+    return "";
+  }
+  const auto colon = line.find(':');
+  if (colon == std::string::npos) return "";
+  std::string value = line.substr(colon + 1);
+  const auto first = value.find_first_not_of(" \t");
+  value = first == std::string::npos ? "" : value.substr(first);
+  const std::string name = lower(line.substr(0, colon));
+  response.headers[name] = value;
+  return name;
+}
 
 std::string HttpResponse::header(const std::string& lower_case_name) const {
   const auto it = headers.find(lower_case_name);

@@ -66,13 +66,17 @@ RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo) {
     throw_transport(e, repo, "");
   }
   if (response.status < 200 || response.status >= 300) throw_for_status(response, settings, repo, "");
+  return repo_info_from_answer(repo, request.url, response.body);
+}
+
+RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, const std::string& body) {
   RepoInfo info;
   try {
-    const auto json = nlohmann::json::parse(response.body);
+    const auto json = nlohmann::json::parse(body);
     info.commit = json.at("sha").get<std::string>();
     for (const auto& sibling : json.at("siblings")) info.files.push_back(sibling.at("rfilename").get<std::string>());
   } catch (const std::exception& e) {
-    throw Error(repo.describe() + ": the hub's repo info (" + request.url + ") is not what huggingface_hub expects: " +
+    throw Error(repo.describe() + ": the hub's repo info (" + url + ") is not what huggingface_hub expects: " +
                 e.what());
   }
   if (!is_commit_hash(info.commit)) {
@@ -88,12 +92,13 @@ RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo) {
 }
 
 bool is_repo_relative_path(const std::string& path) {
-  if (path.empty() || path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
+  if (path.empty() || path.size() > kMaxRepoPathBytes) return false;
+  if (path.find('\\') != std::string::npos || path.find('\0') != std::string::npos) return false;
   size_t start = 0;
   while (true) {
     const size_t slash = path.find('/', start);
     const std::string part = path.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
-    if (part.empty() || part == "." || part == "..") return false;
+    if (part.empty() || part == "." || part == ".." || part.size() > kMaxRepoPathPartBytes) return false;
     if (slash == std::string::npos) return true;
     start = slash + 1;
   }

@@ -81,7 +81,8 @@ void RepoCache::link_snapshot_file(const std::string& commit, const std::string&
   fs::create_symlink(target, temporary, ec);
   if (!ec) fs::rename(temporary, pointer, ec);
   if (ec) {
-    fs::remove(temporary);
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
     throw Error(pointer.string() + ": cannot link the snapshot file to its blob: " + ec.message());
   }
 }
@@ -118,7 +119,7 @@ FileLock::~FileLock() {
 }
 
 bool is_safe_blob_name(const std::string& etag) {
-  if (etag.empty() || etag.size() > 255 || etag.front() == '.') return false;
+  if (etag.empty() || etag.size() > kMaxBlobNameBytes || etag.front() == '.') return false;
   for (const char c : etag) {
     const bool allowed = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' || c == '+' ||
                          c == '=';

@@ -6,6 +6,7 @@
 #include "finetune/io/safetensors.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/json_parse.h"
+#include "finetune/util/path_status.h"
 
 namespace finetune {
 
@@ -64,14 +65,14 @@ CheckpointFiles CheckpointFiles::open_dir(const std::string& model_dir) {
   };
 
   // transformers prefers the single file when both exist; so do we.
-  if (fs::is_regular_file(single_path)) {
+  if (is_regular_file_at(single_path.string(), "the model weights")) {
     add_file(single_path);
     return checkpoint;
   }
-  if (!fs::is_regular_file(index_path)) {
+  if (!is_regular_file_at(index_path.string(), "the model weights' index")) {
     throw Error("model directory '" + model_dir + "' has no safetensors weights: looked for '" +
                 kSingleFileName + "' and '" + kIndexFileName + "'" +
-                (fs::is_directory(dir) ? "" : " (the directory does not exist)"));
+                (is_directory_at(model_dir, "the model directory") ? "" : " (the directory does not exist)"));
   }
 
   const std::map<std::string, std::string> weight_map = read_weight_map(index_path);

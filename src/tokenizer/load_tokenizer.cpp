@@ -9,6 +9,7 @@
 #include "finetune/util/errors.h"
 #include "finetune/util/json_fields.h"
 #include "finetune/util/json_parse.h"
+#include "finetune/util/path_status.h"
 
 namespace finetune {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 // config.json's model_type, which AutoTokenizer consults with tokenizer_class (tokenizer_class.h).
 std::optional<std::string> model_type_of(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
-  if (!std::filesystem::exists(path)) return std::nullopt;
+  if (!exists_at(path, "the model's config")) return std::nullopt;
   const nlohmann::json json = read_json_file(path);
   if (!json.is_object()) return std::nullopt;
   const std::string type = json_string(json, "model_type", "", path, "<root>");
@@ -28,15 +29,17 @@ std::optional<std::string> model_type_of(const std::string& model_dir) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(model_dir)) throw Error(model_dir + ": tokenizer directory does not exist");
+  if (!is_directory_at(model_dir, "the tokenizer directory")) {
+    throw Error(model_dir + ": tokenizer directory does not exist");
+  }
   const std::string json_path = (fs::path(model_dir) / "tokenizer.json").string();
   const std::string spm_path = (fs::path(model_dir) / "tokenizer.model").string();
   const TokenizerConfig config = read_tokenizer_config(model_dir);
-  if (fs::exists(json_path)) {
+  if (exists_at(json_path, "the tokenizer")) {
     const TokenizerPipeline pipeline = transformers_pipeline(config.tokenizer_class, model_type_of(model_dir));
     return std::make_unique<BpeTokenizer>(json_path, read_json_file(json_path), config, pipeline);
   }
-  if (fs::exists(spm_path)) return std::make_unique<SentencePieceTokenizer>(spm_path, config);
+  if (exists_at(spm_path, "the tokenizer")) return std::make_unique<SentencePieceTokenizer>(spm_path, config);
   throw Error(model_dir + ": neither tokenizer.json nor tokenizer.model found");
 }
 

@@ -9,6 +9,7 @@
 #include "finetune/util/file_contents.h"
 #include "finetune/util/json_fields.h"
 #include "finetune/util/json_parse.h"
+#include "finetune/util/path_status.h"
 
 namespace finetune {
 namespace {
@@ -78,15 +79,18 @@ ChatTemplates template_files(const std::filesystem::path& model_dir) {
   namespace fs = std::filesystem;
   ChatTemplates templates;
   const fs::path default_file = model_dir / "chat_template.jinja";
-  if (fs::is_regular_file(default_file)) templates["default"] = read_file(default_file.string());
+  if (is_regular_file_at(default_file.string(), "the chat template")) {
+    templates["default"] = read_file(default_file.string());
+  }
   const fs::path extra_dir = model_dir / "additional_chat_templates";
-  if (fs::is_directory(extra_dir)) {
-    for (const auto& entry : fs::directory_iterator(extra_dir)) {
-      if (entry.is_regular_file() && entry.path().extension() == ".jinja") {
-        templates[entry.path().stem().string()] = read_file(entry.path().string());
-      }
+  if (!is_directory_at(extra_dir.string(), "the chat templates")) return templates;
+  std::error_code error;
+  for (fs::directory_iterator it(extra_dir, error), end; !error && it != end; it.increment(error)) {
+    if (it->path().extension() == ".jinja" && is_regular_file_at(it->path().string(), "the chat template")) {
+      templates[it->path().stem().string()] = read_file(it->path().string());
     }
   }
+  if (error) throw Error(extra_dir.string() + ": cannot list the chat templates (" + error.message() + ")");
   return templates;
 }
 
@@ -96,7 +100,7 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
   namespace fs = std::filesystem;
   TokenizerConfig config;
   const std::string config_path = (fs::path(model_dir) / "tokenizer_config.json").string();
-  if (fs::exists(config_path)) {
+  if (exists_at(config_path, "the tokenizer config")) {
     const nlohmann::json json = read_json_file(config_path);
     if (!json.is_object()) throw Error(config_path + ": top level must be a JSON object");
     config.bos_token = token_text(json, "bos_token", config_path);
@@ -129,7 +133,7 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir) {
     }
   }
   const std::string map_path = (fs::path(model_dir) / "special_tokens_map.json").string();
-  if (fs::exists(map_path)) {
+  if (exists_at(map_path, "the special tokens map")) {
     const nlohmann::json json = read_json_file(map_path);
     if (!json.is_object()) throw Error(map_path + ": top level must be a JSON object");
     fill_missing(config.bos_token, token_text(json, "bos_token", map_path));

@@ -251,6 +251,22 @@ def test_export_lists_the_files_in_save_path(assets, trained, tmp_path):
     assert str(out / "config.json") in files and any(f.endswith(".safetensors") for f in files), files
 
 
+def test_export_save_path_on_the_base_model_is_refused(assets, trained, tmp_path):
+    """`finetune export --save_path` is kept apart from the model as train's outputs are (issue 30):
+    the model's own directory (however spelled), a folder inside it, and / are usage errors before
+    anything is loaded or written; the model stays byte for byte."""
+    model = copy_model(assets, tmp_path)
+    before = {p.name: p.read_bytes() for p in model.iterdir()}
+    for save_path, needle in ((model, f"--save_path {model} is the directory of --model_name {model}"),
+                              (str(model) + "/../model/", "is the directory of --model_name"),
+                              (model / "merged", f"lies inside the directory of --model_name {model}"),
+                              ("/", "--save_path / is the file system root")):
+        proc = expect_failure(["export", "--model_name", model, "--adapter", trained[0], "--save_method",
+                               "merged_16bit", "--save_path", save_path] + CPU, 2, needle)
+        assert "model exported" not in proc.stderr
+    assert {p.name: p.read_bytes() for p in model.iterdir()} == before
+
+
 def test_train_help_lists_every_group():
     proc = expect_success(["train", "--help"])
     lines = proc.stdout.splitlines()

@@ -22,6 +22,7 @@ std::vector<std::string> adapter_config_seeds();      // adapter_config.json
 std::vector<std::string> parquet_rows_seeds();        // .parquet datasets (parquet_seeds.cpp: Arrow's writer)
 std::vector<std::string> chat_template_seeds();       // chat templates (chat_template_seeds.cpp)
 std::vector<std::string> percent_format_seeds();      // "FORMAT\0ARGS" (percent_format_seeds.cpp)
+std::vector<std::string> hub_answers_seeds();         // "REPO_INFO\0HEAD\0INDEX" (hub_answers_seeds.cpp)
 
 // The shard the checkpoint index seeds name, holding tensors "a" (F32 [2]) and "b" (BF16 [3]).
 extern const char* const kShardName;

@@ -18,6 +18,7 @@
 #include "finetune/tokenizer/tokenizer.h"
 #include "finetune/util/json_parse.h"
 #include "fuzz_seeds.h"
+#include "hub_answers_target.h"
 
 namespace finetune::fuzz {
 namespace {
@@ -285,6 +286,14 @@ const std::vector<FuzzTarget> kTargets = {
       "r", "a", "%%", "2147483647", "9223372036854775807", "-9223372036854775808", "1e308", "100000", "100001",
       "-100001", "[", "]", "{", "}", ",", "\"k\"", std::string(1, '\0')},
      run_percent_format},
+    {"hub_answers",
+     "the hub's answers (repo info, HEAD headers, shard index) as the download reads them; no path outside the cache",
+     hub_answers_seeds,
+     {"\"sha\"", "\"siblings\"", "\"rfilename\"", "\"weight_map\"", "0123456789abcdef0123456789abcdef01234567",
+      "X-Repo-Commit: ", "ETag: ", "X-Linked-Etag: ", "X-Linked-Size: ", "Content-Length: ", "Location: ",
+      "HTTP/1.1 302 Found\r\n", "HTTP/1.1 200 OK\r\n", "\r\n", "W/\"", "https://", "http://", "file://", "/", "..",
+      "../", "./", "//", "\\", "%2e%2e", "-1", "99999999999999999999", std::string(1, '\0')},
+     run_hub_answers},
 };
 
 }  // namespace

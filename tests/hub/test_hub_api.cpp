@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "../test_support.h"
 #include "finetune/hub/hub_api.h"
@@ -203,12 +204,45 @@ TEST(HubApi, TransportErrorsGetTheRepoContext) {
 }
 
 }  // namespace
+TEST(HubApi, RepoInfoFromAnswer) {
+  const RepoInfo info = repo_info_from_answer(
+      model("org/m"), "URL",
+      R"({"id": "org/m", "sha": "0123456789abcdef0123456789abcdef01234567", "siblings": [{"rfilename": "config.json"},
+          {"rfilename": "original/params.json"}]})");
+  EXPECT_EQ(info.commit, "0123456789abcdef0123456789abcdef01234567");
+  EXPECT_EQ(info.files, (std::vector<std::string>{"config.json", "original/params.json"}));
+}
+
+// What a hostile or broken hub can answer: each is an Error naming the repo, before any path is made.
+TEST(HubApi, RepoInfoAnswersThatAreRefused) {
+  const std::string sha = "0123456789abcdef0123456789abcdef01234567";
+  const auto refused = [](const std::string& body, const std::string& part) {
+    testing::expect_contains(testing::error_message([&] { repo_info_from_answer(model("org/m"), "URL", body); }),
+                             {"model org/m (revision main)", part});
+  };
+  refused("not json", "the hub's repo info (URL) is not what huggingface_hub expects");
+  refused(R"({"siblings": []})", "is not what huggingface_hub expects");
+  refused(R"({"sha": 7, "siblings": []})", "is not what huggingface_hub expects");
+  refused(R"({"sha": "../../..", "siblings": []})", "invalid commit id '../../..'");
+  refused(R"({"sha": ")" + sha + R"(", "siblings": [{"rfilename": "../../x"}]})", "a file named '../../x'");
+  refused(R"({"sha": ")" + sha + R"(", "siblings": [{"rfilename": "/etc/passwd"}]})", "not a path inside the repo");
+  refused(R"({"sha": ")" + sha + R"(", "siblings": [{"name": "x"}]})", "is not what huggingface_hub expects");
+}
+
 TEST(HubApi, RepoRelativePathsOnly) {
   for (const char* good : {"config.json", "data/train-00000-of-00001.parquet", "a/b/c.json", ".gitattributes", "a..b"})
     EXPECT_TRUE(is_repo_relative_path(good)) << good;
   for (const char* bad : {"", "/etc/passwd", "../x", "a/../../x", "a//b", "./a", "a/.", "a/", "a\\b"})
     EXPECT_FALSE(is_repo_relative_path(bad)) << bad;
   EXPECT_FALSE(is_repo_relative_path(std::string("a\0b", 3)));
+  // What a file system can hold (a 40 KB name crashed the dataset listing's std::regex: fuzz target hub_answers).
+  EXPECT_TRUE(is_repo_relative_path(std::string(255, 'a') + "/" + std::string(255, 'b')));
+  EXPECT_FALSE(is_repo_relative_path(std::string(256, 'a')));
+  std::string deep;
+  while (deep.size() + 201 <= kMaxRepoPathBytes) deep += std::string(200, 'd') + "/";
+  EXPECT_TRUE(is_repo_relative_path(deep + std::string(kMaxRepoPathBytes - deep.size(), 'f')));
+  EXPECT_FALSE(is_repo_relative_path(deep + std::string(kMaxRepoPathBytes - deep.size() + 1, 'f')));
+  EXPECT_FALSE(is_repo_relative_path(std::string(40000, '[')));
 }
 
 }  // namespace finetune

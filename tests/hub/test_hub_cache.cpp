@@ -169,11 +169,13 @@ TEST_F(RepoCacheFiles, FileLockIsExclusiveAndReleased) {
 }
 
 TEST(RepoCache, SafeBlobNames) {
-  for (const std::string& good : {kEtag, std::string("abc"), std::string("a1b2-c3"), std::string("x_y.z+w=")})
+  EXPECT_EQ(kMaxBlobNameBytes, 244u);  // blobs/<etag>.incomplete stays within NAME_MAX (255)
+  for (const std::string& good : {kEtag, std::string("abc"), std::string("a1b2-c3"), std::string("x_y.z+w="),
+                                  std::string(244, 'a')})
     EXPECT_TRUE(is_safe_blob_name(good)) << good;
   for (const std::string& bad : {std::string(""), std::string("."), std::string(".."), std::string("../x"),
                                 std::string("a/b"), std::string("/abs"), std::string(".hidden"), std::string("a\\b"),
-                                std::string("a b"), std::string("a\0b", 3), std::string(256, 'a')})
+                                std::string("a b"), std::string("a\0b", 3), std::string(245, 'a')})
     EXPECT_FALSE(is_safe_blob_name(bad)) << bad;
 }
 
@@ -196,6 +198,18 @@ TEST_F(RepoCacheFiles, HostileNamesAreRefusedBeforeAnyFileIsWritten) {
   refused([&] { cache.write_ref("../../../main", kCommit); }, "not a safe ref name");
   refused([&] { cache.write_ref("main", "../x"); }, "is not a commit id");
   EXPECT_FALSE(fs::exists(dir_.path() / "a"));
+}
+
+// A snapshot path longer than PATH_MAX under a deep cache root (seen while writing the hub_answers
+// fuzz target): an Error naming the link, not a std::filesystem_error from the clean-up of the
+// link never made.
+TEST_F(RepoCacheFiles, ASnapshotPathTooLongForTheFileSystemIsAnError) {
+  std::string root = dir_.str();
+  while (root.size() + 201 < 3950) root += "/" + std::string(200, 'r');  // snapshots/<commit>/ still fits
+  const RepoCache cache(root, model_repo());
+  const std::string name(250, 'a');  // a valid repo path; the whole snapshot path passes 4096 bytes
+  testing::expect_contains(testing::error_message([&] { cache.link_snapshot_file(kCommit, name, kEtag); }),
+                           {name, "cannot link the snapshot file to its blob", "too long"});
 }
 
 TEST(RepoCache, NormalizeEtag) {

@@ -104,6 +104,18 @@ TEST(CheckpointFiles, NoWeightsSaysWhatWasLookedFor) {
   expect_contains(message, {missing, "does not exist"});
 }
 
+// A model directory whose name the file system refuses (ENAMETOOLONG): an Error naming the path,
+// not a bare std::filesystem_error.
+TEST(CheckpointFiles, APathTheFileSystemRefusesIsNamed) {
+  TempDir dir;
+  const std::string too_long = dir.file(std::string(300, 'a'));
+  expect_contains(error_message([&] { CheckpointFiles::open_dir(too_long); }),
+                  {too_long + "/model.safetensors: cannot look at the model weights", "File name too long"});
+  write_text(dir.file("a_file"), "x");  // ENOTDIR: nothing there
+  expect_contains(error_message([&] { CheckpointFiles::open_dir(dir.file("a_file")); }),
+                  {dir.file("a_file"), "no safetensors weights", "does not exist"});
+}
+
 TEST(CheckpointFiles, MissingShardFileIsNamed) {
   TempDir dir;
   write_sharded(dir);

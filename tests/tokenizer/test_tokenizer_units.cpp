@@ -147,6 +147,28 @@ TEST(TokenizerErrors, MissingDirectoryAndFiles) {
   expect_error_mentions(dir.str(), {"tokenizer.json", "tokenizer.model"});
 }
 
+// A model directory the file system cannot look into (issue 30): a name too long (ENAMETOOLONG), or
+// a directory so deep that tokenizer.json fits in PATH_MAX but tokenizer_config.json does not. An
+// Error naming the path, as main reports every other; not a bare std::filesystem_error. (A
+// directory without search permission cannot be tested as root, which ignores permissions.)
+TEST(TokenizerErrors, PathsTheFileSystemRefusesAreNamed) {
+  TempDir dir("too_long");
+  const std::string too_long = dir.str() + "/" + std::string(300, 'a');
+  expect_error_mentions(too_long, {too_long, "File name too long"});
+  const std::string file = dir.file("a_file");
+  dir.write("a_file", "x");
+  expect_error_mentions(file, {file, "tokenizer directory does not exist"});  // ENOTDIR is "not there"
+  // 4080 bytes: DIR/tokenizer.json (4095) fits in PATH_MAX (4096 with its NUL), DIR/tokenizer_config.json not.
+  std::string deep = dir.str();
+  while (deep.size() + 201 <= 4080) deep += "/" + std::string(200, 'd');
+  if (deep.size() + 2 <= 4080) deep += "/" + std::string(4080 - deep.size() - 1, 'e');
+  fs::create_directories(deep);
+  std::ofstream(deep + "/tokenizer.json") << tiny_tokenizer_json().dump();
+  ASSERT_TRUE(fs::is_regular_file(deep + "/tokenizer.json"));
+  expect_error_mentions(deep, {deep + "/tokenizer_config.json: cannot look at the tokenizer config",
+                               "File name too long"});
+}
+
 TEST(TokenizerErrors, MalformedJsonNamesTheFile) {
   TempDir dir("malformed");
   dir.write("tokenizer.json", "{\"model\": [1, 2");

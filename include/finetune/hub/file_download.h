@@ -27,6 +27,11 @@ struct RemoteFileInfo {
 
 RemoteFileInfo fetch_file_info(const HubSettings& settings, const RepoRef& repo, const std::string& commit,
                                const std::string& path);
+// fetch_file_info's reading of the last HEAD answer (a 2xx or a redirect, from `url`): throws
+// unless it names a commit id (40 lowercase hex, the one asked for when `commit` is one), an ETag
+// usable as a blob file name, a size, and an http(s) location for the bytes.
+RemoteFileInfo file_info_from_head(const RepoRef& repo, const std::string& commit, const std::string& path,
+                                   const std::string& url, const HttpResponse& response);
 
 // True when the blob is already complete in the cache (nothing to download).
 bool blob_cached(const RepoCache& cache, const RemoteFileInfo& file);

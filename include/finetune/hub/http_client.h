@@ -59,6 +59,12 @@ struct HttpResponse {
 // false aborts the transfer (an Error is thrown).
 using BodySink = std::function<bool(const HttpResponse& head, const char* data, size_t size)>;
 
+// One header line as libcurl hands it over (line end included) applied to `response`: a status
+// line ("HTTP/1.1 302 Found") starts a new response (headers cleared, status read), "Name: value"
+// sets headers[lower-cased name] to the value without its leading blanks. Returns that name; ""
+// for a status line or a line without a colon (ignored).
+std::string apply_header_line(std::string line, HttpResponse& response);
+
 HttpResponse http_request(const HttpRequest& request);
 // The body goes to `sink` (only for a 2xx status; other bodies are kept in `body` for the error).
 HttpResponse http_request(const HttpRequest& request, const BodySink& sink);

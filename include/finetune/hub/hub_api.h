@@ -7,6 +7,7 @@
 // (a token for a gated repo, the id or revision that does not exist).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,15 @@ bool worth_retrying(const TransportError& error);
 // Throws when the answer is not repo info, or names a file that is not a plain repo-relative path
 // (absolute, with "." or ".." parts, empty parts or a backslash): it would land outside the cache.
 RepoInfo fetch_repo_info(const HubSettings& settings, const RepoRef& repo);
+// fetch_repo_info's reading of a 2xx answer's body (fetched from `url`), with the same checks.
+RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, const std::string& body);
 
-// A path a repo can hold: relative, "/"-separated, no empty, "." or ".." part, no backslash or NUL.
+// A path a repo can hold: relative, "/"-separated, no empty, "." or ".." part, no backslash or NUL,
+// and one a file system can hold: parts of at most 255 bytes (NAME_MAX), the whole at most 4096
+// (PATH_MAX). The bound also keeps what reads a listing's names (data_file_splits' std::regex,
+// which recurses per character) away from a hub's 40 KB name (found by the hub_answers fuzz target).
+inline constexpr size_t kMaxRepoPathPartBytes = 255;
+inline constexpr size_t kMaxRepoPathBytes = 4096;
 bool is_repo_relative_path(const std::string& path);
 
 // Throws the Error for a non-2xx answer about `repo` (and `file`, when not empty).

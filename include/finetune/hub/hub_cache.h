@@ -13,6 +13,7 @@
 // and the joined path must stay inside the repo's cache folder; anything else is an Error.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "finetune/hub/hub_api.h"
@@ -53,7 +54,10 @@ class FileLock {
   int fd_ = -1;
 };
 
-// An ETag usable as a file name under blobs/: 1 to 255 of [A-Za-z0-9._+=-], not starting with '.'.
+// An ETag usable as a file name under blobs/: 1 to kMaxBlobNameBytes of [A-Za-z0-9._+=-], not
+// starting with '.'. The bound leaves room for ".incomplete" in a 255-byte file name (NAME_MAX);
+// the hub's ETags are 40 (git) or 64 (sha256) hex digits.
+inline constexpr size_t kMaxBlobNameBytes = 255 - sizeof(".incomplete") + 1;
 bool is_safe_blob_name(const std::string& etag);
 
 // The cache's spelling of an ETag: without W/ and quotes.
