@@ -8,6 +8,11 @@ train, load and generate as transformers 5.17 + PEFT 0.21 do (fp32, CPU):
     bounds (loss 1e-4 relative per step, every adapter tensor 1e-4 relative), on the attention
     projections only, and on the attention and the expert stacks (PEFT's target_parameters);
   * PEFT loads our adapter (expert tensors included) and its logits are ours (1e-5);
+  * our merged export (per-expert tensors, as the checkpoint stores them), loaded by transformers,
+    gives PEFT's merge_and_unload() logits (1e-5);
+  * with output_router_logits, the router's load-balancing loss trains as transformers adds it and
+    metrics.jsonl reports it (aux_loss);
+  * 2 ranks train like one process with twice the batch, experts unreached on a rank included;
   * greedy `finetune generate` on left-padded batches gives transformers' generate() ids."""
 import json
 
@@ -76,7 +81,8 @@ def trained(request, base):
     targets = request.param
     adapter = moe.make_init_adapter(model_dir, root / f"init_{targets}", experts=targets == "experts")
     out = root / f"ours_{targets}"
-    run_finetune(finetune_args(model_dir, adapter, data, out))
+    run_finetune(finetune_args(model_dir, adapter, data, out) +
+                 ["--save_model", "--save_method", "merged_16bit", "--save_path", root / f"merged_{targets}"])
     return case, targets, model_dir, adapter, rows, data, out
 
 
@@ -113,6 +119,30 @@ def test_peft_loads_our_adapter_and_logits_match(trained, tmp_path):
             ref = model(input_ids=torch.tensor([row["input_ids"]])).logits[0].float()
         worst = max(worst, relative_error(ours[f"logits.{i}"], ref))
     print(f"{case} ({targets}): PEFT-loaded adapter logits {worst:.3g} (relative)")
+    assert worst <= 1e-5
+
+
+def test_merged_export_equals_merge_and_unload(trained):
+    """Our merged export (per-expert checkpoint tensors, expert adapters folded in), loaded by
+    transformers, gives PEFT's merge_and_unload() logits."""
+    case, targets, model_dir, adapter, rows, data, out = trained
+    merged = moe.load_reference_model(out.parent / f"merged_{targets}", dtype=torch.float32).eval()
+    reference = peft.PeftModel.from_pretrained(moe.load_reference_model(model_dir, dtype=torch.float32),
+                                               out).merge_and_unload().eval()
+    base = moe.load_reference_model(model_dir, dtype=torch.float32).eval()
+    if targets == "experts":  # the expert stacks themselves moved (not only the attention)
+        merged_state, base_state = merged.state_dict(), base.state_dict()
+        moved = [name for name in base_state if ".experts." in name and
+                 relative_error(merged_state[name], base_state[name]) > 1e-4]
+        assert moved, "no expert stack carries its adapter: the comparison would be vacuous"
+    worst = 0.0
+    for row in rows[:4]:
+        ids = torch.tensor([row["input_ids"]])
+        with torch.no_grad():
+            logits = merged(input_ids=ids).logits
+            worst = max(worst, relative_error(logits, reference(input_ids=ids).logits))
+            assert relative_error(logits, base(input_ids=ids).logits) > 1e-4  # the adapter changed the model
+    print(f"{case} ({targets}): merged export vs merge_and_unload logits {worst:.3g} (relative)")
     assert worst <= 1e-5
 
 
