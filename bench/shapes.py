@@ -6,6 +6,9 @@
                 on the global layers, q/k norm, tied head)
   gemma-2-9b    Gemma-2-9B's config (alternating sliding/global layers, attention and final logit
                 soft-caps, tied head)
+  qwen3-30b-a3b-8l  Qwen3-30B-A3B's per-layer shapes (128 experts of 768, top-8, normalised, q/k norm),
+                8 of its 48 layers (fits an H100 in bf16 LoRA)
+  mixtral-8x7b-4l   Mixtral-8x7B's per-layer shapes (8 experts of 14336, top-2), 4 of its 32 layers
   phi-4-mini    Phi-4-mini's config (fused qkv/gate_up, partial rotary 0.75, longrope; the long
                 factors are a ramp of the real one's range, 1 to 64, not its values)
 Weights are random (no hub access): speed and memory depend only on the shapes.
@@ -53,6 +56,17 @@ SHAPES = {
         hidden_act="silu", bos_token_id=199999, eos_token_id=199999, pad_token_id=199999,
         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
                          "short_factor": [1.0] * 48, "long_factor": [64.0 ** (i / 47) for i in range(48)]})),
+    "qwen3-30b-a3b-8l": (transformers.Qwen3MoeConfig, transformers.Qwen3MoeForCausalLM, dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+        num_hidden_layers=8, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+        num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        max_position_embeddings=40960, rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=151643,
+        eos_token_id=151645, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "mixtral-8x7b-4l": (transformers.MixtralConfig, transformers.MixtralForCausalLM, dict(
+        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=4,
+        num_attention_heads=32, num_key_value_heads=8, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=32768, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
+        eos_token_id=2, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 }
 
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "finetune/model/device_selection.h"
+#include "finetune/model/moe_names.h"
 #include "finetune/quant/nf4.h"
 #include "finetune/quant/nf4_state_dict.h"
 #include "finetune/weights/tensor_io.h"
@@ -46,9 +47,27 @@ nlohmann::json quantization_config_4bit(const std::string& compute_dtype) {
           {"quant_method", "bitsandbytes"}};
 }
 
+// A MoE model's router and expert stacks as the checkpoint stores them (Note [Expert tensors]):
+// each stack with its adapter folded in, split into one tensor per expert and projection. False
+// for every other tensor.
+bool add_moe_checkpoint_tensors(const CausalLM& model, const std::string& name, const at::Tensor& parameter,
+                                const std::map<std::string, const ExpertStack*>& stacks,
+                                std::vector<std::pair<std::string, at::Tensor>>& out) {
+  const auto pieces = checkpoint_pieces(model.architecture(), model.config(), name);
+  if (pieces.size() == 1 && pieces.front().expert < 0 && pieces.front().name == name) return false;
+  auto it = stacks.find(name);
+  const at::Tensor merged = it == stacks.end() ? parameter : it->second->merged_weight();
+  for (const auto& piece : pieces) {
+    out.emplace_back(piece.name, piece.expert < 0 ? merged : merged[piece.expert].narrow(0, piece.row_begin, piece.rows));
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> merged_named_tensors(const CausalLM& model, bool quantize_4bit) {
+  std::map<std::string, const ExpertStack*> expert_stacks;
+  for (const auto& [name, stack] : model.named_expert_stacks()) expert_stacks[name] = stack;
   std::map<std::string, const Linear*> projection_of_weight;
   for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -62,6 +81,8 @@ std::vector<std::pair<std::string, at::Tensor>> merged_named_tensors(const Causa
     for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.emplace_back(name + suffix, tensor);
   };
   for (const auto& [name, parameter] : model.named_parameters()) {
+    // Expert stacks stay 16-bit in a 4-bit export: bitsandbytes quantizes nn.Linear layers only.
+    if (add_moe_checkpoint_tensors(model, name, parameter, expert_stacks, out)) continue;
     auto it = projection_of_weight.find(name);
     if (it == projection_of_weight.end()) {
       out.emplace_back(name, parameter);

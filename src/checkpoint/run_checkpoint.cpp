@@ -400,7 +400,7 @@ std::vector<std::string> check_resume_compatible(const RunIdentity& saved, const
                      ", this run has " + current_value + " (they must match to resume)");
   };
   if (saved.base_model != current.base_model) differs("--model_name", saved.base_model, current.base_model);
-  for (const char* key : {"r", "lora_alpha", "use_rslora", "use_dora", "target_modules", "lora_dropout", "bias", "peft_type"}) {
+  for (const char* key : {"r", "lora_alpha", "use_rslora", "use_dora", "target_modules", "target_parameters", "lora_dropout", "bias", "peft_type"}) {
     const auto saved_value = saved.adapter_config.value(key, json());
     const auto current_value = current.adapter_config.value(key, json());
     if (saved_value != current_value) differs(std::string("adapter ") + key, saved_value.dump(), current_value.dump());

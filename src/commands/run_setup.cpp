@@ -90,6 +90,22 @@ void check_adapter_base(const LoraConfig& adapter, const AdapterSetup& setup, co
 
 // A loaded adapter's own config decides its shape: a LoRA option the user set to another value
 // would be silently ignored, so it is an error.
+// The architecture's projection names this model has (a Qwen3-MoE model without dense layers has
+// no gate_proj / up_proj / down_proj), as PEFT's all-linear finds them.
+std::vector<std::string> present_lora_target_names(const CausalLM& model) {
+  std::vector<std::string> names;
+  const auto linears = model.named_linears();
+  for (const auto& name : lora_target_names(model.architecture())) {
+    for (const auto& [module, linear] : linears) {
+      if (module.size() > name.size() && module.compare(module.size() - name.size() - 1, name.size() + 1, "." + name) == 0) {
+        names.push_back(name);
+        break;
+      }
+    }
+  }
+  return names;
+}
+
 void check_given_lora_options(const LoraConfig& adapter, const AdapterSetup& setup) {
   const std::string where = setup.init_adapter + "/adapter_config.json";
   for (const auto& option : lora_shape_options()) {
@@ -112,7 +128,7 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
   // The default target list (and all-linear) holds every family's projection names: a fresh
   // adapter takes those of this model (Phi-3 has qkv_proj, not q_proj), as PEFT's all-linear does.
   if (attached.config.target_modules == projection_names()) {
-    attached.config.target_modules = lora_target_names(model.architecture());
+    attached.config.target_modules = present_lora_target_names(model);
   }
   if (!setup.init_adapter.empty()) {
     attached.config = read_adapter_config(setup.init_adapter);

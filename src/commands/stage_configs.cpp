@@ -23,6 +23,7 @@ const std::vector<LoraShapeOption>& lora_shape_options() {
       {"use_rslora", [](const LoraConfig& c) { return std::string(c.use_rslora ? "true" : "false"); }},
       {"use_dora", [](const LoraConfig& c) { return std::string(c.use_dora ? "true" : "false"); }},
       {"target_modules", [](const LoraConfig& c) { return join(c.target_modules, ","); }},
+      {"target_parameters", [](const LoraConfig& c) { return join(c.target_parameters, ","); }},
       {"bias", [](const LoraConfig& c) { return c.bias; }},
   };
   return options;
@@ -36,6 +37,7 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.use_rslora = options.use_rslora;
   setup.lora.use_dora = options.use_dora;
   setup.lora.target_modules = options.target_modules;
+  setup.lora.target_parameters = options.target_parameters;
   setup.lora.bias = options.bias;
   // train reads --init_adapter, generate/chat/export --adapter, eval either (the parser refuses
   // both at once): one adapter to load, named as the user named it.

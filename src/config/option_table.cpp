@@ -171,6 +171,21 @@ OptionRow target_modules_row() {
           }};
 }
 
+// --- mixture-of-experts options (one block)
+// PEFT's target_parameters: the expert stacks a MoE model's LoRA also adapts, by parameter name or
+// name suffix; which ones exist is checked against the model (lora/attach_lora.h).
+OptionRow target_parameters_row() {
+  return {spec("target_parameters", {"LoRA", kTrain}, "list", "",
+               "a mixture-of-experts model's expert tensors that get LoRA adapters, by PEFT's names "
+               "(mlp.experts.gate_up_proj,mlp.experts.down_proj); none by default"),
+          [](Options& o, const std::string& v) {
+            std::vector<std::string> parameters = parse_list(v);
+            for (const auto& p : parameters)
+              if (p.empty() || p.front() == '.' || p.back() == '.') throw BadValue("not a parameter name: " + in_quotes(p));
+            o.target_parameters = parameters;
+          }};
+}
+
 std::vector<OptionRow> build_option_table() {
   const ChoiceSet dtype{dtype_names(), dtype_aliases()};
   const ChoiceSet device{{"auto", "cpu", "cuda"}};
@@ -230,6 +245,7 @@ std::vector<OptionRow> build_option_table() {
                              "LoftQ initialisation is not implemented (PEFT's default initialisation is used)",
                              "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
+      target_parameters_row(),
       unsupported_string_row("modules_to_save", {"LoRA", kTrain},
                              "training full copies of embed_tokens / lm_head beside the adapter is not implemented",
                              "PEFT's modules_to_save; must be None"),

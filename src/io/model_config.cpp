@@ -2,6 +2,7 @@
 // (checked against the Python config classes by tests/reference/make_config_fixtures.py).
 #include "finetune/io/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -190,13 +191,13 @@ void read_rope_scaling(const Fields& rope, const std::string& type_key, RopeScal
 }
 
 // v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
-void read_rope(const Fields& fields, const std::string& source, ModelConfig& config) {
+void read_rope(const Fields& fields, const std::string& source, ModelConfig& config, double default_theta = 10000.0) {
   if (config.model_type == "phi3") return read_phi3_rope(fields, source, config);
   std::string key;
   if (fields.has("rope_parameters")) key = "rope_parameters";
   else if (fields.has("rope_scaling")) key = "rope_scaling";
 
-  config.rope_theta = fields.number("rope_theta", 10000.0);
+  config.rope_theta = fields.number("rope_theta", default_theta);
   if (key.empty()) return;
   if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
   const Fields rope(fields.at(key), source, key + ".");
@@ -286,8 +287,11 @@ void read_sliding_window(const Fields& fields, const Architecture& architecture,
     if (config.sliding_window && *config.sliding_window < 1) fields.fail("sliding_window", "expected an integer >= 1 or null");
     return;
   }
-  if (architecture.id == ArchitectureId::kMistral) {
-    config.sliding_window = fields.optional_integer("sliding_window", kMistralDefaultSlidingWindow);
+  if (architecture.id == ArchitectureId::kMistral || architecture.id == ArchitectureId::kMixtral) {
+    // MixtralConfig: None unless set; every layer attends within it when set, as Mistral's.
+    const bool mixtral = architecture.id == ArchitectureId::kMixtral;
+    config.sliding_window =
+        fields.optional_integer("sliding_window", mixtral ? std::nullopt : std::optional<int64_t>(kMistralDefaultSlidingWindow));
     if (config.sliding_window && *config.sliding_window < 1)
       fields.fail("sliding_window", "expected an integer >= 1 or null");
     return;
@@ -297,7 +301,8 @@ void read_sliding_window(const Fields& fields, const Architecture& architecture,
     config.sliding_layers = read_sliding_layers(fields, architecture.id, config.num_hidden_layers);
     return;
   }
-  if (architecture.id == ArchitectureId::kQwen2 || architecture.id == ArchitectureId::kQwen3) {
+  if (architecture.id == ArchitectureId::kQwen2 || architecture.id == ArchitectureId::kQwen3 ||
+      architecture.id == ArchitectureId::kQwen3Moe) {
     if (fields.boolean("use_sliding_window", false))
       fields.fail("use_sliding_window", "sliding-window attention is not supported");
   }
@@ -343,6 +348,58 @@ json with_gemma_size_defaults(const json& text, ArchitectureId id) {
                  {"num_attention_heads", 8}};
   for (const auto& [key, value] : text.items()) merged[key] = value;
   return merged;
+}
+
+// A list of layer indices, each in [0, layers) (Qwen3MoeConfig's mlp_only_layers).
+std::vector<int64_t> read_layer_list(const Fields& fields, const std::string& key, int64_t layers) {
+  std::vector<int64_t> indices;
+  if (!fields.has(key)) return indices;
+  const json& list = fields.at(key);
+  if (!list.is_array()) fields.fail(key, "expected a list of layer indices, got " + json_excerpt(list));
+  for (const auto& value : list) {
+    const int64_t index = fields.as_integer(key, value);
+    if (index < 0 || index >= layers)
+      fields.fail(key, "layer " + std::to_string(index) + " is not in [0, num_hidden_layers = " + std::to_string(layers) + ")");
+    indices.push_back(index);
+  }
+  return indices;
+}
+
+// Note [Config bounds] for the expert counts: at most 1024 experts (released models: 8 to 512),
+// top-k within them.
+constexpr int64_t kMostExperts = 1024;
+
+// Qwen3MoeConfig / MixtralConfig's routing keys, with their class defaults.
+MoeConfig read_moe(const Fields& fields, ArchitectureId id, const ModelConfig& config) {
+  const bool mixtral = id == ArchitectureId::kMixtral;
+  MoeConfig moe;
+  // Qwen3MoeConfig maps num_experts to num_local_experts (attribute_map): save_pretrained writes
+  // the latter, the hub's config.json the former.
+  const std::string experts_key = !mixtral && fields.has("num_experts") ? "num_experts" : "num_local_experts";
+  moe.num_experts = fields.positive_integer(experts_key, mixtral ? 8 : 128);
+  if (moe.num_experts > kMostExperts)
+    fields.fail(experts_key, std::to_string(moe.num_experts) + " is beyond what finetune builds (at most " +
+                                 std::to_string(kMostExperts) + ")");
+  moe.num_experts_per_tok = fields.positive_integer("num_experts_per_tok", mixtral ? 2 : 8);
+  if (moe.num_experts_per_tok > moe.num_experts)
+    fields.fail("num_experts_per_tok", std::to_string(moe.num_experts_per_tok) + " is more than the " +
+                                           std::to_string(moe.num_experts) + " experts");
+  moe.moe_intermediate_size =
+      mixtral ? config.intermediate_size : fields.positive_integer("moe_intermediate_size", 768);
+  moe.norm_topk_prob = mixtral || fields.boolean("norm_topk_prob", false);
+  moe.routing_weights_in_model_dtype = !mixtral;
+  if (!mixtral) {
+    moe.decoder_sparse_step = fields.positive_integer("decoder_sparse_step", 1);
+    moe.mlp_only_layers = read_layer_list(fields, "mlp_only_layers", config.num_hidden_layers);
+  }
+  moe.router_aux_loss_coef = fields.number("router_aux_loss_coef", 0.001);
+  if (!std::isfinite(moe.router_aux_loss_coef) || moe.router_aux_loss_coef < 0)
+    fields.fail("router_aux_loss_coef", "expected a finite number >= 0");
+  moe.output_router_logits = fields.boolean("output_router_logits", false);
+  // Training-time noise on the router's input draws random numbers finetune does not replay.
+  if (mixtral && fields.number("router_jitter_noise", 0.0) != 0.0)
+    fields.fail("router_jitter_noise", "router jitter noise is not supported (only 0)");
+  return moe;
 }
 
 }  // namespace
@@ -434,21 +491,21 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
     const std::string activation = fields.string("hidden_act", "silu");
     if (activation != "silu") fields.fail("hidden_act", "activation \"" + activation + "\" is not supported (only silu)");
   }
-  config.rms_norm_eps = fields.number("rms_norm_eps", 1e-6);
+  config.rms_norm_eps = fields.number("rms_norm_eps", architecture.defaults.rms_norm_eps);
   if (config.rms_norm_eps <= 0) fields.fail("rms_norm_eps", "expected a number > 0");
   config.max_position_embeddings =
       fields.positive_integer("max_position_embeddings", architecture.defaults.max_position_embeddings);
   if (id == ArchitectureId::kGemma3) {
     read_gemma3_rope(fields, source, config);
   } else {
-    read_rope(fields, source, config);
+    read_rope(fields, source, config, architecture.defaults.rope_theta);
   }
   // Gemma ties by default (its config classes); a multimodal checkpoint may say it at the top.
   const bool tie_default = is_gemma(id) && top_fields.boolean("tie_word_embeddings", true);
   config.tie_word_embeddings = fields.boolean("tie_word_embeddings", tie_default);
 
   // Which projections carry a bias, as each modeling_*.py builds its layers.
-  if (id == ArchitectureId::kLlama || id == ArchitectureId::kQwen3 || is_gemma(id)) {
+  if (id == ArchitectureId::kLlama || id == ArchitectureId::kQwen3 || id == ArchitectureId::kQwen3Moe || is_gemma(id)) {
     config.attention_bias = config.attention_output_bias = fields.boolean("attention_bias", false);
   } else if (id == ArchitectureId::kQwen2) {
     config.attention_bias = true;  // q/k/v always biased, o_proj never
@@ -466,6 +523,7 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
   config.eos_token_ids = read_eos(fields, architecture);
   config.pad_token_id = fields.optional_integer("pad_token_id", is_gemma(id) ? std::optional<int64_t>(0) : std::nullopt);
   read_sliding_window(fields, architecture, config);
+  if (architecture.moe) config.moe = read_moe(fields, id, config);
   config.quantization = read_quantization(top_fields, source);
   config.raw = config_json;
   validate_model_config_bounds(config, source);
@@ -475,6 +533,13 @@ ModelConfig model_config_from_json(const json& config_json, const std::string& s
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
   return model_config_from_json(read_json_file(path, "is " + model_dir + " a Hugging Face model directory?"), path);
+}
+
+bool layer_is_sparse(const ModelConfig& config, int64_t layer) {
+  if (!config.moe) return false;
+  for (int64_t dense : config.moe->mlp_only_layers)
+    if (dense == layer) return false;
+  return (layer + 1) % config.moe->decoder_sparse_step == 0;
 }
 
 bool layer_is_sliding(const ModelConfig& config, int64_t layer) {
@@ -504,9 +569,16 @@ void validate_model_config_bounds(const ModelConfig& config, const std::string& 
   bound("num_key_value_heads", config.num_key_value_heads, 1024);
   bound("head_dim", config.head_dim, 4096);
   bound("max_position_embeddings", config.max_position_embeddings, int64_t{1} << 24);
+  double mlp = 3.0 * config.hidden_size * static_cast<double>(config.intermediate_size);
+  if (config.moe) {
+    bound("moe_intermediate_size", config.moe->moe_intermediate_size, int64_t{1} << 20);
+    mlp = std::max(mlp, static_cast<double>(config.moe->num_experts) *
+                            (3.0 * config.hidden_size * static_cast<double>(config.moe->moe_intermediate_size) +
+                             config.hidden_size));
+  }
   const double layer = 2.0 * config.hidden_size * config.head_dim *
                            static_cast<double>(config.num_attention_heads + config.num_key_value_heads) +
-                       3.0 * config.hidden_size * static_cast<double>(config.intermediate_size);
+                       mlp;
   const double parameters = static_cast<double>(config.num_hidden_layers) * layer +
                             2.0 * static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
   if (parameters > std::ldexp(1.0, 40)) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "finetune/lora/dora_adapter.h"
+#include "finetune/lora/expert_lora_adapter.h"
 #include "finetune/lora/lora_adapter.h"
 #include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
@@ -20,6 +21,69 @@ const std::string kPeftPrefix = "base_model.model.";
 
 std::string leaf_name(const std::string& module_name) {
   return module_name.substr(module_name.rfind('.') + 1);
+}
+
+// Adapters on the expert stacks config.target_parameters selects (PEFT's ParamWrapper,
+// expert_lora_adapter.h), drawn after the projections' from the same generator.
+void attach_expert_lora(CausalLM& model, const LoraConfig& config, at::Generator& generator) {
+  std::set<std::string> matched;
+  for (auto& [name, stack] : model.named_expert_stacks()) {
+    bool selected = false;
+    for (const auto& target : config.target_parameters) {
+      if (!target_parameter_matches(name, target)) continue;
+      selected = true;
+      matched.insert(target);
+    }
+    if (!selected) continue;
+    // PEFT's ParamWrapper refuses these too (lora.ParamWrapper does not work with ...).
+    if (config.lora_dropout > 0) throw UsageError("--target_parameters: LoRA on expert tensors takes no --lora_dropout");
+    if (config.use_dora) throw UsageError("--target_parameters: DoRA on expert tensors is not supported (nor by PEFT)");
+    const int64_t experts = stack->num_experts();
+    const int64_t smaller = std::min(stack->in_features(), stack->out_features());
+    if (config.r > smaller)
+      throw UsageError("--r: " + std::to_string(config.r) + " is larger than " + name + "'s smaller dimension (" +
+                       std::to_string(smaller) + "); use --r <= " + std::to_string(smaller));
+    auto adapter = std::make_shared<ExpertLoraAdapter>();
+    const double bound = 1.0 / std::sqrt(static_cast<double>(stack->in_features()));
+    auto lora_A = at::empty({config.r * experts, stack->in_features()}, at::TensorOptions().dtype(at::kFloat));
+    lora_A.uniform_(-bound, bound, generator);
+    adapter->lora_A = lora_A.to(model.device()).requires_grad_(true);
+    adapter->lora_B = at::zeros({stack->out_features(), config.r * experts},
+                                at::TensorOptions().dtype(at::kFloat).device(model.device()))
+                          .requires_grad_(true);
+    adapter->num_experts = experts;
+    adapter->scaling = lora_scaling(config);
+    stack->adapter = std::move(adapter);
+  }
+  for (const auto& target : config.target_parameters) {
+    if (matched.count(target) == 0) {
+      std::string valid;
+      for (const auto& [name, stack] : model.named_expert_stacks()) valid = name.substr(name.find(".mlp.") + 1);
+      throw UsageError("--target_parameters: '" + target + "' matches no expert tensor of " +
+                       model.config().architecture +
+                       (valid.empty() ? std::string(" (it has none)") : " (e.g. mlp.experts.gate_up_proj, mlp.experts.down_proj)"));
+    }
+  }
+}
+
+// The expert adapters' tensors with PEFT's names (Note in expert_lora_adapter.h on nesting).
+void add_expert_lora_parameters(const CausalLM& model, NamedTensors& out) {
+  std::vector<std::pair<std::string, const ExpertStack*>> module_stacks;  // one experts module's adapted stacks
+  std::string module;
+  const auto flush = [&]() {
+    for (size_t i = 0; i < module_stacks.size(); ++i) {
+      for (auto& [suffix, tensor] : module_stacks[i].second->adapter->named_parameters())
+        out.emplace_back(kPeftPrefix + module + "." + expert_adapter_prefix(i, module_stacks.size()) + suffix, tensor);
+    }
+    module_stacks.clear();
+  };
+  for (const auto& [name, stack] : model.named_expert_stacks()) {
+    const std::string owner = name.substr(0, name.rfind('.'));
+    if (owner != module) flush();
+    module = owner;
+    if (stack->adapter) module_stacks.emplace_back(name, stack);
+  }
+  flush();
 }
 
 }  // namespace
@@ -61,6 +125,7 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
       linear->adapter = std::make_unique<LoraAdapter>(std::move(lora));
     }
   }
+  attach_expert_lora(model, config, generator);
   for (const auto& target : targets) {
     if (matched.count(target) == 0) {
       throw UsageError("--target_modules: '" + target + "' matches no linear layer of " + model.config().architecture +
@@ -78,6 +143,7 @@ NamedTensors lora_parameters(const CausalLM& model) {
       out.emplace_back(kPeftPrefix + name + "." + suffix, tensor);
     }
   }
+  add_expert_lora_parameters(model, out);
   return out;
 }
 

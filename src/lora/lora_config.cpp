@@ -33,6 +33,8 @@ nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& 
           {"rank_pattern", nlohmann::json::object()},
           {"revision", nullptr},
           {"target_modules", config.target_modules},
+          {"target_parameters", config.target_parameters.empty() ? nlohmann::json(nullptr)
+                                                                  : nlohmann::json(config.target_parameters)},
           {"task_type", "CAUSAL_LM"},
           {"use_dora", config.use_dora},
           {"use_rslora", config.use_rslora}};
@@ -104,6 +106,15 @@ LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::
       throw Error(source + ": 'target_modules' must be a list of module names, got " + json_excerpt(*targets));
     }
     config.target_modules.push_back(target.get<std::string>());
+  }
+  const nlohmann::json* parameters = json_field(json, "target_parameters", source, kRoot);
+  if (parameters != nullptr && !parameters->is_null()) {
+    if (!parameters->is_array()) throw Error(source + ": 'target_parameters' must be a list of parameter names");
+    for (const auto& target : *parameters) {
+      if (!target.is_string())
+        throw Error(source + ": 'target_parameters' must be a list of parameter names, got " + json_excerpt(*parameters));
+      config.target_parameters.push_back(target.get<std::string>());
+    }
   }
   return config;
 }

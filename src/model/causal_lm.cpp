@@ -20,6 +20,19 @@ void add_linear(std::vector<std::pair<std::string, at::Tensor>>& out, const std:
   if (layer.bias.defined()) out.emplace_back(prefix + ".bias", layer.bias);
 }
 
+// A MoE layer's MLP tensors in HF's parameter order (Note [Expert tensors] in architecture.h).
+void add_moe_parameters(std::vector<std::pair<std::string, at::Tensor>>& out, const std::string& prefix,
+                        const MoeLayout& layout, const MoeLayer& moe) {
+  if (!moe.sparse) {
+    for (size_t m = 0; m < moe.dense_mlp.size(); ++m)
+      add_linear(out, prefix + layout.dense_mlp_modules[m].path, moe.dense_mlp[m]);
+    return;
+  }
+  out.emplace_back(prefix + layout.experts + ".gate_up_proj", moe.gate_up_proj.weight);
+  out.emplace_back(prefix + layout.experts + ".down_proj", moe.down_proj.weight);
+  out.emplace_back(prefix + layout.router + ".weight", moe.router);
+}
+
 // make(spec) for a full layer's attention ([0]) and a sliding layer's ([1]): what every layer of
 // that kind shares within one forward.
 template <typename Make>
@@ -38,6 +51,10 @@ CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, 
   embed_tokens_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     layers_.push_back(make_decoder_layer(*architecture_, config_, options, projections_4bit));
+    if (architecture_->moe) {
+      layers_.back().moe =
+          std::make_shared<MoeLayer>(make_moe_layer(*architecture_, config_, i, options, projections_4bit));
+    }
   }
   norm_ = at::empty({config_.hidden_size}, options);
   if (!config_.tie_word_embeddings) lm_head_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
@@ -64,6 +81,7 @@ std::vector<std::pair<std::string, at::Tensor>> CausalLM::named_parameters() con
         out.emplace_back(prefix + modules[m].path + ".weight", tensors.norm_weight);
       }
     }
+    if (const auto& moe = layers_[i].moe) add_moe_parameters(out, prefix, *architecture_->moe, *moe);
   }
   out.emplace_back(architecture_->final_norm, norm_);
   if (lm_head_.defined()) out.emplace_back(architecture_->lm_head, lm_head_);
@@ -78,7 +96,30 @@ std::vector<std::pair<std::string, const Linear*>> CausalLM::named_linears() con
     for (size_t m = 0; m < modules.size(); ++m) {
       if (modules[m].is_projection()) out.emplace_back(prefix + modules[m].path, &layers_[i].modules[m].projection);
     }
+    if (const auto& moe = layers_[i].moe) {
+      for (size_t m = 0; m < moe->dense_mlp.size(); ++m)
+        out.emplace_back(prefix + architecture_->moe->dense_mlp_modules[m].path, &moe->dense_mlp[m]);
+    }
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, const ExpertStack*>> CausalLM::named_expert_stacks() const {
+  std::vector<std::pair<std::string, const ExpertStack*>> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& moe = layers_[i].moe;
+    if (!moe || !moe->sparse) continue;
+    const std::string experts = architecture_->layer_prefix + std::to_string(i) + "." + architecture_->moe->experts;
+    out.emplace_back(experts + ".gate_up_proj", &moe->gate_up_proj);
+    out.emplace_back(experts + ".down_proj", &moe->down_proj);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, ExpertStack*>> CausalLM::named_expert_stacks() {
+  std::vector<std::pair<std::string, ExpertStack*>> out;
+  for (auto& [name, stack] : std::as_const(*this).named_expert_stacks())
+    out.emplace_back(name, const_cast<ExpertStack*>(stack));
   return out;
 }
 
@@ -94,8 +135,10 @@ at::Tensor CausalLM::embed(const at::Tensor& input_ids) const {
 }
 
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
-                                   const AttentionKernel& kernel, bool training) const {
-  const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset};
+                                   const AttentionKernel& kernel, bool training,
+                                   std::vector<at::Tensor>* router_logits) const {
+  const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset,
+                             router_logits};
   return composition_->layer(layer, hidden, context);
 }
 
@@ -242,6 +285,9 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
   // One kernel per kind of layer (full, sliding), built once for every layer of its kind.
   const auto kernels = per_layer_kind(config_, [&](const AttentionSpec& spec) { return attention_kernel(mask, spec, input_ids.size(1)); });
   const bool checkpoint = options.gradient_checkpointing && options.training && at::GradMode::is_enabled();
+  if (checkpoint && options.router_logits)
+    throw Error("the router load-balancing loss (output_router_logits) needs the router logits of the forward; "
+                "gradient checkpointing would recompute them in backward: turn one of them off");
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
   // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
   const bool layers_draw_random = checkpoint && adapters_draw_random_numbers();
@@ -259,7 +305,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
           },
           hidden, layers_draw_random);
     } else {
-      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training);
+      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training, options.router_logits);
     }
   }
   return final_norm(hidden);
@@ -276,6 +322,7 @@ bool CausalLM::cuda_graph_safe() const {
   if (projections_4bit_) return false;
   // Soft-capped attention walks the samples' lengths on the host (Note [Soft-capped attention]).
   if (config_.attn_logit_softcapping) return false;
+  if (architecture_->moe) return false;  // expert routing has not been verified under capture on a GPU
   for (const auto& [name, linear] : named_linears()) {
     if (linear->adapter && !linear->adapter->cuda_graph_safe()) return false;
   }
@@ -305,7 +352,7 @@ int64_t CausalLM::parameter_count() const {
   for (const auto& [name, linear] : named_linears()) {
     if (linear->is_4bit()) count += linear->in_features() * linear->out_features();
   }
-  return count;
+  return count;  // expert stacks are dense: named_parameters counted them
 }
 
 }  // namespace finetune

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "finetune/model/moe_block.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -21,6 +22,14 @@ at::Tensor gemma_layer(const DecoderLayer& layer, const at::Tensor& hidden, cons
   auto h = hidden + norm_block(layer, ModuleRole::kAttentionOutputNorm, attention, context);
   auto mlp = geglu_mlp_block(layer, norm_block(layer, ModuleRole::kMlpInputNorm, h, context), context);
   return h + norm_block(layer, ModuleRole::kMlpOutputNorm, mlp, context);
+}
+
+// Qwen3-MoE and Mixtral: Llama's pre-norm residual attention, then a pre-norm residual
+// mixture-of-experts MLP (a dense SwiGLU one in Qwen3-MoE's mlp_only layers), moe_block.h.
+at::Tensor moe_layer(const DecoderLayer& layer, const at::Tensor& hidden, const LayerContext& context) {
+  auto h = hidden + attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context);
+  const auto x = norm_block(layer, ModuleRole::kMlpInputNorm, h, context);
+  return h + moe_mlp_forward(*layer.moe, x, context.config, context.kernels, context.training, context.router_logits);
 }
 
 // Gemma's scaled word embedding: the lookup times sqrt(hidden_size), a scalar first rounded to
@@ -45,6 +54,9 @@ const DecoderComposition kPhi3{llama_layer};
 // Gemma-2's attention soft-cap, scale and alternating windows are the attention kernel's; Gemma-3's
 // local RoPE base is the model's (causal_lm.cpp).
 const DecoderComposition kGemma{gemma_layer, gemma_scale_embeddings, gemma_final_logit_softcapping};
+// Qwen3-MoE's q/k norms are attention_block's (the table lists them); Mixtral's window is the
+// attention kernel's, as Mistral's.
+const DecoderComposition kMoe{moe_layer};
 
 }  // namespace
 
@@ -57,6 +69,8 @@ const DecoderComposition& decoder_composition(ArchitectureId id) {
     case ArchitectureId::kPhi3: return kPhi3;
     case ArchitectureId::kGemma2:
     case ArchitectureId::kGemma3: return kGemma;
+    case ArchitectureId::kQwen3Moe:
+    case ArchitectureId::kMixtral: return kMoe;
   }
   throw Error("decoder_composition: unknown architecture id " + std::to_string(static_cast<int>(id)));
 }

@@ -14,6 +14,7 @@ nlohmann::json metrics_json(const StepMetrics& m) {
                          {"tokens_per_s", m.tokens_per_s}, {"elapsed_s", m.elapsed_s},
                          {"rank_imbalance", m.rank_imbalance}};
   if (m.eval_loss) json["eval_loss"] = *m.eval_loss;
+  if (m.aux_loss) json["aux_loss"] = *m.aux_loss;
   return json;
 }
 

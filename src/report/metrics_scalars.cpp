@@ -23,6 +23,7 @@ std::vector<ScalarValue> step_scalars(const StepMetrics& m) {
       {tensorboard_tag("rank_imbalance"), m.rank_imbalance},
   };
   if (m.eval_loss) scalars.push_back({tensorboard_tag("eval_loss"), *m.eval_loss});
+  if (m.aux_loss) scalars.push_back({tensorboard_tag("aux_loss"), *m.aux_loss});
   return scalars;
 }
 

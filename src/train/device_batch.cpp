@@ -1,5 +1,7 @@
 #include "finetune/train/device_batch.h"
 
+#include <algorithm>
+
 namespace finetune {
 namespace {
 
@@ -40,6 +42,13 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLa
   const auto count = static_cast<int64_t>(positions.size());
   out.target_positions = host_tensor(positions, 1, count, device).view({count});
   out.target_ids = host_tensor(targets, 1, count, device).view({count});
+  std::vector<float> real(static_cast<size_t>(batch.rows * batch.seq_len), 0.f);
+  for (int64_t row = 0; row < batch.rows; ++row) {
+    int64_t length = 0;
+    for (int64_t sample : batch.sample_lengths[static_cast<size_t>(row)]) length += sample;
+    std::fill_n(real.begin() + row * batch.seq_len, length, 1.f);
+  }
+  out.real_token_mask = at::tensor(real, at::TensorOptions().dtype(at::kFloat)).to(device);
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
   return out;

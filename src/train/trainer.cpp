@@ -179,6 +179,12 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   const StepOutcome outcome = update_parameters();
   communicator_.all_reduce(loss_sum, "loss of " + step_name(step));
   window_.add_step(loss_sum / counts[0], counts[1], counts.narrow(0, kRankTokensOffset, communicator_.world_size()));
+  if (objective_.adds_auxiliary_loss(model_, forward_options_)) {  // Note [Router load-balancing loss]
+    auto aux_sum = objective_.take_auxiliary_loss_sum();
+    if (!aux_sum.defined()) aux_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+    communicator_.all_reduce(aux_sum, "auxiliary loss of " + step_name(step));
+    window_.add_auxiliary_loss(aux_sum / counts[0]);
+  }
   return outcome;
 }
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "finetune/io/safetensors.h"
+#include "finetune/model/moe_names.h"
 #include "finetune/weights/projection_weights_4bit.h"
 #include "finetune/weights/tensor_io.h"
 #include "finetune/util/errors.h"
@@ -36,9 +37,13 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
   std::set<std::string> expected;
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.named_parameters()) {
-    const std::string stored = checkpoint_tensor_name(architecture, files, name);
-    expected.insert(stored);
-    parameter.copy_(weight_view(files, stored, parameter.sizes()));
+    // A MoE model's expert stacks come from one checkpoint tensor per expert (Note [Expert tensors]).
+    for (const auto& piece : checkpoint_pieces(architecture, model.config(), name)) {
+      const std::string stored = checkpoint_tensor_name(architecture, files, piece.name);
+      expected.insert(stored);
+      auto target = piece.expert < 0 ? parameter : parameter[piece.expert].narrow(0, piece.row_begin, piece.rows);
+      target.copy_(weight_view(files, stored, target.sizes()));
+    }
   }
   if (model.projections_4bit()) load_projections_4bit(model, files, expected);
   const std::string tied_lm_head = checkpoint_tensor_name(architecture, files, architecture.lm_head);

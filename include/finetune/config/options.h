@@ -44,6 +44,8 @@ struct Options {
   bool use_rslora = false;
   bool use_dora = false;             // DoRA adapters (PEFT's use_dora)
   std::vector<std::string> target_modules = projection_names();
+  // PEFT's target_parameters: a MoE model's expert stacks (mlp.experts.gate_up_proj, mlp.experts.down_proj).
+  std::vector<std::string> target_parameters;
   std::string init_adapter;          // existing PEFT adapter dir to start from
 
   // --- training

@@ -1,6 +1,6 @@
 // config.json -> ModelConfig for the decoder families of the architecture table
 // (model/architecture.h: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
-// Phi3ForCausalLM),
+// Phi3ForCausalLM, Gemma, Qwen3MoeForCausalLM, MixtralForCausalLM),
 // dispatched on architectures[0] (or model_type when no class is named).
 // Reads both the transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype) and the 5.x one
 // (rope_parameters, dtype). Anything we would compute differently from transformers (an unknown
@@ -38,6 +38,23 @@ struct Bnb4bitQuantization {
   bool use_double_quant = false;         // bnb_4bit_use_double_quant
   std::string compute_dtype = "float32";  // bnb_4bit_compute_dtype
   std::vector<std::string> skip_modules;  // llm_int8_skip_modules: kept in 16-bit
+};
+
+// A mixture-of-experts decoder's routing (Qwen3MoeConfig, MixtralConfig): which layers are sparse,
+// how many experts each token reaches and how their outputs are weighted, and the router's
+// load-balancing loss (model/moe_block.h).
+struct MoeConfig {
+  int64_t num_experts = 0;            // Qwen3-MoE num_experts (saved as num_local_experts); Mixtral num_local_experts
+  int64_t num_experts_per_tok = 0;    // top-k
+  int64_t moe_intermediate_size = 0;  // each expert's width (Mixtral: intermediate_size)
+  bool norm_topk_prob = false;        // renormalise the top-k probabilities to sum to 1 (Mixtral: always)
+  // Qwen3-MoE casts the top-k weights to the router logits' dtype before weighting the experts;
+  // Mixtral keeps them in fp32 (the product is promoted, then cast back).
+  bool routing_weights_in_model_dtype = false;
+  int64_t decoder_sparse_step = 1;     // layer i is sparse when (i + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here (those run a dense MLP of intermediate_size)
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;  // add router_aux_loss_coef * load-balancing loss to the training loss
 };
 
 struct ModelConfig {
@@ -80,6 +97,7 @@ struct ModelConfig {
   // Gemma-3: the RoPE base of sliding layers (rope_parameters.sliding_attention.rope_theta, v4's
   // rope_local_base_freq), with default (unscaled) RoPE; empty: every layer uses rope_theta/rope_scaling.
   std::optional<double> rope_local_base_freq;
+  std::optional<MoeConfig> moe;     // Qwen3-MoE, Mixtral; empty for dense architectures
   std::optional<Bnb4bitQuantization> quantization;  // a pre-quantized 4-bit checkpoint
   nlohmann::json raw;           // the original config.json, re-written on merged export
 };
@@ -87,6 +105,9 @@ struct ModelConfig {
 
 // Whether layer `layer` attends within config.sliding_window only.
 bool layer_is_sliding(const ModelConfig& config, int64_t layer);
+
+// Whether layer `layer` routes its tokens to experts (a MoE config's sparse layers); false for dense models.
+bool layer_is_sparse(const ModelConfig& config, int64_t layer);
 
 // `source` names the file in error messages.
 ModelConfig model_config_from_json(const nlohmann::json& json, const std::string& source);

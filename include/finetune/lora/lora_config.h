@@ -16,6 +16,9 @@ struct LoraConfig {
   bool use_rslora = false;
   bool use_dora = false;  // DoRA (dora_adapter.h) instead of plain LoRA
   std::vector<std::string> target_modules;  // leaf module names: q_proj, k_proj, ...
+  // PEFT's target_parameters: expert stacks by name or name suffix (mlp.experts.gate_up_proj),
+  // lora/expert_lora_adapter.h.
+  std::vector<std::string> target_parameters;
   std::string bias = "none";
   // Where the adapter was trained (adapter_config.json's base_model_name_or_path; "" if unknown).
   std::string base_model_name_or_path;

@@ -25,7 +25,7 @@
 
 namespace finetune {
 
-enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral, kPhi3, kGemma2, kGemma3 };
+enum class ArchitectureId { kLlama, kQwen2, kQwen3, kMistral, kPhi3, kGemma2, kGemma3, kQwen3Moe, kMixtral };
 
 // What a module of a decoder layer does, whatever its architecture calls it.
 enum class ModuleRole {
@@ -70,6 +70,26 @@ struct ConfigDefaults {
   int64_t max_position_embeddings;
   std::optional<int64_t> bos_token_id;
   std::optional<int64_t> eos_token_id;
+  double rope_theta = 10000.0;  // when config.json gives none (Mixtral's default_theta: 1e6)
+  double rms_norm_eps = 1e-6;   // Mixtral: 1e-5
+};
+
+// Note [Expert tensors]
+// A sparse (mixture-of-experts) layer of transformers 5.17 holds a router (mlp.gate.weight, (E, C))
+// and its experts as two 3-D parameters, mlp.experts.gate_up_proj (E, 2I, C: gate rows, then up
+// rows) and mlp.experts.down_proj (E, C, I); those are the model's names, which PEFT's
+// target_parameters and adapter names follow. The checkpoint keeps one tensor per expert and
+// projection (Qwen3-MoE: mlp.experts.E.gate_proj.weight; Mixtral: block_sparse_moe.experts.E.w1
+// for gate, w3 for up, w2 for down, and block_sparse_moe.gate.weight), which transformers' loader
+// stacks and save_pretrained splits again: so do weight loading and merged export here
+// (model/moe_block.h names both spellings).
+struct MoeLayout {
+  std::string router = "mlp.gate";      // the router's module; its weight is <router>.weight
+  std::string experts = "mlp.experts";  // the module holding gate_up_proj and down_proj
+  std::string checkpoint_block;         // the checkpoint's module for both: "mlp" | "block_sparse_moe"
+  std::string checkpoint_gate, checkpoint_up, checkpoint_down;  // per-expert leaf names
+  // Qwen3-MoE's dense layers (mlp_only_layers, decoder_sparse_step): a SwiGLU MLP of intermediate_size.
+  std::vector<LayerModule> dense_mlp_modules;
 };
 
 struct Architecture {
@@ -94,6 +114,8 @@ struct Architecture {
   // prefixes of checkpoint tensors that are not part of the text model (its vision tower).
   std::vector<std::pair<std::string, std::string>> checkpoint_prefix_aliases = {};
   std::vector<std::string> ignored_checkpoint_prefixes = {};
+  // Mixture-of-experts architectures: the sparse block's tensors (Note [Expert tensors]).
+  std::optional<MoeLayout> moe = std::nullopt;
 };
 
 // Llama's layer, which Qwen2, Qwen3 and Mistral share (Qwen3 adds q/k norms).
@@ -181,6 +203,50 @@ inline Architecture gemma3_multimodal_architecture() {
   return architecture;
 }
 
+// A MoE layer's modules besides its MLP (model/moe_block.h owns that): Llama's attention (with
+// Qwen3's q/k norms when asked) and its two norms, in HF's parameter order.
+inline std::vector<LayerModule> moe_layer_modules(bool qk_norm) {
+  using R = ModuleRole;
+  std::vector<LayerModule> modules;
+  for (auto& module : llama_layer_modules(qk_norm)) {
+    const auto role = module.roles.front();
+    if (role != R::kGate && role != R::kUp && role != R::kDown) modules.push_back(std::move(module));
+  }
+  return modules;
+}
+
+// Qwen3MoeForCausalLM: Qwen3's attention, sparse layers of num_experts experts (transformers'
+// Qwen3MoeConfig defaults), dense layers where mlp_only_layers / decoder_sparse_step say.
+inline Architecture qwen3_moe_architecture() {
+  Architecture architecture{ArchitectureId::kQwen3Moe, {"Qwen3MoeForCausalLM"}, "qwen3_moe",
+                            {4, 0, 32768, std::nullopt, std::nullopt}, moe_layer_modules(true), "", false};
+  MoeLayout moe;
+  moe.checkpoint_block = "mlp";
+  moe.checkpoint_gate = "gate_proj";
+  moe.checkpoint_up = "up_proj";
+  moe.checkpoint_down = "down_proj";
+  for (const auto& module : llama_layer_modules(false)) {
+    const auto role = module.roles.front();
+    if (role == ModuleRole::kGate || role == ModuleRole::kUp || role == ModuleRole::kDown)
+      moe.dense_mlp_modules.push_back(module);
+  }
+  architecture.moe = moe;
+  return architecture;
+}
+
+// MixtralForCausalLM: Mistral's attention, every layer sparse (experts of intermediate_size).
+inline Architecture mixtral_architecture() {
+  Architecture architecture{ArchitectureId::kMixtral, {"MixtralForCausalLM"}, "mixtral",
+                            {8, 0, 131072, 1, 2, 1000000.0, 1e-5}, moe_layer_modules(false), "", false};
+  MoeLayout moe;
+  moe.checkpoint_block = "block_sparse_moe";
+  moe.checkpoint_gate = "w1";
+  moe.checkpoint_up = "w3";
+  moe.checkpoint_down = "w2";
+  architecture.moe = moe;
+  return architecture;
+}
+
 inline const std::vector<Architecture>& architectures() {
   using A = ArchitectureId;
   static const std::vector<Architecture> table = {
@@ -195,6 +261,9 @@ inline const std::vector<Architecture>& architectures() {
       gemma_architecture(A::kGemma2, {"Gemma2ForCausalLM"}, "gemma2", 8192, false),
       gemma_architecture(A::kGemma3, {"Gemma3ForCausalLM"}, "gemma3_text", 131072, true),
       gemma3_multimodal_architecture(),
+      // GGUF: none yet (llama.cpp's qwen3moe / llama-with-experts layouts: ffn_gate_inp, ffn_*_exps).
+      qwen3_moe_architecture(),
+      mixtral_architecture(),
   };
   return table;
 }
@@ -241,6 +310,8 @@ inline std::vector<std::string> lora_target_names(const Architecture& architectu
   std::vector<std::string> names;
   for (const auto& module : architecture.layer_modules)
     if (module.is_projection()) names.push_back(module.leaf_name());
+  if (architecture.moe)
+    for (const auto& module : architecture.moe->dense_mlp_modules) names.push_back(module.leaf_name());
   return names;
 }
 

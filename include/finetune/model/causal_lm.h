@@ -25,6 +25,7 @@
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/kv_cache.h"
 #include "finetune/model/linear.h"
+#include "finetune/model/moe_block.h"
 #include "finetune/model/rope.h"
 
 namespace finetune {
@@ -39,6 +40,10 @@ struct OutputHead {
 struct ForwardOptions {
   bool training = false;
   bool gradient_checkpointing = false;
+  // A mixture-of-experts model's sparse layers append their router logits (B*T, E) here, in layer
+  // order (the load-balancing loss reads them, moe_block.h). Not with gradient_checkpointing: the
+  // recompute would run the routers again in backward.
+  std::vector<at::Tensor>* router_logits = nullptr;
 };
 
 class CausalLM {
@@ -62,6 +67,10 @@ class CausalLM {
   // Every projection that can take an adapter, named like HF (model.layers.0.self_attn.q_proj).
   std::vector<std::pair<std::string, Linear*>> named_linears();
   std::vector<std::pair<std::string, const Linear*>> named_linears() const;
+  // A mixture-of-experts model's expert stacks, named like HF (model.layers.0.mlp.experts.gate_up_proj),
+  // in layer order, gate_up_proj before down_proj; empty for dense models.
+  std::vector<std::pair<std::string, ExpertStack*>> named_expert_stacks();
+  std::vector<std::pair<std::string, const ExpertStack*>> named_expert_stacks() const;
 
   // input_ids, position_ids: (B, T) int64 -> final hidden states (B, T, C) in the model dtype.
   at::Tensor forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -106,7 +115,8 @@ class CausalLM {
   // The final RMSNorm (Gemma's (1 + w) form where the table says so): (..., C) -> (..., C).
   at::Tensor final_norm(const at::Tensor& hidden) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
-                           const AttentionKernel& kernel, bool training) const;
+                           const AttentionKernel& kernel, bool training,
+                           std::vector<at::Tensor>* router_logits = nullptr) const;
 
   ModelConfig config_;
   const Architecture* architecture_;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -25,9 +26,13 @@ struct LayerModuleTensors {
   Linear projection;       // weight undefined for a norm
 };
 
-// One decoder layer: one entry per module of its architecture's layer_modules, in that order.
+struct MoeLayer;  // model/moe_block.h
+
+// One decoder layer: one entry per module of its architecture's layer_modules, in that order,
+// and a mixture-of-experts architecture's MLP (sparse or dense; null for other architectures).
 struct DecoderLayer {
   std::vector<LayerModuleTensors> modules;
+  std::shared_ptr<MoeLayer> moe;
 };
 
 // Where each role lives in a DecoderLayer, resolved once per model from the table.
@@ -63,6 +68,7 @@ struct LayerContext {
   const AttentionKernel& attention_kernel;
   bool training;
   bool unit_offset_norms = false;  // Architecture::rms_norm_unit_offset: norms scale by (1 + weight)
+  std::vector<at::Tensor>* router_logits = nullptr;  // where sparse layers append their router logits, when asked
 };
 
 // RMSNorm by the weight of `role` (Gemma's (1 + weight) form under unit_offset_norms): x (..., C) -> (..., C).

@@ -35,6 +35,9 @@ struct StepMetrics {
   double elapsed_s = 0;
   double rank_imbalance = 1.0;
   std::optional<double> eval_loss;
+  // A MoE router's load-balancing loss over the window (Note [Router load-balancing loss] in
+  // train/objective.h), without its coefficient; loss includes coefficient x this.
+  std::optional<double> aux_loss;
 };
 
 std::string metrics_json_line(const StepMetrics& metrics);

@@ -31,6 +31,7 @@ struct DeviceBatch {
   // found on the host, so the loss needs no device->host sync to locate them.
   at::Tensor target_positions;  // (N) int64
   at::Tensor target_ids;        // (N) int64
+  at::Tensor real_token_mask;   // (B*T) fp32: 1 at a sample's tokens, 0 at padding (HF's attention_mask, flat)
   int64_t trainable_tokens = 0;
   int64_t real_tokens = 0;
 

@@ -25,6 +25,7 @@ struct MicroBatchInputs {
   at::Tensor position_ids;  // (B, T) int64
   AttentionMask mask;
   TokenTargets targets;     // the trained positions (Note [Next-token targets] in data/sample.h)
+  at::Tensor token_mask;    // (B*T) fp32, 1 at real tokens; undefined: every position is one
 };
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch);
 
@@ -41,11 +42,26 @@ class Objective {
   // Whether loss_sum may be captured into a CUDA graph and replayed: no host synchronisation and
   // no host-side decision on device values inside it.
   virtual bool graph_capturable() const = 0;
+  // The auxiliary terms loss_sum added since the last call (a MoE router's load-balancing loss,
+  // Note [Router load-balancing loss]), detached fp64 device scalar summed like loss_sum;
+  // undefined when the objective adds none. Reading it starts the next sum.
+  virtual at::Tensor take_auxiliary_loss_sum() const { return {}; }
+  // Whether loss_sum adds auxiliary terms for this model and forward (the same on every rank).
+  virtual bool adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const { return false; }
 };
 
 // Supervised fine-tuning: token cross-entropy over the trained positions (transformers'
 // ForCausalLMLoss through the fused LM head, train/loss.h), normalised by the step's global count
 // of trained tokens. Row weights in the targets (a graph's filler rows) are honoured.
+//
+// Note [Router load-balancing loss]
+// A mixture-of-experts model whose config.json sets output_router_logits adds, in training,
+// router_aux_loss_coef x transformers' load_balancing_loss_func over the micro-batch's sparse
+// layers (model/moe_block.h; padding excluded, as transformers with the attention_mask). Each
+// micro-batch's term is weighted by its trained tokens before the step's token normalisation, so
+// the step adds the token-weighted mean of its micro-batches' terms (with one micro-batch per
+// step, transformers' loss + coef * aux_loss exactly). metrics.jsonl reports that mean, without
+// the coefficient, as aux_loss; loss includes coef x aux_loss, as transformers' loss does.
 class CausalLmObjective final : public Objective {
  public:
   std::string name() const override { return "causal_lm"; }
@@ -53,6 +69,11 @@ class CausalLmObjective final : public Objective {
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                       const ForwardOptions& forward) const override;
   bool graph_capturable() const override { return true; }
+  at::Tensor take_auxiliary_loss_sum() const override;
+  bool adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const override;
+
+ private:
+  mutable at::Tensor auxiliary_loss_sum_;  // the load-balancing terms x trained tokens since the last take
 };
 
 }  // namespace finetune

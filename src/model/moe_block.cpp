@@ -1,0 +1,169 @@
+#include "finetune/model/moe_block.h"
+
+#include "finetune/model/fused_kernels.h"
+#include "finetune/util/errors.h"
+
+namespace finetune {
+namespace {
+
+// Note [Grouped expert GEMMs]: _grouped_mm runs bf16 on the GPU, with every row stride a multiple
+// of 16 bytes (8 bf16 values) in both operands (an adapter's rank included).
+bool grouped_mm_applies(const at::Tensor& rows, const ExpertStack& stack) {
+  bool aligned = stack.in_features() % 8 == 0 && stack.out_features() % 8 == 0;
+  if (stack.adapter) aligned = aligned && stack.adapter->factors().a.size(1) % 8 == 0;
+  return rows.is_cuda() && rows.scalar_type() == at::kBFloat16 && stack.weight.scalar_type() == at::kBFloat16 &&
+         aligned;
+}
+
+// rows (M, in) sorted by expert, `offsets` (E) int32 cumulative counts -> rows_e W_e^T (+ the
+// adapter's update) (M, out), one grouped GEMM per operand.
+at::Tensor grouped_stack_forward(const ExpertStack& stack, const at::Tensor& rows, const at::Tensor& offsets) {
+  auto out = at::_grouped_mm(rows, stack.weight.transpose(1, 2), offsets);  // (M, out)
+  if (!stack.adapter) return out;
+  const auto factors = stack.adapter->factors();
+  // PEFT folds the update into the bf16 weight (get_delta_factors casts both factors to it).
+  const auto a = factors.a.to(at::kBFloat16);                                   // (E, r, in)
+  const auto b = factors.b.to(at::kBFloat16).contiguous();                      // (E, out, r)
+  const auto low = at::_grouped_mm(rows, a.transpose(1, 2), offsets);           // (M, r)
+  return out + at::_grouped_mm(low, b.transpose(1, 2), offsets) * factors.scaling;  // (M, out)
+}
+
+// rows (n, in) of expert e -> (n, out): its base GEMM plus the adapter's update, the update in the
+// adapter's dtype and the sum cast back (as dense LoRA, lora/lora_adapter.h).
+at::Tensor expert_forward(const ExpertStack& stack, int64_t expert, const at::Tensor& rows) {
+  auto out = at::linear(rows, stack.weight[expert]);  // (n, out)
+  if (!stack.adapter) return out;
+  const auto factors = stack.adapter->factors();
+  const auto input = rows.to(factors.a.scalar_type());
+  const auto delta = at::linear(at::linear(input, factors.a[expert]), factors.b[expert]) * factors.scaling;
+  return (out + delta).to(out.scalar_type());
+}
+
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, const KernelPolicy& kernels) {
+  return kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+}
+
+// rows (M, C) sorted by expert, `counts` (E) int64 -> each row through its expert's SwiGLU MLP (M, C).
+at::Tensor expert_mlps(const MoeLayer& layer, const at::Tensor& rows, const at::Tensor& counts,
+                       const KernelPolicy& kernels) {
+  const int64_t width = layer.down_proj.in_features();
+  if (grouped_mm_applies(rows, layer.gate_up_proj) && grouped_mm_applies(rows, layer.down_proj)) {
+    const auto offsets = counts.cumsum(0).to(at::kInt);  // (E) int32, on the device
+    const auto gate_up = grouped_stack_forward(layer.gate_up_proj, rows, offsets);  // (M, 2I)
+    const auto activation = swiglu(gate_up.narrow(1, 0, width).contiguous(),
+                                   gate_up.narrow(1, width, width).contiguous(), kernels);
+    return grouped_stack_forward(layer.down_proj, activation, offsets);  // (M, C)
+  }
+  const auto host_counts = counts.to(at::kCPU);
+  const auto* count = host_counts.data_ptr<int64_t>();
+  std::vector<at::Tensor> outputs;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < host_counts.size(0); ++e) {
+    if (count[e] == 0) continue;
+    const auto expert_rows = rows.narrow(0, begin, count[e]);                 // (n, C)
+    const auto gate_up = expert_forward(layer.gate_up_proj, e, expert_rows);  // (n, 2I)
+    const auto gate_and_up = gate_up.chunk(2, -1);
+    const auto activation = swiglu(gate_and_up[0].contiguous(), gate_and_up[1].contiguous(), kernels);
+    outputs.push_back(expert_forward(layer.down_proj, e, activation));  // (n, C)
+    begin += count[e];
+  }
+  if (outputs.empty()) return at::zeros({0, layer.down_proj.out_features()}, rows.options());
+  return at::cat(outputs, 0);
+}
+
+at::Tensor dense_mlp_forward(const MoeLayer& layer, const at::Tensor& x, const KernelPolicy& kernels, bool training) {
+  const auto gate = linear_forward(layer.dense_mlp[0], x, training);
+  const auto up = linear_forward(layer.dense_mlp[1], x, training);
+  return linear_forward(layer.dense_mlp[2], swiglu(gate, up, kernels), training);
+}
+
+}  // namespace
+
+at::Tensor ExpertStack::merged_weight() const {
+  if (!adapter) return weight;
+  const auto factors = adapter->factors();
+  const auto delta = at::bmm(factors.b, factors.a) * factors.scaling;  // (E, out, in) in the adapter's dtype
+  return (weight.to(at::kFloat) + delta.to(at::kFloat)).to(weight.scalar_type());
+}
+
+MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& config, int64_t layer,
+                        const at::TensorOptions& options, bool projections_4bit) {
+  if (!architecture.moe || !config.moe) throw Error("make_moe_layer: " + config.architecture + " has no experts");
+  const MoeConfig& moe = *config.moe;
+  MoeLayer out;
+  out.sparse = layer_is_sparse(config, layer);
+  if (out.sparse) {
+    const int64_t width = moe.moe_intermediate_size;
+    out.router = at::empty({moe.num_experts, config.hidden_size}, options);
+    out.gate_up_proj.weight = at::empty({moe.num_experts, 2 * width, config.hidden_size}, options);
+    out.down_proj.weight = at::empty({moe.num_experts, config.hidden_size, width}, options);
+    return out;
+  }
+  for (const auto& module : architecture.moe->dense_mlp_modules) {
+    Linear linear;
+    linear.compute_dtype = c10::typeMetaToScalarType(options.dtype());
+    linear.weight = at::empty(layer_module_weight_shape(module, config),
+                              projections_4bit ? options.device(at::kMeta) : options);
+    out.dense_mlp.push_back(std::move(linear));
+  }
+  if (out.dense_mlp.size() != 3) throw Error(config.architecture + ": a dense layer needs gate, up and down projections");
+  return out;
+}
+
+Routing route_tokens(const at::Tensor& router, const at::Tensor& x, const MoeConfig& config) {
+  Routing routing;
+  routing.logits = at::linear(x, router);                             // (N, E)
+  const auto probabilities = at::softmax(routing.logits, -1, at::kFloat);  // (N, E) fp32
+  auto [weights, experts] = at::topk(probabilities, config.num_experts_per_tok, -1);  // (N, k)
+  if (config.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  if (config.routing_weights_in_model_dtype) weights = weights.to(routing.logits.scalar_type());
+  routing.weights = weights;
+  routing.experts = experts;
+  return routing;
+}
+
+at::Tensor experts_forward(const MoeLayer& layer, const at::Tensor& x, const Routing& routing, const MoeConfig& config,
+                           const KernelPolicy& kernels) {
+  const int64_t top_k = routing.experts.size(1);
+  const auto flat_experts = routing.experts.reshape({-1});                     // (N*k)
+  const auto order = at::argsort(flat_experts, /*stable=*/true);               // (N*k): assignments by expert
+  const auto tokens = at::div(order, top_k, "floor");                          // (N*k): each sorted row's token
+  // Rows per expert (E), without the host sync bincount's output sizing would cost on the GPU.
+  const auto counts = at::zeros({config.num_experts}, flat_experts.options())
+                          .scatter_add(0, flat_experts, at::ones_like(flat_experts));
+  const auto rows = x.index_select(0, tokens);                                 // (N*k, C)
+  const auto outputs = expert_mlps(layer, rows, counts, kernels);              // (N*k, C)
+  const auto weights = routing.weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // (N*k, 1)
+  const auto weighted = (outputs * weights).to(x.scalar_type());
+  return at::zeros_like(x).index_add(0, tokens, weighted);  // (N, C)
+}
+
+at::Tensor moe_mlp_forward(const MoeLayer& layer, const at::Tensor& x, const ModelConfig& config,
+                           const KernelPolicy& kernels, bool training, std::vector<at::Tensor>* router_logits) {
+  if (!layer.sparse) return dense_mlp_forward(layer, x, kernels, training);
+  const auto flat = x.reshape({-1, x.size(-1)});  // (N, C)
+  const auto routing = route_tokens(layer.router, flat, *config.moe);
+  if (router_logits) router_logits->push_back(routing.logits);
+  return experts_forward(layer, flat, routing, *config.moe, kernels).view(x.sizes());
+}
+
+at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
+                               const at::Tensor& row_mask) {
+  if (router_logits.empty()) throw Error("load_balancing_loss: no router logits (no sparse layer ran)");
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(router_logits.front().device());
+  auto tokens_per_expert = at::zeros({num_experts}, options);
+  auto probability_per_expert = at::zeros({num_experts}, options);
+  auto rows = at::zeros({}, options);
+  for (const auto& logits : router_logits) {
+    const auto probabilities = at::softmax(logits, -1);  // (N, E) in the logits' dtype, as transformers
+    const auto chosen = std::get<1>(at::topk(probabilities, top_k, -1)).reshape({-1});  // (N*k)
+    const auto mask = row_mask.defined() ? row_mask.to(options) : at::ones({logits.size(0)}, options);  // (N)
+    tokens_per_expert = tokens_per_expert + at::zeros({num_experts}, options)
+                                                .scatter_add(0, chosen, mask.repeat_interleave(top_k));
+    probability_per_expert = probability_per_expert + (probabilities.to(at::kFloat) * mask.unsqueeze(-1)).sum(0);
+    rows = rows + mask.sum();
+  }
+  return (tokens_per_expert / rows * (probability_per_expert / rows)).sum() * static_cast<double>(num_experts);
+}
+
+}  // namespace finetune
