@@ -94,8 +94,9 @@ at::Tensor CausalLM::embed(const at::Tensor& input_ids) const {
 }
 
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
-                                   const AttentionKernel& kernel, bool training) const {
-  const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset};
+                                   const AttentionKernel& kernel, bool training, int64_t mlp_tile_bytes) const {
+  const LayerContext context{layout_,  config_,  kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset,
+                             mlp_tile_bytes};
   return composition_->layer(layer, hidden, context);
 }
 
@@ -253,13 +254,14 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
       // The recompute runs in backward, after this function returns: capture by value.
       const DecoderLayer* layer_ptr = &layers_[i];
       const bool training = options.training;
+      const int64_t mlp_tile_bytes = options.mlp_tile_bytes;
       hidden = checkpointed_call(
-          [this, layer_ptr, layer_tables, kernel, training](const at::Tensor& h) {
-            return layer_forward(*layer_ptr, h, layer_tables, kernel, training);
+          [this, layer_ptr, layer_tables, kernel, training, mlp_tile_bytes](const at::Tensor& h) {
+            return layer_forward(*layer_ptr, h, layer_tables, kernel, training, mlp_tile_bytes);
           },
           hidden, layers_draw_random);
     } else {
-      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training);
+      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training, options.mlp_tile_bytes);
     }
   }
   return final_norm(hidden);

@@ -18,29 +18,13 @@ struct RecomputeState : torch::CustomClassHolder {
   at::Tensor rng_state;  // generator state before the first run; undefined when not preserved
 };
 
-at::Generator default_generator(const at::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
-
-at::Tensor generator_state(const at::Device& device) {
-  auto generator = default_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_generator_state(const at::Device& device, const at::Tensor& state) {
-  auto generator = default_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
                             const LayerFunction& layer, bool preserve_rng_state) {
     auto state = c10::make_intrusive<RecomputeState>();
     state->layer = layer;
     state->device = hidden.device();
-    if (preserve_rng_state) state->rng_state = generator_state(state->device);
+    if (preserve_rng_state) state->rng_state = default_generator_state(state->device);
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
     ctx->save_for_backward({hidden});
     return layer(hidden);
@@ -53,21 +37,33 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     const bool replay_rng = state->rng_state.defined();
     at::Tensor current_rng;
     if (replay_rng) {
-      current_rng = generator_state(state->device);
-      set_generator_state(state->device, state->rng_state);
+      current_rng = default_generator_state(state->device);
+      set_default_generator_state(state->device, state->rng_state);
     }
     at::Tensor output;
     {
       at::AutoGradMode enable_grad(true);
       output = state->layer(input);
     }
-    if (replay_rng) set_generator_state(state->device, current_rng);
+    if (replay_rng) set_default_generator_state(state->device, current_rng);
     torch::autograd::backward({output}, {grad_outputs[0]});
     return {input.grad(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
+
+at::Tensor default_generator_state(const at::Device& device) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_default_generator_state(const at::Device& device, const at::Tensor& state) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
 
 at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state) {
   return CheckpointedLayer::apply(hidden, layer, preserve_rng_state);

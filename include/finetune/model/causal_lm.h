@@ -39,6 +39,8 @@ struct OutputHead {
 struct ForwardOptions {
   bool training = false;
   bool gradient_checkpointing = false;
+  // The MLPs' per-tile intermediate budget (Note [Sequence-tiled MLP] in model/sequence_tiling.cpp).
+  int64_t mlp_tile_bytes = kMlpTileBytes;
 };
 
 class CausalLM {
@@ -105,7 +107,8 @@ class CausalLM {
   // The final RMSNorm (Gemma's (1 + w) form where the table says so): (..., C) -> (..., C).
   at::Tensor final_norm(const at::Tensor& hidden) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
-                           const AttentionKernel& kernel, bool training) const;
+                           const AttentionKernel& kernel, bool training,
+                           int64_t mlp_tile_bytes = kMlpTileBytes) const;
 
   ModelConfig config_;
   const Architecture* architecture_;

@@ -16,4 +16,9 @@ using LayerFunction = std::function<at::Tensor(const at::Tensor&)>;
 // reentrant variant does; `hidden` must require grad for the backward to run.
 at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state);
 
+// The state of `device`'s default generator (what dropout draws from), and setting it back: a
+// recompute in backward replays the random numbers of the first run with these.
+at::Tensor default_generator_state(const at::Device& device);
+void set_default_generator_state(const at::Device& device, const at::Tensor& state);
+
 }  // namespace finetune
