@@ -9,6 +9,7 @@
 // trainer never materialises full fp32 logits.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "finetune/io/model_config.h"
+#include "finetune/model/activation_offload.h"
 #include "finetune/model/architecture.h"
 #include "finetune/model/attention_kernels.h"
 #include "finetune/model/attention_mask.h"
@@ -41,6 +43,10 @@ struct ForwardOptions {
   bool gradient_checkpointing = false;
   // The MLPs' per-tile intermediate budget (Note [Sequence-tiled MLP] in model/sequence_tiling.cpp).
   int64_t mlp_tile_bytes = kMlpTileBytes;
+  // With gradient checkpointing, the layers' inputs wait for backward in host memory (Note
+  // [Activation offloading]) when all of them together take more bytes than this (0: always);
+  // nullopt: never. offload_above_bytes() (activation_offload.h) turns --offload_activations into it.
+  std::optional<int64_t> offload_activations_above_bytes;
 };
 
 class CausalLM {
@@ -106,6 +112,10 @@ class CausalLM {
                                           const at::Tensor& mask, const AttentionSpec& spec) const;
   // The final RMSNorm (Gemma's (1 + w) form where the table says so): (..., C) -> (..., C).
   at::Tensor final_norm(const at::Tensor& hidden) const;
+  // An offloader for this forward's checkpointed inputs when options ask for one at this size
+  // (embedded: the (B, T, C) embeddings, whose size every layer's input has), else null.
+  std::shared_ptr<ActivationOffloader> activation_offloader(const at::Tensor& embedded,
+                                                            const ForwardOptions& options) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                            const AttentionKernel& kernel, bool training,
                            int64_t mlp_tile_bytes = kMlpTileBytes) const;
