@@ -3,7 +3,11 @@
 // tile's dropout and accumulates each trained tensor once.
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include "../lora/adapter_step_gradients.h"
 #include "../model/tiny_config.h"
@@ -16,6 +20,15 @@ namespace finetune {
 namespace {
 
 constexpr int64_t kIntermediate = 48;
+
+class CountAccumulations : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit CountAccumulations(int* count) : count_(count) {}
+  void operator()(const torch::autograd::Variable&) override { ++*count_; }
+
+ private:
+  int* count_;
+};
 
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).norm() / b.norm()).item<double>();
@@ -103,8 +116,9 @@ TEST(SequenceTiling, BackwardReplaysEachTilesDropoutAndAccumulatesOnce) {
   const TokenFunction function = [&](const at::Tensor& rows) {
     return at::silu(at::linear(at::dropout(rows, 0.4, /*train=*/true), weight, bias));
   };
+  // The DDP reducer's hook (ddp/grad_reducer.cpp) fires on each accumulation into .grad.
   int weight_accumulations = 0;
-  weight.register_hook([&](const at::Tensor&) { ++weight_accumulations; });
+  torch::autograd::impl::set_post_acc_grad_hooks(weight, std::make_unique<CountAccumulations>(&weight_accumulations));
   seed_default_generator(21);
   auto tiled = tiled_token_call(function, x, 4, {weight, bias}, /*preserve_rng_state=*/true);
   auto upstream = at::empty({23, 6}).normal_(0.0, 1.0, generator);
