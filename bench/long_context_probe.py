@@ -128,7 +128,8 @@ class Probe:
         return result
 
     def search(self, deadline):
-        """The longest length that trained, and whether the search finished."""
+        """The longest length that trained, and whether the search finished. Only out-of-memory failures
+    bound the search; any other failure ends it (see the state's "error" of that attempt)."""
         ok, failed = 0, None
         length = self.args.start
         while length <= self.args.max_length:  # doubling
@@ -136,6 +137,8 @@ class Probe:
             if result is None:
                 return ok, False
             if not result["ok"]:
+                if not result.get("oom"):  # a broken run (missing wheel, a bug): bisecting would repeat it
+                    return ok, True
                 failed = length
                 break
             ok, length = length, length * 2
@@ -150,6 +153,8 @@ class Probe:
                 return ok, False
             if result["ok"]:
                 ok = middle
+            elif not result.get("oom"):
+                return ok, True
             else:
                 failed = middle
         return ok, True
