@@ -1,6 +1,7 @@
 """Random-init models of real shapes and the benchmark workload, made with transformers.
 
   llama-3.2-1b  Llama-3.2-1B's config (tied embeddings, llama3 rope scaling)
+  llama-3.1-8b  Llama-3.1-8B's config (untied head, llama3 rope scaling x8 from 8192 positions)
   qwen3-8b      Qwen3-8B's config (q/k norm, untied head)
   gemma-3-4b    Gemma-3-4B's text tower (5 sliding-window layers of 1024 per global one, linear rope x8
                 on the global layers, q/k norm, tied head)
@@ -27,6 +28,12 @@ SHAPES = {
         num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131072,
         rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001,
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
+    "llama-3.1-8b": (transformers.LlamaConfig, transformers.LlamaForCausalLM, dict(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})),
     "qwen3-8b": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, dict(
         vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,

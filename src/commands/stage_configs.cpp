@@ -194,6 +194,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.max_grad_norm = options.max_grad_norm;
   config.gradient_checkpointing = options.use_gradient_checkpointing;
   config.cuda_graphs = options.cuda_graphs;
+  config.offload_activations = offload_activations_from_name(options.offload_activations);
   config.output_dir = options.output_dir;
   config.ddp_check_consistency_steps = options.ddp_check_consistency_steps;
   config.ddp_bucket_cap_mb = options.ddp_bucket_cap_mb;

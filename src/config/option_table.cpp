@@ -11,6 +11,7 @@
 #include "finetune/data/step_planner.h"
 #include "finetune/gguf/quantization_names.h"
 #include "finetune/model/dtype_names.h"
+#include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/checkpoint_policy.h"
 #include "finetune/train/lr_scheduler_names.h"
@@ -318,6 +319,12 @@ std::vector<OptionRow> build_option_table() {
                    " tokens from CUDA graphs captured once per padded length, for the first " +
                    std::to_string(kCudaGraphMaxShapes) +
                    " lengths seen (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
+      // Long context (issue 31): README "Long context".
+      choice_row("offload_activations", {"training", kTrain}, &Options::offload_activations,
+                 ChoiceSet{offload_activations_names()},
+                 "with gradient checkpointing, keep each layer's checkpointed input in pinned host memory until its "
+                 "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
+                 "device memory free when training starts (never on the CPU)"),
 
       // --- data
       string_row("dataset", {"data", kTrainEval}, &Options::dataset, true,

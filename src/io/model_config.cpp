@@ -171,11 +171,37 @@ void read_phi3_rope(const Fields& fields, const std::string& source, ModelConfig
   if (rope.has("attention_factor")) scaling.attention_factor = rope.number("attention_factor");
 }
 
-// One rope_parameters / rope_scaling object: its type and scaling factors (theta is read by the caller).
-void read_rope_scaling(const Fields& rope, const std::string& type_key, RopeScaling& scaling) {
+// yarn's keys (transformers' _compute_yarn_parameters): beta_fast / beta_slow fall back to 32 / 1
+// when missing or 0 (Python's `or`), truncate to true; original_max_position_embeddings is the
+// config's top-level key when there is one (standardize_rope_params gives it priority), else the
+// rope dict's, else max_position_embeddings.
+void read_yarn_scaling(const Fields& rope, const Fields& top, int64_t max_position_embeddings, RopeScaling& scaling) {
+  if (scaling.factor < 1.0) rope.fail("factor", "yarn needs a factor >= 1");
+  if (top.has("original_max_position_embeddings")) {
+    scaling.original_max_position_embeddings = top.positive_integer("original_max_position_embeddings");
+  } else {
+    scaling.original_max_position_embeddings =
+        rope.has("original_max_position_embeddings") ? rope.positive_integer("original_max_position_embeddings")
+                                                     : max_position_embeddings;
+  }
+  if (rope.has("attention_factor")) scaling.attention_factor = rope.number("attention_factor");
+  if (rope.has("mscale")) scaling.mscale = rope.number("mscale");
+  if (rope.has("mscale_all_dim")) scaling.mscale_all_dim = rope.number("mscale_all_dim");
+  const double beta_fast = rope.number("beta_fast", 0.0);
+  const double beta_slow = rope.number("beta_slow", 0.0);
+  scaling.beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
+  scaling.beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
+  scaling.truncate = rope.boolean("truncate", true);
+}
+
+// One rope_parameters / rope_scaling object: its type and scaling factors (theta is read by the
+// caller). top: the config's own fields (yarn may read original_max_position_embeddings there).
+void read_rope_scaling(const Fields& rope, const std::string& type_key, const Fields& top,
+                       int64_t max_position_embeddings, RopeScaling& scaling) {
+  static const std::vector<std::string> supported{"default", "linear", "llama3", "yarn", "dynamic"};
   scaling.rope_type = rope.string(type_key, "default");
-  if (scaling.rope_type != "default" && scaling.rope_type != "linear" && scaling.rope_type != "llama3")
-    rope.fail(type_key, "rope type \"" + scaling.rope_type + "\" is not supported (supported: default, linear, llama3)");
+  if (std::find(supported.begin(), supported.end(), scaling.rope_type) == supported.end())
+    rope.fail(type_key, "rope type \"" + scaling.rope_type + "\" is not supported (supported: default, linear, llama3, yarn, dynamic)");
   if (rope.number("partial_rotary_factor", 1.0) != 1.0)
     rope.fail("partial_rotary_factor", "partial rotary embeddings are not supported");
   if (scaling.rope_type == "default") return;
@@ -188,6 +214,7 @@ void read_rope_scaling(const Fields& rope, const std::string& type_key, RopeScal
     if (scaling.high_freq_factor <= scaling.low_freq_factor)
       rope.fail("high_freq_factor", "must be greater than low_freq_factor");
   }
+  if (scaling.rope_type == "yarn") read_yarn_scaling(rope, top, max_position_embeddings, scaling);
 }
 
 // v5 writes rope_parameters (theta inside); v4 writes rope_theta + rope_scaling (type or rope_type).
@@ -202,7 +229,8 @@ void read_rope(const Fields& fields, const std::string& source, ModelConfig& con
   if (!fields.at(key).is_object()) fields.fail(key, "expected an object, got " + json_excerpt(fields.at(key)));
   const Fields rope(fields.at(key), source, key + ".");
   config.rope_theta = rope.number("rope_theta", config.rope_theta);
-  read_rope_scaling(rope, rope.has("rope_type") ? "rope_type" : "type", config.rope_scaling);
+  read_rope_scaling(rope, rope.has("rope_type") ? "rope_type" : "type", fields, config.max_position_embeddings,
+                    config.rope_scaling);
 }
 
 // Gemma-3: global layers take rope_theta (default 1e6) and rope_scaling; sliding layers their own
@@ -229,7 +257,8 @@ void read_gemma3_rope(const Fields& fields, const std::string& source, ModelConf
     if (!parameters.at("full_attention").is_object()) parameters.fail("full_attention", "expected an object");
     const Fields full(parameters.at("full_attention"), source, "rope_parameters.full_attention.");
     config.rope_theta = full.number("rope_theta", kGlobalTheta);
-    read_rope_scaling(full, full.has("rope_type") ? "rope_type" : "type", config.rope_scaling);
+    read_rope_scaling(full, full.has("rope_type") ? "rope_type" : "type", fields, config.max_position_embeddings,
+                      config.rope_scaling);
   }
   if (parameters.has("sliding_attention")) {
     if (!parameters.at("sliding_attention").is_object()) parameters.fail("sliding_attention", "expected an object");

@@ -136,9 +136,9 @@ at::Tensor CausalLM::embed(const at::Tensor& input_ids) const {
 
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                                    const AttentionKernel& kernel, bool training,
-                                   std::vector<at::Tensor>* router_logits) const {
+                                   std::vector<at::Tensor>* router_logits, int64_t mlp_tile_bytes) const {
   const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset,
-                             router_logits};
+                             router_logits, mlp_tile_bytes};
   return composition_->layer(layer, hidden, context);
 }
 
@@ -291,6 +291,7 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
   if (checkpoint) hidden = hidden.detach().requires_grad_(true);  // lets layer 0's recompute node run
   // Only LoRA dropout draws random numbers inside a layer; without it the recompute needs no RNG replay.
   const bool layers_draw_random = checkpoint && adapters_draw_random_numbers();
+  const auto offloader = checkpoint ? activation_offloader(hidden, options) : nullptr;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const bool sliding = layer_is_sliding(config_, static_cast<int64_t>(i));
     const auto& kernel = kernels[sliding ? 1 : 0];
@@ -299,16 +300,27 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
       // The recompute runs in backward, after this function returns: capture by value.
       const DecoderLayer* layer_ptr = &layers_[i];
       const bool training = options.training;
+      const int64_t mlp_tile_bytes = options.mlp_tile_bytes;
       hidden = checkpointed_call(
-          [this, layer_ptr, layer_tables, kernel, training](const at::Tensor& h) {
-            return layer_forward(*layer_ptr, h, layer_tables, kernel, training);
+          [this, layer_ptr, layer_tables, kernel, training, mlp_tile_bytes](const at::Tensor& h) {
+            return layer_forward(*layer_ptr, h, layer_tables, kernel, training, nullptr, mlp_tile_bytes);
           },
-          hidden, layers_draw_random);
+          hidden, layers_draw_random, offloader);
     } else {
-      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training, options.router_logits);
+      hidden = layer_forward(layers_[i], hidden, layer_tables, kernel, options.training, options.router_logits,
+                             options.mlp_tile_bytes);
     }
   }
   return final_norm(hidden);
+}
+
+std::shared_ptr<ActivationOffloader> CausalLM::activation_offloader(const at::Tensor& embedded,
+                                                                  const ForwardOptions& options) const {
+  if (!options.offload_activations_above_bytes) return nullptr;
+  const int64_t input_bytes = embedded.numel() * static_cast<int64_t>(embedded.element_size()) *
+                              static_cast<int64_t>(layers_.size());  // every layer's checkpointed input
+  if (input_bytes <= *options.offload_activations_above_bytes) return nullptr;
+  return std::make_shared<ActivationOffloader>(device_);
 }
 
 bool CausalLM::adapters_draw_random_numbers() const {

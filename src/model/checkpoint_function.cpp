@@ -12,65 +12,77 @@ namespace {
 // Backward re-enables grad, replays the layer on a detached copy of its input, and calls
 // backward() on the recomputed output: LoRA gradients accumulate into .grad exactly as without
 // checkpointing (same ops, same order), and the input's gradient is returned to the outer graph.
+// With activation offloading the input is not saved: its slot in the offloader is, and backward
+// restores it from host memory (Note [Activation offloading] in activation_offload.cpp).
 struct RecomputeState : torch::CustomClassHolder {
   LayerFunction layer;
+  std::shared_ptr<ActivationOffloader> offloader;  // null: the input is saved for backward
+  size_t offload_slot = 0;
   at::Device device = at::kCPU;
   at::Tensor rng_state;  // generator state before the first run; undefined when not preserved
 };
 
-at::Generator default_generator(const at::Device& device) {
-  return at::globalContext().defaultGenerator(device);
-}
-
-at::Tensor generator_state(const at::Device& device) {
-  auto generator = default_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_generator_state(const at::Device& device, const at::Tensor& state) {
-  auto generator = default_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
-                            const LayerFunction& layer, bool preserve_rng_state) {
+                            const LayerFunction& layer, bool preserve_rng_state,
+                            const std::shared_ptr<ActivationOffloader>& offloader) {
     auto state = c10::make_intrusive<RecomputeState>();
     state->layer = layer;
     state->device = hidden.device();
-    if (preserve_rng_state) state->rng_state = generator_state(state->device);
+    if (preserve_rng_state) state->rng_state = default_generator_state(state->device);
+    if (offloader) {  // started before the layer runs, so the copy overlaps it
+      state->offloader = offloader;
+      state->offload_slot = offloader->offload(hidden);
+    } else {
+      ctx->save_for_backward({hidden});
+    }
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
-    ctx->save_for_backward({hidden});
     return layer(hidden);
+  }
+
+  static at::Tensor saved_input(torch::autograd::AutogradContext* ctx, const RecomputeState& state) {
+    if (state.offloader) return state.offloader->restore(state.offload_slot);
+    return ctx->get_saved_variables()[0];
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     auto state = c10::static_intrusive_pointer_cast<RecomputeState>(ctx->saved_data["state"].toCapsule());
-    auto input = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto input = saved_input(ctx, *state).detach().requires_grad_(true);
     const bool replay_rng = state->rng_state.defined();
     at::Tensor current_rng;
     if (replay_rng) {
-      current_rng = generator_state(state->device);
-      set_generator_state(state->device, state->rng_state);
+      current_rng = default_generator_state(state->device);
+      set_default_generator_state(state->device, state->rng_state);
     }
     at::Tensor output;
     {
       at::AutoGradMode enable_grad(true);
       output = state->layer(input);
     }
-    if (replay_rng) set_generator_state(state->device, current_rng);
+    if (replay_rng) set_default_generator_state(state->device, current_rng);
     torch::autograd::backward({output}, {grad_outputs[0]});
-    return {input.grad(), at::Tensor(), at::Tensor()};
+    return {input.grad(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state) {
-  return CheckpointedLayer::apply(hidden, layer, preserve_rng_state);
+at::Tensor default_generator_state(const at::Device& device) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_default_generator_state(const at::Device& device, const at::Tensor& state) {
+  auto generator = at::globalContext().defaultGenerator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state,
+                             const std::shared_ptr<ActivationOffloader>& offloader) {
+  return CheckpointedLayer::apply(hidden, layer, preserve_rng_state, offloader);
 }
 
 }  // namespace finetune

@@ -1,5 +1,7 @@
 #include "finetune/model/decoder_blocks.h"
 
+#include <algorithm>
+
 #include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/util/errors.h"
@@ -26,6 +28,77 @@ Linear make_linear(const std::vector<int64_t>& shape, bool bias, const at::Tenso
   layer.weight = at::empty(shape, weight_4bit ? options.device(at::kMeta) : options);
   if (bias) layer.bias = at::empty({shape[0]}, options);
   return layer;
+}
+
+
+at::Tensor swiglu_mlp(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
+  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
+  const auto& gate = gate_up[0];
+  const auto& up = gate_up[1];
+  auto activation = context.kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+}
+
+at::Tensor geglu_mlp(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
+  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
+  auto activation = at::gelu(gate_up[0], "tanh") * gate_up[1];
+  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+}
+
+using MlpFunction = at::Tensor (*)(const DecoderLayer&, const at::Tensor&, const LayerContext&);
+
+// The MLP projections' modules (a fused gate_up once), as indices into DecoderLayer::modules.
+std::vector<int> mlp_modules(const LayerLayout& layout) {
+  std::vector<int> modules;
+  for (const ModuleRole role : {ModuleRole::kGate, ModuleRole::kUp, ModuleRole::kDown}) {
+    const int module = layout.slot(role).module;
+    if (module >= 0 && std::find(modules.begin(), modules.end(), module) == modules.end()) modules.push_back(module);
+  }
+  return modules;
+}
+
+// What the MLP trains: its adapters' tensors and any base tensor that requires grad (--bias).
+std::vector<at::Tensor> mlp_trained_tensors(const DecoderLayer& layer, const LayerLayout& layout) {
+  std::vector<at::Tensor> tensors;
+  for (const int module : mlp_modules(layout)) {
+    const Linear& projection = layer.modules[module].projection;
+    for (const auto& base : {projection.weight, projection.bias}) {
+      if (base.defined() && base.requires_grad()) tensors.push_back(base);
+    }
+    if (!projection.adapter) continue;
+    for (const auto& [name, tensor] : projection.adapter->named_parameters()) tensors.push_back(tensor);
+  }
+  return tensors;
+}
+
+bool mlp_draws_random_numbers(const DecoderLayer& layer, const LayerContext& context) {
+  if (!context.training) return false;
+  for (const int module : mlp_modules(context.layout)) {
+    const auto& adapter = layer.modules[module].projection.adapter;
+    if (adapter && adapter->draws_random_numbers()) return true;
+  }
+  return false;
+}
+
+// x (B, T, C) -> mlp(x) (B, T, C), over the tokens in tiles when the intermediates of all of them
+// would exceed context.mlp_tile_bytes (Note [Sequence-tiled MLP]).
+at::Tensor sequence_tiled_mlp(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context,
+                              MlpFunction mlp) {
+  const int64_t hidden = x.size(-1);
+  const int64_t tokens = x.numel() / hidden;
+  const int64_t tile_tokens = mlp_tile_tokens(context.config.intermediate_size, x.scalar_type(), context.mlp_tile_bytes);
+  if (tokens <= tile_tokens) return mlp(layer, x, context);
+  // Backward recomputes tiles after this layer's forward returned: the closure holds its own copy
+  // of the context, whose layout, config and kernels are the model's (alive as long as it is); the
+  // MLP reads nothing else of it.
+  const DecoderLayer* layer_ptr = &layer;
+  const LayerContext captured = context;
+  auto per_token = [layer_ptr, captured, mlp](const at::Tensor& rows) { return mlp(*layer_ptr, rows, captured); };
+  auto out = tiled_token_call(per_token, x.reshape({tokens, hidden}), tile_tokens,
+                              mlp_trained_tensors(layer, context.layout), mlp_draws_random_numbers(layer, context));
+  auto sizes = x.sizes().vec();
+  sizes.back() = out.size(1);
+  return out.view(sizes);
 }
 
 }  // namespace
@@ -109,17 +182,11 @@ at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const
 }
 
 at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
-  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
-  const auto& gate = gate_up[0];
-  const auto& up = gate_up[1];
-  auto activation = context.kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
-  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+  return sequence_tiled_mlp(layer, x, context, swiglu_mlp);
 }
 
 at::Tensor geglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
-  auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
-  auto activation = at::gelu(gate_up[0], "tanh") * gate_up[1];
-  return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
+  return sequence_tiled_mlp(layer, x, context, geglu_mlp);
 }
 
 }  // namespace finetune

@@ -120,6 +120,8 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 }
 
 at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets) {
+  // Masked positions cost nothing here: only the N trained rows are gathered (N x C copies; the
+  // gather's backward scatters into a (B*T, C) gradient), and only they go through the head.
   auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.positions);  // (N, C)
   const Softcap softcap{head.final_logit_softcapping};
   if (selected.requires_grad() && at::GradMode::is_enabled()) {

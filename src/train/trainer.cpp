@@ -3,6 +3,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "finetune/ddp/rank0_agreement.h"
+#include "finetune/model/device_memory.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
@@ -33,10 +34,22 @@ GradReducerOptions reducer_options_from(const TrainerConfig& config, const at::D
   return options;
 }
 
-ForwardOptions training_forward(const TrainerConfig& config) {
+// The device's free memory is read here, once, after the model and its adapters are loaded:
+// --offload_activations auto compares each forward's checkpointed inputs with it.
+ForwardOptions training_forward(const TrainerConfig& config, const at::Device& device) {
   ForwardOptions options;
   options.training = true;
   options.gradient_checkpointing = config.gradient_checkpointing;
+  const auto free_bytes =
+      config.offload_activations == OffloadActivations::kAuto ? free_device_memory_bytes(device) : std::nullopt;
+  options.offload_activations_above_bytes = offload_above_bytes(config.offload_activations, free_bytes);
+  return options;
+}
+
+// CUDA graphs capture short micro-steps, whose inputs are never worth offloading; the offload
+// copies (host memory, side stream) are not capturable.
+ForwardOptions without_offloading(ForwardOptions options) {
+  options.offload_activations_above_bytes.reset();
   return options;
 }
 
@@ -68,16 +81,22 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
       profiler_(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(), model.device()),
       finite_(model.device()),
       policy_(policy_config_from(config), stream.steps_per_epoch(), config.total_steps),
-      forward_options_(training_forward(config)),
+      forward_options_(training_forward(config, model.device())),
       layout_(batch_layout_for(model.kernel_policy())),
       start_(Clock::now()) {
   reducer_.broadcast_parameters();
+  const auto& offload_above = forward_options_.offload_activations_above_bytes;
+  if (config.gradient_checkpointing && offload_above && communicator.rank() == 0) {
+    log::info("activation offloading: checkpointed layer inputs go to host memory when a micro-batch's exceed " +
+              std::to_string(*offload_above >> 20) + " MiB");
+  }
   // Note [fp16 loss scaling] (train/loss_scaler.h): fp16 runs only, as HF's fp16=True.
   if (model.dtype() == at::kHalf) scaler_.emplace(LossScalerConfig{}, model.device());
   if (scaler_) loss_scale_ = scaler_->scale();
   // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
   if (config.cuda_graphs && micro_step_graphs_supported(model, objective)) {
-    graphs_ = std::make_unique<MicroStepGraphs>(model, forward_options_, MicroStepGraphsConfig{}, objective);
+    graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), MicroStepGraphsConfig{},
+                                                 objective);
   }
 }
 

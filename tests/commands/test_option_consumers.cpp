@@ -17,6 +17,7 @@
 #include "finetune/model/causal_lm.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/model/dtype_names.h"
+#include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/train/micro_step_graph_limits.h"
@@ -55,6 +56,18 @@ TEST(OptionConsumers, DtypeSpellingsMeanTheSameToParserAndModel) {
   EXPECT_EQ(select_dtype("auto", at::kCPU), at::kFloat);
   EXPECT_THROW(select_dtype("float8", at::kCPU), UsageError);
   EXPECT_THROW(parse_train({"--dtype", "float8"}), UsageError);
+}
+
+TEST(OptionConsumers, OffloadActivationsNamesMeanTheSameToParserAndTrainer) {
+  EXPECT_EQ(spec_of("offload_activations").choices, offload_activations_names());
+  EXPECT_EQ(trainer_config_from(parse_train({}).options, 10).offload_activations, OffloadActivations::kAuto);
+  const std::map<std::string, OffloadActivations> modes{
+      {"true", OffloadActivations::kOn}, {"false", OffloadActivations::kOff}, {"auto", OffloadActivations::kAuto}};
+  for (const auto& name : offload_activations_names()) {
+    const auto options = parse_train({"--offload_activations", name}).options;
+    EXPECT_EQ(trainer_config_from(options, 10).offload_activations, modes.at(name)) << name;
+  }
+  EXPECT_THROW(parse_train({"--offload_activations", "sometimes"}), UsageError);
 }
 
 TEST(OptionConsumers, StepPlanningNamesMeanTheSameToParserAndStream) {

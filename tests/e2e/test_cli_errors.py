@@ -426,12 +426,12 @@ def test_unsupported_architecture(assets, tmp_path):
 def test_unsupported_rope_type(assets, tmp_path, field):
     model = copy_model(assets, tmp_path)
 
-    def use_yarn(config):
+    def use_longrope(config):  # Phi-3's; finetune reads it from Phi3Config only (yarn and dynamic are supported)
         config.pop("rope_parameters", None)
-        config[field] = ({"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0} if field == "rope_parameters"
-                         else {"type": "yarn", "factor": 4.0})
-    edit_config(model, use_yarn)
-    expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "yarn", field)
+        config[field] = ({"rope_type": "longrope", "factor": 4.0, "rope_theta": 10000.0} if field == "rope_parameters"
+                         else {"type": "longrope", "factor": 4.0})
+    edit_config(model, use_longrope)
+    expect_failure(eval_args(model, assets["rows"]), 1, model / "config.json", "longrope", field)
 
 
 def test_truncated_safetensors(assets, tmp_path):

@@ -158,7 +158,7 @@ TEST(ModelConfigTest, ActivationMustBeSilu) {
 }
 
 TEST(ModelConfigTest, UnsupportedRopeTypes) {
-  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+  for (const char* type : {"longrope", "proportional", "ntk"}) {  // longrope: Phi-3's config only
     json v4 = base_config();
     v4["rope_scaling"] = {{"type", type}, {"factor", 2.0}};
     std::string msg = error_of(v4);
@@ -169,6 +169,41 @@ TEST(ModelConfigTest, UnsupportedRopeTypes) {
     msg = error_of(v5);
     EXPECT_TRUE(contains(msg, "rope_parameters.rope_type") && contains(msg, type)) << msg;
   }
+}
+
+// yarn and dynamic (NTK) as transformers reads them: yarn's betas fall back to 32 / 1 when missing
+// or 0, truncate to true, original_max_position_embeddings to the top-level key, then the rope
+// dict's, then max_position_embeddings.
+TEST(ModelConfigTest, YarnAndDynamicRopeParameters) {
+  json c = base_config();
+  c["max_position_embeddings"] = 4096;
+  c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}, {"beta_fast", 0},
+                          {"mscale", 0.707}, {"mscale_all_dim", 1.0}, {"truncate", false},
+                          {"original_max_position_embeddings", 1024}};
+  auto config = model_config_from_json(c, "config.json");
+  EXPECT_EQ(config.rope_scaling.rope_type, "yarn");
+  EXPECT_EQ(config.rope_scaling.factor, 4.0);
+  EXPECT_EQ(config.rope_scaling.beta_fast, 32.0);
+  EXPECT_EQ(config.rope_scaling.beta_slow, 1.0);
+  ASSERT_TRUE(config.rope_scaling.mscale && config.rope_scaling.mscale_all_dim);
+  EXPECT_EQ(*config.rope_scaling.mscale, 0.707);
+  EXPECT_EQ(*config.rope_scaling.mscale_all_dim, 1.0);
+  EXPECT_FALSE(config.rope_scaling.truncate);
+  EXPECT_FALSE(config.rope_scaling.attention_factor.has_value());
+  EXPECT_EQ(config.rope_scaling.original_max_position_embeddings, 1024);
+  c["original_max_position_embeddings"] = 2048;  // the top-level key wins
+  EXPECT_EQ(model_config_from_json(c, "config.json").rope_scaling.original_max_position_embeddings, 2048);
+  c.erase("original_max_position_embeddings");
+  c["rope_parameters"].erase("original_max_position_embeddings");
+  EXPECT_EQ(model_config_from_json(c, "config.json").rope_scaling.original_max_position_embeddings, 4096);
+  c["rope_parameters"]["factor"] = 0.5;
+  EXPECT_TRUE(contains(error_of(c), "rope_parameters.factor"));
+
+  json dynamic = base_config();
+  dynamic["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_EQ(model_config_from_json(dynamic, "config.json").rope_scaling.rope_type, "dynamic");
+  dynamic["rope_scaling"] = {{"type", "dynamic"}};
+  EXPECT_TRUE(contains(error_of(dynamic), "rope_scaling.factor"));
 }
 
 TEST(ModelConfigTest, Llama3RopeNeedsItsParameters) {

@@ -2,6 +2,10 @@
 // the loss and the hidden-state gradient that autograd gives through transformers' formula.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <optional>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "../model/tiny_config.h"
@@ -77,6 +81,55 @@ TEST(FusedLinearCrossEntropy, SoftcappedHeadMatchesAutograd) {
   EXPECT_NEAR(output_head_loss_sum(head, hidden.detach(), {positions, ids, at::Tensor()}).item<double>(),
               plain.item<double>(), 1e-6 * plain.item<double>());
 }
+
+// Completions-only rows (each row's prompt half labelled -100): only the labelled positions go
+// through the LM head. Their hidden rows are gathered first, so the masked rows' values never reach
+// a logit: NaN there leaves the loss and every gradient finite, and both equal the dense reference
+// (logits at every position, cross-entropy ignoring -100) computed on finite hidden states, in the
+// training (fused) and evaluation paths, with and without Gemma's final logit soft-cap.
+void expect_masked_positions_skipped(std::optional<double> softcap) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(9);
+  OutputHead head;
+  head.weight = at::empty({700, 16}).normal_(0.0, 1.0, generator);
+  head.final_logit_softcapping = softcap;
+  const int64_t rows = 3, seq_len = 300;
+  auto labels = at::randint(0, 700, {rows, seq_len}, generator, at::TensorOptions().dtype(at::kLong));
+  labels.narrow(1, 0, seq_len / 2).fill_(-100);  // the prompt half of every row
+  const auto targets = shift_labels(labels).reshape(-1);            // (B*T)
+  const auto trained = targets.ne(-100);
+  const auto positions = trained.nonzero().squeeze(1);               // (N)
+  const auto ids = targets.index_select(0, positions);
+  ASSERT_LT(positions.size(0), rows * seq_len / 2 + 1);
+
+  const auto finite_hidden = at::empty({rows, seq_len, 16}).normal_(0.0, 1.0, generator);
+  auto poisoned = finite_hidden.clone();
+  poisoned.view({-1, 16}).index_put_({trained.logical_not()}, std::numeric_limits<float>::quiet_NaN());
+  poisoned.requires_grad_(true);
+  auto fused = output_head_loss_sum(head, poisoned, {positions, ids, at::Tensor()});
+  (fused * 0.125).backward();
+
+  auto reference_hidden = finite_hidden.clone().requires_grad_(true);
+  auto logits = at::linear(reference_hidden.reshape({-1, 16}), head.weight);  // every position: (B*T, V)
+  if (softcap) logits = at::tanh(logits / *softcap) * *softcap;
+  auto reference = at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::Sum, -100);
+  (reference * 0.125).backward();
+
+  ASSERT_TRUE(std::isfinite(fused.item<double>()));
+  ASSERT_TRUE(poisoned.grad().isfinite().all().item<bool>());
+  EXPECT_NEAR(fused.item<double>(), reference.item<double>(), 1e-6 * reference.item<double>());
+  const double rel = ((poisoned.grad() - reference_hidden.grad()).norm() / reference_hidden.grad().norm()).item<double>();
+  EXPECT_LE(rel, 1e-6);
+  const auto masked_grad = poisoned.grad().view({-1, 16}).index({trained.logical_not()});
+  EXPECT_EQ(masked_grad.abs().max().item<double>(), 0.0);  // masked rows take no gradient at all
+
+  at::NoGradGuard no_grad;
+  const auto evaluated = output_head_loss_sum(head, poisoned.detach(), {positions, ids, at::Tensor()});
+  EXPECT_NEAR(evaluated.item<double>(), reference.item<double>(), 1e-6 * reference.item<double>());
+}
+
+TEST(FusedLinearCrossEntropy, MaskedPromptPositionsNeverReachTheHead) { expect_masked_positions_skipped(std::nullopt); }
+
+TEST(FusedLinearCrossEntropy, MaskedPromptPositionsNeverReachASoftcappedHead) { expect_masked_positions_skipped(5.0); }
 
 TEST(FusedLinearCrossEntropy, ChunksHoldAboutAQuarterGibOfLogits) {
   EXPECT_EQ(logit_chunk_rows(151936), 441);  // Qwen2/Qwen3

@@ -40,6 +40,7 @@ struct Options {
   std::string bias = "none";
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
   bool cuda_graphs = true;
+  std::string offload_activations = "auto";  // true|false|auto (model/offload_activations_names.h)
   int64_t random_state = 3407;
   bool use_rslora = false;
   bool use_dora = false;             // DoRA adapters (PEFT's use_dora)

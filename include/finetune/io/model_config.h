@@ -18,16 +18,23 @@
 namespace finetune {
 
 struct RopeScaling {
-  std::string rope_type = "default";  // default|linear|llama3
+  std::string rope_type = "default";  // default|linear|llama3|yarn|dynamic|longrope
   double factor = 1.0;
   double low_freq_factor = 1.0;       // llama3
   double high_freq_factor = 4.0;      // llama3
-  int64_t original_max_position_embeddings = 8192;  // llama3, longrope
+  int64_t original_max_position_embeddings = 8192;  // llama3, yarn, longrope
   // longrope (Phi-3): per-frequency divisors for rows up to original_max_position_embeddings
   // (short) and beyond (long), and the cos/sin scale (rope_attention_scaling in rope.h).
   std::vector<double> short_factor;
   std::vector<double> long_factor;
-  std::optional<double> attention_factor;
+  std::optional<double> attention_factor;  // longrope, yarn
+  // yarn: the ramp's rotation bounds (transformers: a missing or 0 value means 32 and 1), the
+  // attention factor's mscale terms, and whether the ramp's ends are rounded outwards.
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  bool truncate = true;
 };
 
 // config.json's quantization_config of a checkpoint saved in 4-bit by transformers + bitsandbytes

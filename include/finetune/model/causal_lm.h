@@ -9,6 +9,7 @@
 // trainer never materialises full fp32 logits.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +18,7 @@
 #include <ATen/ATen.h>
 
 #include "finetune/io/model_config.h"
+#include "finetune/model/activation_offload.h"
 #include "finetune/model/architecture.h"
 #include "finetune/model/attention_kernels.h"
 #include "finetune/model/attention_mask.h"
@@ -44,6 +46,12 @@ struct ForwardOptions {
   // order (the load-balancing loss reads them, moe_block.h). Not with gradient_checkpointing: the
   // recompute would run the routers again in backward.
   std::vector<at::Tensor>* router_logits = nullptr;
+  // The MLPs' per-tile intermediate budget (Note [Sequence-tiled MLP] in model/sequence_tiling.cpp).
+  int64_t mlp_tile_bytes = kMlpTileBytes;
+  // With gradient checkpointing, the layers' inputs wait for backward in host memory (Note
+  // [Activation offloading]) when all of them together take more bytes than this (0: always);
+  // nullopt: never. offload_above_bytes() (activation_offload.h) turns --offload_activations into it.
+  std::optional<int64_t> offload_activations_above_bytes;
 };
 
 class CausalLM {
@@ -114,9 +122,14 @@ class CausalLM {
                                           const at::Tensor& mask, const AttentionSpec& spec) const;
   // The final RMSNorm (Gemma's (1 + w) form where the table says so): (..., C) -> (..., C).
   at::Tensor final_norm(const at::Tensor& hidden) const;
+  // An offloader for this forward's checkpointed inputs when options ask for one at this size
+  // (embedded: the (B, T, C) embeddings, whose size every layer's input has), else null.
+  std::shared_ptr<ActivationOffloader> activation_offloader(const at::Tensor& embedded,
+                                                            const ForwardOptions& options) const;
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                            const AttentionKernel& kernel, bool training,
-                           std::vector<at::Tensor>* router_logits = nullptr) const;
+                           std::vector<at::Tensor>* router_logits = nullptr,
+                           int64_t mlp_tile_bytes = kMlpTileBytes) const;
 
   ModelConfig config_;
   const Architecture* architecture_;

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
 #include <ATen/ATen.h>
+
+#include "finetune/model/activation_offload.h"
 
 namespace finetune {
 
@@ -13,7 +16,15 @@ using LayerFunction = std::function<at::Tensor(const at::Tensor&)>;
 // back-propagates through the recompute. With preserve_rng_state the recompute sees the RNG state
 // of the first run, so dropout masks repeat (only needed when the layer draws random numbers).
 // Parameter gradients accumulate straight into their .grad, as torch.utils.checkpoint's
-// reentrant variant does; `hidden` must require grad for the backward to run.
-at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state);
+// reentrant variant does; `hidden` must require grad for the backward to run. With an offloader
+// the layer's input waits for backward in host memory (Note [Activation offloading]) instead of
+// being saved on the device.
+at::Tensor checkpointed_call(const LayerFunction& layer, const at::Tensor& hidden, bool preserve_rng_state,
+                             const std::shared_ptr<ActivationOffloader>& offloader = nullptr);
+
+// The state of `device`'s default generator (what dropout draws from), and setting it back: a
+// recompute in backward replays the random numbers of the first run with these.
+at::Tensor default_generator_state(const at::Device& device);
+void set_default_generator_state(const at::Device& device, const at::Tensor& state);
 
 }  // namespace finetune

@@ -17,6 +17,7 @@
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"
 #include "finetune/model/rope.h"
+#include "finetune/model/sequence_tiling.h"
 
 namespace finetune {
 
@@ -69,6 +70,9 @@ struct LayerContext {
   bool training;
   bool unit_offset_norms = false;  // Architecture::rms_norm_unit_offset: norms scale by (1 + weight)
   std::vector<at::Tensor>* router_logits = nullptr;  // where sparse layers append their router logits, when asked
+  // The MLPs run over the tokens in tiles whose intermediates stay within this many bytes, when the
+  // whole input would exceed it (Note [Sequence-tiled MLP] in model/sequence_tiling.cpp).
+  int64_t mlp_tile_bytes = kMlpTileBytes;
 };
 
 // RMSNorm by the weight of `role` (Gemma's (1 + weight) form under unit_offset_norms): x (..., C) -> (..., C).
@@ -83,6 +87,8 @@ std::vector<at::Tensor> projection_block(const DecoderLayer& layer, const std::v
 at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
 
 // The gated MLP with SiLU (SwiGLU): x (B, T, C), already normed -> down(silu(gate(x)) * up(x)).
+// Both MLPs run over the tokens in tiles when their intermediates would exceed
+// context.mlp_tile_bytes (Note [Sequence-tiled MLP]); below that, as one call.
 at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context);
 
 // The gated MLP with tanh-approximated GELU (GeGLU, Gemma's gelu_pytorch_tanh):

@@ -1,8 +1,11 @@
 // Rotary position embeddings as transformers computes them (LlamaRotaryEmbedding +
-// apply_rotary_pos_emb), including "linear" and "llama3" frequency scaling, and Phi-3's
+// apply_rotary_pos_emb), including "linear", "llama3", "yarn" and "dynamic" (NTK) frequency
+// scaling, and Phi-3's
 // (Phi3RotaryEmbedding): "longrope" and partial rotary (RoPE on the first rotary_dim dims of each
 // head, the rest passed through).
 #pragma once
+
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -21,17 +24,35 @@ at::Tensor rope_inverse_frequencies(const ModelConfig& config, const at::Device&
 at::Tensor longrope_inverse_frequencies(const ModelConfig& config, const at::Device& device, bool long_factors);
 
 // The factor transformers multiplies cos and sin by: longrope's attention_factor (given, else
-// sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) when factor > 1), else 1.
+// sqrt(1 + ln(factor) / ln(original_max_position_embeddings)) when factor > 1); yarn's (given,
+// else from factor, mscale and mscale_all_dim: 0.1 * ln(factor) + 1 and its mscale forms); else 1.
 double rope_attention_scaling(const ModelConfig& config);
+
+// dynamic (NTK) RoPE past max_position_embeddings, as transformers' dynamic_frequency_update
+// recomputes it from a forward's length: base = theta * (factor * L / max_position_embeddings -
+// (factor - 1)) ^ (dim / (dim - 2)) in fp32 on the device, L = max(position_ids) + 1.
+struct DynamicNtk {
+  double rope_theta = 10000.0;
+  double factor = 1.0;
+  int64_t max_position_embeddings = 0;
+  int64_t rotary_dim = 0;
+};
+// seq_len: 0-dim int64 on the device -> (rotary_dim / 2) fp32 for that length.
+at::Tensor dynamic_ntk_inverse_frequencies(const DynamicNtk& ntk, const at::Tensor& seq_len);
 
 // A model's frequencies. longrope keeps both tables and picks per forward, as transformers'
 // longrope_frequency_update does: the long ones when max(position_ids) + 1 exceeds
-// original_max_position_embeddings, else the short ones (selected on the device).
+// original_max_position_embeddings, else the short ones (selected on the device). dynamic
+// recomputes them per forward past max_position_embeddings (selected on the device too). A
+// transformers model keeps the frequencies of the longest forward so far until a forward shorter
+// than max_position_embeddings resets them; here each forward's own length decides, which is
+// what transformers computes for a fresh model and for lengths that only grow.
 struct RopeFrequencies {
   at::Tensor inv_freq;       // (rotary_dim / 2) fp32
   at::Tensor long_inv_freq;  // longrope only; undefined otherwise
   int64_t original_max_position_embeddings = 0;
   double attention_scaling = 1.0;
+  std::optional<DynamicNtk> dynamic_ntk;  // dynamic only
 };
 RopeFrequencies rope_frequencies(const ModelConfig& config, const at::Device& device);
 

@@ -73,6 +73,8 @@ struct TrainerConfig {
   uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
   bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
   bool cuda_graphs = true;         // replay small micro-steps from CUDA graphs (train/micro_step_graphs.h)
+  // Checkpointed layer inputs in host memory (Note [Activation offloading] in model/activation_offload.cpp).
+  OffloadActivations offload_activations = OffloadActivations::kAuto;
 };
 
 struct TrainerHooks {

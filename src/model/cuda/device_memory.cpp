@@ -2,6 +2,10 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -26,6 +30,18 @@ void reset_peak_device_memory(const at::Device& device) {
   // (e.g. before the model is loaded) is "Invalid device argument".
   (void)at::empty({1}, at::TensorOptions().dtype(at::kByte).device(device));
   c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
+}
+
+std::optional<int64_t> free_device_memory_bytes(const at::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(index_of(device));
+  size_t free = 0, total = 0;
+  const cudaError_t status = cudaMemGetInfo(&free, &total);
+  if (status != cudaSuccess) throw Error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(status));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device));
+  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  const int64_t cached_unused = stats.reserved_bytes[aggregate].current - stats.allocated_bytes[aggregate].current;
+  return static_cast<int64_t>(free) + cached_unused;
 }
 
 }  // namespace finetune

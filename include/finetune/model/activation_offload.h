@@ -1,0 +1,69 @@
+// Activation offloading (Note [Activation offloading]): the checkpointed input of every decoder
+// layer waits out the forward pass in host memory instead of device memory, and comes back one
+// layer ahead of its recompute in backward.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include "finetune/model/offload_activations_names.h"
+
+namespace finetune {
+
+// The checkpointed inputs of one forward (tokens x hidden x layers x dtype size) above which they
+// are offloaded: kOn 0 (always), kOff nullopt (never), kAuto a quarter of the device memory free
+// when training starts, or nullopt when that is unknown (the CPU). Why a quarter: below it the
+// inputs fit beside everything else and offloading would only add copies; above it they crowd
+// out the recompute's working set (attention, MLP tiles, logit chunks) and decide the longest row.
+std::optional<int64_t> offload_above_bytes(OffloadActivations mode, std::optional<int64_t> free_device_bytes);
+
+// One step of an offloaded input's life, in the order they happened (tests read them).
+struct OffloadRecord {
+  enum Step { kOffloaded, kPrefetched, kRestored, kReleased };
+  Step step;
+  size_t slot;
+  bool operator==(const OffloadRecord& other) const { return step == other.step && slot == other.slot; }
+};
+
+// The host copies of one forward's checkpointed layer inputs, slot 0, 1, ... in forward order.
+// Backward restores them in reverse order; restoring a slot prefetches the one before it, so at
+// most two slots are on the device at a time (double-buffered). On a CUDA device the copies run
+// on a side stream into pinned host memory, ordered against the compute stream by events; on the
+// CPU they are plain copies, so the bookkeeping runs (and is tested) everywhere.
+class ActivationOffloader {
+ public:
+  explicit ActivationOffloader(const at::Device& device);
+
+  // Forward: starts copying `input` to host memory and returns its slot. The caller keeps no
+  // reference to `input` for backward; its device memory is reused once the copy has read it.
+  size_t offload(const at::Tensor& input);
+
+  // Backward: the slot's input on the device, ready for the current stream; starts bringing back
+  // slot - 1 and forgets this slot (host and device copies are released by the caller's use).
+  at::Tensor restore(size_t slot);
+
+  std::vector<OffloadRecord> trace() const;
+
+ private:
+  struct Slot {
+    at::Tensor host;                  // the copy in (pinned) host memory until restored
+    at::Tensor device;                // the copy back on the device, once prefetched
+    std::optional<c10::Event> ready;  // CUDA: recorded on the side stream after the copy back
+  };
+  void start_prefetch(size_t slot);
+
+  at::Device device_;
+  std::optional<c10::Stream> side_stream_;  // CUDA only
+  mutable std::mutex mutex_;               // backward may run on autograd's device threads
+  std::vector<Slot> slots_;
+  std::vector<OffloadRecord> trace_;
+};
+
+}  // namespace finetune
