@@ -42,6 +42,7 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLa
   out.target_ids = host_tensor(targets, 1, count, device).view({count});
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
+  out.group_ids = padded.group_ids;
   return out;
 }
 

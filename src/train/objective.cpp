@@ -3,7 +3,7 @@
 namespace finetune {
 
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch) {
-  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets()};
+  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.group_ids};
 }
 
 double CausalLmObjective::normaliser_share(const HostBatch& batch) const {

@@ -19,6 +19,9 @@ struct HostBatch {
   std::vector<std::vector<int64_t>> sample_lengths;  // per row, the lengths of its samples
   int64_t trainable_tokens = 0;                  // positions that enter the loss (after shift)
   int64_t real_tokens = 0;                       // non-padding tokens
+  // Micro-batches of units (data/micro_batch_stream.h, group_size > 1: preference pairs): each
+  // unit's index, in the order its rows appear; empty otherwise.
+  std::vector<int64_t> group_ids;
 };
 
 // Right-pads one sample per row.

@@ -13,12 +13,16 @@
 //   rank_imbalance float the logged step's largest per-rank token count over the ranks' mean
 //                         (non-padding tokens; 1.0 on one process)
 //   eval_loss    float   only on lines where an evaluation ran
+//   <objective metrics>  float  the objective's own (dpo, orpo: TRL's names, e.g. rewards/chosen,
+//                         logps/rejected; train/objective.h metric_names), the window's mean
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +39,7 @@ struct StepMetrics {
   double elapsed_s = 0;
   double rank_imbalance = 1.0;
   std::optional<double> eval_loss;
+  std::vector<std::pair<std::string, double>> objective_metrics;  // name -> value, in the objective's order
 };
 
 std::string metrics_json_line(const StepMetrics& metrics);

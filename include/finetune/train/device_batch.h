@@ -33,6 +33,7 @@ struct DeviceBatch {
   at::Tensor target_ids;        // (N) int64
   int64_t trainable_tokens = 0;
   int64_t real_tokens = 0;
+  std::vector<int64_t> group_ids;  // HostBatch::group_ids
 
   TokenTargets targets() const { return {target_positions, target_ids, at::Tensor()}; }
 };
