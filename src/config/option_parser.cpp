@@ -254,7 +254,7 @@ std::string usage_text() {
   out << "Usage: finetune [" << join(action_names(), "|") << "] [--config FILE.json] [--OPTION VALUE | --OPTION=VALUE]...\n"
       << "       finetune COMMAND --help | finetune --version\n"
       << "\n"
-      << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
+      << "LoRA supervised and preference (DPO, ORPO) fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
       << "\n"
       << "Commands (without one, finetune trains):\n";
   for (const auto& info : action_table()) {

@@ -248,7 +248,8 @@ TEST(OptionsTest, ActionWord) {
   EXPECT_EQ(parse_args({"eval", "--model_name", "m"}).action, Action::Eval);
   EXPECT_EQ(parse_args({"train", "--model_name", "m", "--dataset", "d"}).action, Action::Train);
   for (const auto& info : action_table()) EXPECT_EQ(action_name(info.action), info.name);
-  EXPECT_EQ(action_names(), (std::vector<std::string>{"train", "eval", "generate", "chat", "export", "plot"}));
+  EXPECT_EQ(action_names(),
+            (std::vector<std::string>{"train", "eval", "generate", "chat", "export", "dpo", "orpo", "plot"}));
   EXPECT_TRUE(contains(usage_error_of([] { parse_args({"predict", "--model_name", "m"}); }), "predict"));
   const std::string junk = usage_error_of([] { parse_train({"extra"}); });
   EXPECT_TRUE(contains(junk, "extra")) << junk;
@@ -283,7 +284,7 @@ TEST(OptionsTest, TopLevelHelpListsTheCommands) {
     EXPECT_EQ(c.help_text, usage_text());
   }
   const std::string text = usage_text();
-  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export|plot] ")) << text;
+  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export|dpo|orpo|plot] ")) << text;
   for (const auto& info : action_table()) EXPECT_TRUE(contains(text, "\n  " + info.name + " ")) << info.name;
   EXPECT_TRUE(contains(text, "finetune COMMAND --help"));
   EXPECT_FALSE(contains(text, "--learning_rate"));  // the options are each command's own help
