@@ -323,7 +323,7 @@ std::vector<OptionRow> build_option_table() {
                 "DPO: the KL penalty's weight (rewards = beta x log-ratio); ORPO: the odds-ratio term's weight"),
       choice_row("loss_type", {"preference", kDpo}, &Options::loss_type, ChoiceSet{dpo_loss_type_names()},
                  "DPO loss as TRL 1.16 computes it"),
-      float_row("label_smoothing", {"preference", kDpo}, &Options::label_smoothing, kUnitHalfOpen,
+      float_row("label_smoothing", {"preference", kDpo}, &Options::label_smoothing, Interval{0.0, true, 0.5, false},
                 "--loss_type robust: the assumed label noise, in [0, 0.5) (TRL 1.16 reads it for robust only)"),
       choice_row("truncation_mode", {"preference", kDpo}, &Options::truncation_mode, ChoiceSet{{"keep_start", "keep_end"}},
                  "which end of prompt + completion --max_length keeps (keep_start drops pairs whose prompt alone "

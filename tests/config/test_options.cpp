@@ -340,6 +340,9 @@ TEST(OptionsTest, PreferenceOptionsAreReadByTheirCommandsOnly) {
   EXPECT_TRUE(contains(msg, "--label_smoothing: read by --loss_type robust only")) << msg;
   EXPECT_EQ(parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--loss_type", "robust", "--label_smoothing",
                         "0.1"}).options.label_smoothing, 0.1);
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--loss_type", "robust",
+                                        "--label_smoothing", "0.5"}); });
+  EXPECT_TRUE(contains(msg, "--label_smoothing")) << msg;  // robust needs e < 0.5 (TRL divides by 1 - 2e)
   msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--loss_type", "kto"}); });
   EXPECT_TRUE(contains(msg, "--loss_type")) << msg;
   msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m"}); });
