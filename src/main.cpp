@@ -22,6 +22,8 @@ int run_action(const finetune::Command& command, const finetune::EnvMap& env) {
     case Action::Chat: return finetune::run_chat(command.options, env);
     case Action::Export: return finetune::run_export(command.options, env);
     case Action::Plot: return finetune::run_plot(finetune::parse_plot_arguments(command.plot_words));
+    case Action::Dpo: return finetune::run_dpo(command.options, env);
+    case Action::Orpo: return finetune::run_orpo(command.options, env);
   }
   throw finetune::Error("main: a command without a run function");
 }

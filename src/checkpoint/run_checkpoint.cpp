@@ -142,6 +142,8 @@ json trainer_state_json(const TrainingState& state) {
                      {"step_losses", state.metrics.step_losses},
                      {"optimizer_steps", state.optimizer.steps},
                      {"run", identity_json(state.identity)}}}};
+  // The objective's metrics (dpo, orpo) of the steps after the last log line.
+  if (!state.metrics.window_metrics.empty()) document["finetune"]["window_metrics"] = state.metrics.window_metrics;
   if (state.loss_scaler) {  // fp16 runs only (HF's scaler.pt)
     document["finetune"]["loss_scale"] = state.loss_scaler->scale;
     document["finetune"]["loss_scale_growth_tracker"] = state.loss_scaler->growth_tracker;
@@ -307,6 +309,9 @@ TrainingState read_training_state(const std::string& dir, const NamedTensors& tr
   state.position.steps_into_epoch = field<int64_t>(ours, "steps_into_epoch", ours_where);
   state.metrics.tokens = field<int64_t>(ours, "tokens", ours_where);
   state.metrics.step_losses = field<std::vector<double>>(ours, "step_losses", ours_where);
+  if (ours.contains("window_metrics")) {
+    state.metrics.window_metrics = field<std::vector<std::vector<double>>>(ours, "window_metrics", ours_where);
+  }
   state.optimizer.steps = field<int64_t>(ours, "optimizer_steps", ours_where);
   state.loss_scaler = loss_scaler_from(ours, ours_where);
   if (document.contains("best_model_checkpoint") && document.at("best_model_checkpoint").is_string()) {

@@ -111,6 +111,12 @@ std::vector<RankSetting> rank_settings_from(const Options& options, const RunIde
       {"--early_stopping_threshold", exact(trainer.early_stopping_threshold)},
       {"--greater_is_better", trainer.greater_is_better ? "true" : "false"},
       {"--load_best_model_at_end", options.load_best_model_at_end ? "true" : "false"},
+      // the preference objective (dpo, orpo: the same defaults on every rank of a train run)
+      {"--beta", exact(options.beta)},
+      {"--loss_type", options.loss_type},
+      {"--label_smoothing", exact(options.label_smoothing)},
+      {"--truncation_mode", options.truncation_mode},
+      {"--precompute_ref_log_probs", options.precompute_ref_log_probs ? "true" : "false"},
   };
   return settings;
 }

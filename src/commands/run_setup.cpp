@@ -165,11 +165,7 @@ at::Device command_device(const ModelSource& source, const EnvMap& env) {
   return select_device(source.device, launch_env_from(env).local_rank);
 }
 
-namespace {
-
-// The chat template for conversational rows: --chat_template's choice, or nothing when the
-// choice is "auto" and the tokenizer has none or ours cannot run it (rows that need one then fail
-// with the reason).
+// Rows that need a chat template when none is available fail with unavailable_reason.
 std::unique_ptr<ChatTemplate> chat_template_for(const DataSetup& setup, const Tokenizer* tokenizer,
                                                 std::string& unavailable_reason) {
   if (tokenizer == nullptr || is_alpaca_choice(setup.chat_template)) {
@@ -191,6 +187,8 @@ std::unique_ptr<ChatTemplate> chat_template_for(const DataSetup& setup, const To
     return nullptr;
   }
 }
+
+namespace {
 
 DatasetOptions dataset_options_for(const DataSetup& setup, const ChatTemplate* chat_template, int64_t vocab_size) {
   DatasetOptions options;

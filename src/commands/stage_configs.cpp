@@ -56,7 +56,7 @@ ModelStageSetup model_stage_setup_from(const Options& options, Action action) {
   ModelStageSetup setup;
   setup.source = model_source_from(options);
   setup.adapter = adapter_setup_from(options);
-  setup.fresh_adapter = action == Action::Train;
+  setup.fresh_adapter = is_training_action(action);
   setup.needs_tokenizer = action == Action::Generate || action == Action::Chat;
   setup.command = action_name(action);
   return setup;

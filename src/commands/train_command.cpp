@@ -1,6 +1,7 @@
-// `finetune train`: launch env -> communicator -> model + weights -> adapter -> data -> trainer ->
-// adapter save / export, with checkpoints to resume from. Only wiring: each stage gets its own
-// config (stage_configs.h).
+// `finetune train`, `finetune dpo`, `finetune orpo`: launch env -> communicator -> model + weights
+// -> adapter -> data -> trainer -> adapter save / export, with checkpoints to resume from. Only
+// wiring: each stage gets its own config (stage_configs.h); the preference commands differ in their
+// rows, their stream's pair units and their objective (preference_setup.h).
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "finetune/commands/banner.h"
 #include "finetune/commands/commands.h"
 #include "finetune/commands/gguf_precheck.h"
+#include "finetune/commands/preference_setup.h"
 #include "finetune/io/model_config.h"
 #include "finetune/util/text.h"
 #include "finetune/commands/rank_settings_from.h"
@@ -173,14 +175,19 @@ void add_best_model(nlohmann::json& summary, const TrainResult& result, const Op
   if (result.stopped_early_at) summary["stopped_early_at_step"] = *result.stopped_early_at;
 }
 
-}  // namespace
+// SFT's rows (with evaluation data), or the preference commands' pairs.
+Datasets load_training_data(Action action, const Options& options, const DataSplits& splits, const DataSetup& setup,
+                            const Tokenizer* tokenizer, int64_t vocab_size) {
+  if (action == Action::Train) return load_datasets(splits, setup, tokenizer, vocab_size);
+  return load_preference_datasets(splits, setup, tokenizer, preference_dataset_options_from(options, action));
+}
 
-int run_train(const Options& options, const EnvMap& env) {
+int run_training(const Options& options, const EnvMap& env, Action action) {
   StopRequest::install();  // from here a SIGTERM/SIGUSR1 stops training at a step boundary, saved
   const Rendezvous rendezvous(launch_env_from(env));
   const auto& launch = rendezvous.launch();
   log::configure(launch.rank, launch.world_size, log::level_from_name(options.log_level));
-  const auto model_setup = model_stage_setup_from(options, Action::Train);
+  const auto model_setup = model_stage_setup_from(options, action);
   const auto device = select_device(model_setup.source.device, launch.local_rank);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
@@ -215,7 +222,8 @@ int run_train(const Options& options, const EnvMap& env) {
     auto& loaded = opened.loaded;
     auto& model = *loaded.model;
     const AttachedAdapter& adapter = *opened.adapter;
-    const auto data = load_datasets(data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
+    const auto data =
+        load_training_data(action, options, data_splits, data_setup, loaded.tokenizer.get(), model.config().vocab_size);
     if (data.train.samples.empty()) {
       const std::string dropped = describe_dropped_rows(data.train.stats);
       throw Error("the training set is empty: no row has a trainable token" + (dropped.empty() ? "" : " (" + dropped + ")"));
@@ -223,7 +231,11 @@ int run_train(const Options& options, const EnvMap& env) {
 
     check_evaluation_data(options, data.eval.has_value());
     const int64_t pad_id = pad_token_id_for(model, loaded.tokenizer.get());
-    const auto stream_config = stream_config_from(options, launch, pad_id, model.kernel_policy().padding_free_batches);
+    auto stream_config = stream_config_from(options, launch, pad_id, model.kernel_policy().padding_free_batches);
+    if (action != Action::Train) use_pair_units(stream_config, options, action);
+    auto objective = training_objective_for(action, options, model, adapter.config, model_setup.adapter.init_adapter);
+    if (launch.rank == 0 && action != Action::Train) log::info("objective: " + objective.description);
+    precompute_reference_if_asked(objective, options, data, pad_id, model, launch.rank);
     const std::string dataset_name = options.dataset.empty() ? options.raw_text_file : options.dataset;
     auto identity = run_identity_from(options, launch, adapter.config);
     identity.data = data_identity(dataset_name, data.train.samples, stream_config);  // Note [Resume identity]
@@ -267,7 +279,8 @@ int run_train(const Options& options, const EnvMap& env) {
     };
 
     hooks.stop_requested = [] { return StopRequest::signal_received() != 0; };  // Note [Preemption]
-    const auto result = train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr);
+    const auto result =
+        train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr, *objective.objective);
     if (options.load_best_model_at_end) load_best_model(model, result, launch.rank);
     std::vector<std::string> gguf_files;
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.
@@ -308,5 +321,11 @@ int run_train(const Options& options, const EnvMap& env) {
   }
   return 0;
 }
+
+}  // namespace
+
+int run_train(const Options& options, const EnvMap& env) { return run_training(options, env, Action::Train); }
+int run_dpo(const Options& options, const EnvMap& env) { return run_training(options, env, Action::Dpo); }
+int run_orpo(const Options& options, const EnvMap& env) { return run_training(options, env, Action::Orpo); }
 
 }  // namespace finetune

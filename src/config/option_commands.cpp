@@ -1,4 +1,4 @@
-// The commands (`finetune train|eval|generate|chat|export`) and the choice tables that the
+// The commands (`finetune train|eval|generate|chat|export|dpo|orpo|plot`) and the choice tables that the
 // option set shares with its consumers: one place each, read by the parser, the help text and the
 // commands.
 #include <algorithm>
@@ -20,6 +20,10 @@ const std::vector<ActionInfo>& action_table() {
        "finetune chat --model_name M [--adapter A] [--OPTION VALUE]..."},
       {Action::Export, "export", "merge an adapter into its base model and write merged_16bit, merged_4bit or GGUF",
        "finetune export --model_name M [--adapter A] --save_method METHOD --save_path DIR [--OPTION VALUE]..."},
+      {Action::Dpo, "dpo", "preference training on chosen/rejected pairs with TRL's DPO losses (LoRA, QLoRA, DDP)",
+       "finetune dpo --model_name M --dataset D [--loss_type sigmoid|ipo|hinge|robust] [--OPTION VALUE]..."},
+      {Action::Orpo, "orpo", "reference-free preference training with TRL's ORPO loss (LoRA, QLoRA, DDP)",
+       "finetune orpo --model_name M --dataset D [--beta B] [--OPTION VALUE]..."},
       {Action::Plot, "plot", "loss curves of one or more runs' metrics.jsonl, overlaid, as one HTML page",
        "finetune plot RUN_DIR [RUN_DIR ...] [--out FILE]"},
   };
@@ -36,6 +40,10 @@ std::vector<std::string> action_names() {
   std::vector<std::string> names;
   for (const auto& info : action_table()) names.push_back(info.name);
   return names;
+}
+
+bool is_training_action(Action action) {
+  return action == Action::Train || action == Action::Dpo || action == Action::Orpo;
 }
 
 bool OptionSpec::read_by(Action action) const {

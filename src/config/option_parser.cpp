@@ -254,7 +254,7 @@ std::string usage_text() {
   out << "Usage: finetune [" << join(action_names(), "|") << "] [--config FILE.json] [--OPTION VALUE | --OPTION=VALUE]...\n"
       << "       finetune COMMAND --help | finetune --version\n"
       << "\n"
-      << "LoRA supervised fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
+      << "LoRA supervised and preference (DPO, ORPO) fine-tuning of Hugging Face causal LMs (Llama, Qwen2, Qwen3, Mistral).\n"
       << "\n"
       << "Commands (without one, finetune trains):\n";
   for (const auto& info : action_table()) {
@@ -372,6 +372,14 @@ void check_training_options(const Options& o) {
   }
 }
 
+// TRL 1.16 reads label_smoothing for the robust loss only; elsewhere it would do nothing.
+void check_dpo_options(const Options& o) {
+  if (o.label_smoothing != 0 && o.loss_type != "robust") {
+    throw UsageError("--label_smoothing: read by --loss_type robust only (TRL 1.16's other losses ignore it), got "
+                     "--loss_type " + o.loss_type);
+  }
+}
+
 // --bf16 / --fp16 (HF's precision flags) are --dtype bfloat16 / float16; they cannot disagree with
 // a --dtype that was given.
 void apply_precision_flags(Options& o) {
@@ -391,19 +399,23 @@ void check_required(const Command& command) {
   if (o.model_name.empty()) throw UsageError("--model_name: required (a model directory or hub id)");
   if (command.action == Action::Train && o.dataset.empty() && o.raw_text_file.empty())
     throw UsageError("--dataset: required for train (a data file, a directory, or a hub id; or --raw_text_file)");
+  if ((command.action == Action::Dpo || command.action == Action::Orpo) && o.dataset.empty())
+    throw UsageError("--dataset: required for " + action_name(command.action) +
+                     " (preference rows: prompt/chosen/rejected, or chosen/rejected)");
+  if (command.action == Action::Dpo) check_dpo_options(o);
   if (command.action == Action::Generate && o.prompt.empty() == o.prompts.empty())
     throw UsageError("--prompt / --prompts: generate takes exactly one of them (a text, or a JSONL file of prompts)");
   if (command.action == Action::Export && save_method_from_name(o.save_method) == SaveMethod::Lora)
     throw UsageError("--save_method: export writes merged_16bit, merged_4bit or gguf (the adapter is already lora)");
-  if (command.action == Action::Train && o.push_gguf && !o.save_model)
+  if (is_training_action(command.action) && o.push_gguf && !o.save_model)
     throw UsageError("--push_gguf: uploads the GGUF files of --save_model's export; add --save_model");
-  if (command.action == Action::Train && o.save_gguf && !o.save_model)
+  if (is_training_action(command.action) && o.save_gguf && !o.save_model)
     throw UsageError("--save_gguf: writes GGUF as part of --save_model's export (as in Unsloth's CLI, where it "
                      "does nothing alone); add --save_model");
   if (!o.adapter.empty() && !o.init_adapter.empty())
     throw UsageError("--adapter and --init_adapter: `finetune " + action_name(command.action) +
                      "` reads them as one setting; give one");
-  if (command.action == Action::Train) check_training_options(o);
+  if (is_training_action(command.action)) check_training_options(o);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "finetune/train/lr_scheduler_names.h"
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/optimizer_names.h"
+#include "finetune/train/dpo_loss_names.h"
 #include "finetune/util/log.h"
 #include "finetune/util/text.h"
 #include "option_values.h"
@@ -26,20 +27,31 @@ namespace {
 
 // Which commands read an option (OptionSpec::commands), named once for the table below.
 using Commands = std::vector<Action>;
-const Commands kEveryCommand = {Action::Train, Action::Eval, Action::Generate, Action::Chat, Action::Export};
-const Commands kTrain = {Action::Train};
-const Commands kTrainEval = {Action::Train, Action::Eval};
-const Commands kTemplated = {Action::Train, Action::Eval, Action::Generate, Action::Chat};  // render rows or prompts
-const Commands kTrainAndDecoding = {Action::Train, Action::Generate, Action::Chat};  // seed, profiling, output_dir
+const Commands kEveryCommand = {Action::Train, Action::Eval, Action::Generate, Action::Chat, Action::Export,
+                                Action::Dpo,   Action::Orpo};
+// The training commands: SFT (train) and preference training (dpo, orpo).
+const Commands kTrain = {Action::Train, Action::Dpo, Action::Orpo};
+// SFT only: packing, raw text, completion masks, dataset mixtures, evaluation and the best model
+// (preference training evaluates nothing), CUDA graphs (the preference objectives run eagerly).
+const Commands kSft = {Action::Train};
+const Commands kSftEval = {Action::Train, Action::Eval};
+const Commands kTrainEval = {Action::Train, Action::Eval, Action::Dpo, Action::Orpo};
+const Commands kTemplated = {Action::Train, Action::Eval, Action::Generate, Action::Chat,  // render rows or prompts
+                             Action::Dpo,   Action::Orpo};
+const Commands kTrainAndDecoding = {Action::Train, Action::Generate, Action::Chat,  // seed, profiling, output_dir
+                                    Action::Dpo,   Action::Orpo};
 const Commands kGenerating = {Action::Generate, Action::Chat};
 const Commands kGenerateOnly = {Action::Generate};
 const Commands kChatOnly = {Action::Chat};
 const Commands kEvalOnly = {Action::Eval};
-const Commands kExporting = {Action::Train, Action::Export};
-// An adapter to start training from (train) or to evaluate (eval: either name, one setting).
-const Commands kAdapterLoaders = {Action::Train, Action::Eval};
+const Commands kExporting = {Action::Train, Action::Export, Action::Dpo, Action::Orpo};
+// An adapter to start training from (train, dpo, orpo) or to evaluate (eval: either name, one setting).
+const Commands kAdapterLoaders = {Action::Train, Action::Eval, Action::Dpo, Action::Orpo};
 // An adapter to run or merge (eval reads it as --init_adapter: stage_configs.h, adapter_setup_from).
 const Commands kAdapterAppliers = {Action::Eval, Action::Generate, Action::Chat, Action::Export};
+// Preference training (TRL's DPOConfig / ORPOConfig names).
+const Commands kPreference = {Action::Dpo, Action::Orpo};
+const Commands kDpo = {Action::Dpo};
 
 // Where a row sits: its help group and the commands that read it.
 struct Placement {
@@ -219,7 +231,10 @@ std::vector<OptionRow> build_option_table() {
       string_row("model_name", {"model", kEveryCommand}, &Options::model_name, false,
                  "model directory, or hub id ORG/NAME (downloaded into the Hugging Face cache unless HF_HUB_OFFLINE=1)"),
       string_row("revision", {"model", kEveryCommand}, &Options::revision, false, "the hub model's branch, tag or commit"),
-      int_row("max_seq_length", {"model", kTrainEval}, &Options::max_seq_length, 2, "longest training sequence in tokens"),
+      // max_length: TRL's DPOConfig / ORPOConfig name for the same cap (the longest prompt + completion).
+      with_aliases(int_row("max_seq_length", {"model", kTrainEval}, &Options::max_seq_length, 2,
+                           "longest training sequence in tokens (dpo, orpo: prompt + completion, TRL's max_length)"),
+                   {"max_length"}),
       choice_row("dtype", {"model", kEveryCommand}, &Options::dtype, dtype,
                  "compute dtype; auto (or None, Unsloth's spelling) = bfloat16 on CUDA, float32 on CPU"),
       bool_row("bf16", {"model", kEveryCommand}, &Options::bf16, "HF's bf16: the same as --dtype bfloat16"),
@@ -259,7 +274,7 @@ std::vector<OptionRow> build_option_table() {
       // --- training
       int_row("per_device_train_batch_size", {"training", kTrain}, &Options::per_device_train_batch_size, 1,
               "sequences per micro-batch on each process"),
-      int_row("per_device_eval_batch_size", {"training", kTrainEval}, &Options::per_device_eval_batch_size, 1,
+      int_row("per_device_eval_batch_size", {"training", kSftEval}, &Options::per_device_eval_batch_size, 1,
               "sequences per evaluation batch on each process"),
       int_row("gradient_accumulation_steps", {"training", kTrain}, &Options::gradient_accumulation_steps, 1,
               "micro-batches per optimizer step"),
@@ -297,24 +312,24 @@ std::vector<OptionRow> build_option_table() {
 
       string_row("run_name", {"training", kTrain}, &Options::run_name, true,
                  "the run's name in the end summary and in OUTPUT_DIR/report.html (default: OUTPUT_DIR's name)"),
-      choice_row("eval_strategy", {"training", kTrain}, &Options::eval_strategy, strategy,
+      choice_row("eval_strategy", {"training", kSft}, &Options::eval_strategy, strategy,
                  "when to evaluate (with evaluation data): steps = every --eval_steps and at the last step, epoch = "
                  "at every epoch's end, no = never"),
       choice_row("save_strategy", {"training", kTrain}, &Options::save_strategy, strategy,
                  "when to write checkpoint-N: steps = every --save_steps and at the last step, epoch = at every "
                  "epoch's end, no = never"),
-      bool_row("load_best_model_at_end", {"training", kTrain}, &Options::load_best_model_at_end,
+      bool_row("load_best_model_at_end", {"training", kSft}, &Options::load_best_model_at_end,
                "after training, load the checkpoint with the best --metric_for_best_model and save that adapter "
                "(needs equal --eval_strategy and --save_strategy; with steps, --save_steps a multiple of --eval_steps)"),
-      choice_row("metric_for_best_model", {"training", kTrain}, &Options::metric_for_best_model, metric,
+      choice_row("metric_for_best_model", {"training", kSft}, &Options::metric_for_best_model, metric,
                  "the evaluation metric that decides the best checkpoint and early stopping"),
-      bool_row("greater_is_better", {"training", kTrain}, &Options::greater_is_better,
+      bool_row("greater_is_better", {"training", kSft}, &Options::greater_is_better,
                "whether a larger --metric_for_best_model is better (false for the loss)"),
-      int_row("early_stopping_patience", {"training", kTrain}, &Options::early_stopping_patience, 0,
+      int_row("early_stopping_patience", {"training", kSft}, &Options::early_stopping_patience, 0,
               "stop after this many evaluations in a row without improvement (HF's EarlyStoppingCallback); 0 = off"),
-      float_row("early_stopping_threshold", {"training", kTrain}, &Options::early_stopping_threshold, kNonNegative,
+      float_row("early_stopping_threshold", {"training", kSft}, &Options::early_stopping_threshold, kNonNegative,
                 "how much an evaluation must beat the best one by to count as an improvement"),
-      bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
+      bool_row("cuda_graphs", {"training", kSft}, &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) +
                    " tokens from CUDA graphs captured once per padded length, for the first " +
                    std::to_string(kCudaGraphMaxShapes) +
@@ -326,6 +341,20 @@ std::vector<OptionRow> build_option_table() {
                  "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
                  "device memory free when training starts (never on the CPU)"),
 
+      // --- preference training (dpo, orpo): TRL 1.16's DPOConfig / ORPOConfig
+      float_row("beta", {"preference", kPreference}, &Options::beta, kPositive,
+                "DPO: the KL penalty's weight (rewards = beta x log-ratio); ORPO: the odds-ratio term's weight"),
+      choice_row("loss_type", {"preference", kDpo}, &Options::loss_type, ChoiceSet{dpo_loss_type_names()},
+                 "DPO loss as TRL 1.16 computes it"),
+      float_row("label_smoothing", {"preference", kDpo}, &Options::label_smoothing, Interval{0.0, true, 0.5, false},
+                "--loss_type robust: the assumed label noise, in [0, 0.5) (TRL 1.16 reads it for robust only)"),
+      choice_row("truncation_mode", {"preference", kDpo}, &Options::truncation_mode, ChoiceSet{{"keep_start", "keep_end"}},
+                 "which end of prompt + completion --max_length keeps (keep_start drops pairs whose prompt alone "
+                 "fills it, as TRL)"),
+      bool_row("precompute_ref_log_probs", {"preference", kDpo}, &Options::precompute_ref_log_probs,
+               "compute the reference model's log-probs of every pair once before training, as TRL (the same "
+               "numbers, no reference forward per step)"),
+
       // --- data
       string_row("dataset", {"data", kTrainEval}, &Options::dataset, true,
                  "a data file (.json, .jsonl, .parquet, .txt), a directory, or a hub id ORG/NAME in the local Hugging "
@@ -333,26 +362,26 @@ std::vector<OptionRow> build_option_table() {
                  "datasets finds them"),
       split_row("dataset_split", {"data", kTrainEval}, &Options::dataset_split,
                 "the split of --dataset to train on (eval: to evaluate, when there is no --eval_dataset)"),
-      string_row("eval_dataset", {"data", kTrainEval}, &Options::eval_dataset, true,
+      string_row("eval_dataset", {"data", kSftEval}, &Options::eval_dataset, true,
                  "evaluation data: a file, directory or hub id (an existing path wins; a directory's validation "
                  "split, else its test split, else its only split), or the name of a split of --dataset"),
-      float_row("eval_split", {"data", kTrain}, &Options::eval_split, kUnitHalfOpen,
+      float_row("eval_split", {"data", kSft}, &Options::eval_split, kUnitHalfOpen,
                 "fraction of the training rows held out for evaluation"),
-      int_row("eval_steps", {"data", kTrain}, &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
+      int_row("eval_steps", {"data", kSft}, &Options::eval_steps, 0, "evaluate every N steps; 0 = only at the end"),
       chat_template_row(),
       string_row("chat_template_kwargs", {"data", kTemplated}, &Options::chat_template_kwargs, true,
                  "JSON object of extra chat template variables, e.g. '{\"enable_thinking\": false}'"),
-      string_row("dataset_weights", {"data", kTrain}, &Options::dataset_weights, true,
+      string_row("dataset_weights", {"data", kSft}, &Options::dataset_weights, true,
                  "comma-separated weights of the --dataset list: each dataset's rows appear weight times per epoch"),
-      string_row("raw_text_file", {"data", kTrain}, &Options::raw_text_file, true,
+      string_row("raw_text_file", {"data", kSft}, &Options::raw_text_file, true,
                  "train on a raw text file cut into overlapping chunks (instead of --dataset)"),
-      int_row("chunk_size", {"data", kTrain}, &Options::chunk_size, 1, "tokens per --raw_text_file chunk"),
-      int_row("stride", {"data", kTrain}, &Options::stride, 0, "tokens shared by consecutive --raw_text_file chunks"),
-      bool_row("train_on_completions", {"data", kTrainEval}, &Options::train_on_completions,
+      int_row("chunk_size", {"data", kSft}, &Options::chunk_size, 1, "tokens per --raw_text_file chunk"),
+      int_row("stride", {"data", kSft}, &Options::stride, 0, "tokens shared by consecutive --raw_text_file chunks"),
+      bool_row("train_on_completions", {"data", kSftEval}, &Options::train_on_completions,
                "compute the loss on assistant replies only"),
       bool_row("skip_bad_rows", {"data", kTrainEval}, &Options::skip_bad_rows, "skip malformed rows instead of failing"),
       bool_row("group_by_length", {"data", kTrain}, &Options::group_by_length, "batch sequences of similar length"),
-      bool_row("packing", {"data", kTrain}, &Options::packing, "pack several short sequences into one"),
+      bool_row("packing", {"data", kSft}, &Options::packing, "pack several short sequences into one"),
       bool_row("shuffle", {"data", kTrain}, &Options::shuffle, "shuffle the training rows every epoch"),
       bool_row("dataloader_drop_last", {"data", kTrain}, &Options::dataloader_drop_last, "drop the last incomplete batch"),
 

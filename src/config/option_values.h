@@ -83,7 +83,7 @@ const OptionRow* find_option_row(const std::string& name);
 const std::vector<std::pair<std::string, std::string>>& unsloth_only_options();
 
 // Help-text group order.
-inline const char* const kOptionGroupOrder[] = {"model",      "LoRA",    "training",   "data",
-                                               "saving",     "generation", "logging", "distributed"};
+inline const char* const kOptionGroupOrder[] = {"model",  "LoRA",       "training", "preference", "data",
+                                               "saving", "generation", "logging",  "distributed"};
 
 }  // namespace finetune

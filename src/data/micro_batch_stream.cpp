@@ -12,9 +12,17 @@ namespace finetune {
 MicroBatchStream::MicroBatchStream(const std::vector<Sample>& samples, MicroBatchStreamConfig config)
     : samples_(samples), config_(config) {
   if (samples_.empty()) throw Error("the training set is empty (no row has a trainable token)");
-  config_.sampler.num_samples = static_cast<int64_t>(samples_.size());
-  lengths_.reserve(samples_.size());
-  for (const auto& sample : samples_) lengths_.push_back(static_cast<int64_t>(sample.input_ids.size()));
+  const int64_t group = config_.group_size;
+  if (group < 1 || static_cast<int64_t>(samples_.size()) % group != 0) {
+    throw Error("data stream: " + std::to_string(samples_.size()) + " rows do not form units of " +
+                std::to_string(group));
+  }
+  if (group > 1 && config_.packing) throw Error("data stream: packing cannot keep units of several rows apart");
+  config_.sampler.num_samples = static_cast<int64_t>(samples_.size()) / group;
+  lengths_.assign(static_cast<size_t>(config_.sampler.num_samples), 0);
+  for (size_t i = 0; i < samples_.size(); ++i) {
+    lengths_[i / static_cast<size_t>(group)] += static_cast<int64_t>(samples_[i].input_ids.size());
+  }
   start_epoch(0);
   if (micro_batches_per_epoch_ == 0) {
     throw Error("the training set has fewer rows than one global batch and --dataloader_drop_last is set");
@@ -115,9 +123,21 @@ std::vector<HostBatch> MicroBatchStream::literal_step(int64_t step) const {
   const int64_t end = std::min(first + config_.gradient_accumulation_steps, micro_batches_per_epoch_);
   std::vector<HostBatch> micro_batches;
   for (int64_t m = first; m < end; ++m) {
-    micro_batches.push_back(collate_rows(samples_, batches[static_cast<size_t>(m)], config_.pad_token_id));
+    micro_batches.push_back(collate_units(batches[static_cast<size_t>(m)]));
   }
   return micro_batches;
+}
+
+// A micro-batch's units as rows: member k of every unit before member k + 1.
+HostBatch MicroBatchStream::collate_units(const Rows& units) const {
+  if (config_.group_size == 1) return collate_rows(samples_, units, config_.pad_token_id);
+  Rows rows;
+  for (int64_t member = 0; member < config_.group_size; ++member) {
+    for (const auto& unit : units) rows.push_back({unit.at(0) * config_.group_size + member});
+  }
+  HostBatch batch = collate_rows(samples_, rows, config_.pad_token_id);
+  for (const auto& unit : units) batch.group_ids.push_back(unit.at(0));
+  return batch;
 }
 
 std::vector<HostBatch> MicroBatchStream::balanced_step(int64_t step) const {
@@ -126,20 +146,31 @@ std::vector<HostBatch> MicroBatchStream::balanced_step(int64_t step) const {
   StepPlannerConfig planner;
   planner.world_size = config_.sampler.world_size;
   planner.padded_rows = !config_.padding_free;
-  planner.token_budget = config_.batch_size * config_.max_seq_length;
+  planner.token_budget = config_.group_size * config_.batch_size * config_.max_seq_length;
   for (const auto& row : items) {
     std::vector<int64_t> row_lengths;
-    for (int64_t index : row) row_lengths.push_back(lengths_[static_cast<size_t>(index)]);
-    planned.push_back(packed_row_step_item(row_lengths));
-    // A sample longer than max_seq_length (a --raw_text_file chunk) still fits a micro-batch alone.
-    planner.token_budget = std::max(planner.token_budget, planned.back().tokens);
+    if (config_.group_size == 1) {
+      for (int64_t index : row) row_lengths.push_back(lengths_[static_cast<size_t>(index)]);
+      planned.push_back(packed_row_step_item(row_lengths));
+    } else {
+      for (int64_t member = 0; member < config_.group_size; ++member) {
+        row_lengths.push_back(
+            static_cast<int64_t>(samples_[static_cast<size_t>(row.at(0) * config_.group_size + member)].input_ids.size()));
+      }
+      planned.push_back(grouped_rows_step_item(row_lengths));
+    }
+    // A sample longer than max_seq_length (a --raw_text_file chunk, an ORPO prompt) still fits a
+    // micro-batch alone.
+    const StepItem& item = planned.back();
+    planner.token_budget =
+        std::max(planner.token_budget, planner.padded_rows ? item.padded_size(item.longest_row) : item.tokens);
   }
   const StepPlan plan = plan_step_balanced(planned, planner);
   auto collate_positions = [&](const std::vector<int64_t>& positions) {
     if (positions.empty()) return HostBatch{};  // zero weight: rows == 0
     Rows rows;
     for (int64_t position : positions) rows.push_back(items[static_cast<size_t>(position)]);
-    return collate_rows(samples_, rows, config_.pad_token_id);
+    return collate_units(rows);
   };
   std::vector<HostBatch> micro_batches;
   for (const auto& positions : plan[static_cast<size_t>(config_.sampler.rank)]) {

@@ -13,11 +13,17 @@ namespace {
 
 using Positions = std::vector<int64_t>;
 
-// Whether one more item of `tokens` fits a micro-batch that holds `count` items of `used` tokens,
-// the first (longest) of `longest` tokens: items arrive longest first.
-bool fits(const StepPlannerConfig& config, int64_t count, int64_t used, int64_t longest, int64_t tokens) {
-  if (config.padded_rows) return (count + 1) * longest <= config.token_budget;
-  return used + tokens <= config.token_budget;
+// What a micro-batch holds so far: its items' tokens, rows and longest row.
+struct MicroBatchFill {
+  int64_t tokens = 0;
+  int64_t rows = 0;
+  int64_t longest_row = 0;
+};
+
+// Whether `item` fits a micro-batch that holds `fill`.
+bool fits(const StepPlannerConfig& config, const MicroBatchFill& fill, const StepItem& item) {
+  if (config.padded_rows) return (fill.rows + item.rows) * std::max(fill.longest_row, item.longest_row) <= config.token_budget;
+  return fill.tokens + item.tokens <= config.token_budget;
 }
 
 // First-fit decreasing by tokens (ties: the earlier item) into micro-batches within the budget;
@@ -28,21 +34,19 @@ std::vector<Positions> form_micro_batches(Positions positions, const std::vector
     return items[static_cast<size_t>(a)].tokens > items[static_cast<size_t>(b)].tokens;
   });
   std::vector<Positions> batches;
-  std::vector<int64_t> used;
+  std::vector<MicroBatchFill> fills;
   for (int64_t position : positions) {
-    const int64_t tokens = items[static_cast<size_t>(position)].tokens;
+    const StepItem& item = items[static_cast<size_t>(position)];
     size_t b = 0;
-    while (b < batches.size() &&
-           !fits(config, static_cast<int64_t>(batches[b].size()), used[b],
-                 items[static_cast<size_t>(batches[b].front())].tokens, tokens)) {
-      ++b;
-    }
+    while (b < batches.size() && !fits(config, fills[b], item)) ++b;
     if (b == batches.size()) {
       batches.emplace_back();
-      used.push_back(0);
+      fills.emplace_back();
     }
     batches[b].push_back(position);
-    used[b] += tokens;
+    fills[b].tokens += item.tokens;
+    fills[b].rows += item.rows;
+    fills[b].longest_row = std::max(fills[b].longest_row, item.longest_row);
   }
   return batches;
 }
@@ -121,7 +125,8 @@ void check_config(const std::vector<StepItem>& items, const StepPlannerConfig& c
   if (config.world_size < 1) throw Error("step planner: world_size must be >= 1, got " + std::to_string(config.world_size));
   if (config.token_budget < 1) throw Error("step planner: token budget must be >= 1, got " + std::to_string(config.token_budget));
   for (size_t i = 0; i < items.size(); ++i) {
-    if (items[i].tokens < 0 || items[i].tokens > config.token_budget) {
+    const int64_t size = config.padded_rows ? items[i].padded_size(items[i].longest_row) : items[i].tokens;
+    if (items[i].tokens < 0 || size > config.token_budget) {
       throw Error("step planner: item " + std::to_string(i) + " has " + std::to_string(items[i].tokens) +
                   " tokens, outside [0, token budget " + std::to_string(config.token_budget) + "]");
     }
@@ -153,13 +158,25 @@ const std::string& step_planning_name(StepPlanning planning) {
   return step_planning_names().at(static_cast<size_t>(planning));
 }
 
-StepItem sample_step_item(int64_t length) { return {length, length * length}; }
+StepItem sample_step_item(int64_t length) { return {length, length * length, 1, length}; }
 
 StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths) {
   StepItem item;
   for (int64_t length : sample_lengths) {
     item.tokens += length;
     item.squared_tokens += length * length;
+  }
+  item.longest_row = item.tokens;  // one row
+  return item;
+}
+
+StepItem grouped_rows_step_item(const std::vector<int64_t>& row_lengths) {
+  StepItem item;
+  item.rows = static_cast<int64_t>(row_lengths.size());
+  for (int64_t length : row_lengths) {
+    item.tokens += length;
+    item.squared_tokens += length * length;
+    item.longest_row = std::max(item.longest_row, length);
   }
   return item;
 }

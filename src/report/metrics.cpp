@@ -13,6 +13,7 @@ nlohmann::json metrics_json(const StepMetrics& m) {
                          {"lr", m.lr},           {"grad_norm", m.grad_norm}, {"tokens", m.tokens},
                          {"tokens_per_s", m.tokens_per_s}, {"elapsed_s", m.elapsed_s},
                          {"rank_imbalance", m.rank_imbalance}};
+  for (const auto& [name, value] : m.objective_metrics) json[name] = value;
   if (m.eval_loss) json["eval_loss"] = *m.eval_loss;
   if (m.aux_loss) json["aux_loss"] = *m.aux_loss;
   return json;

@@ -22,6 +22,8 @@ std::vector<ScalarValue> step_scalars(const StepMetrics& m) {
       {tensorboard_tag("elapsed_s"), m.elapsed_s},
       {tensorboard_tag("rank_imbalance"), m.rank_imbalance},
   };
+  // The objective's metrics as HF's TensorBoardCallback writes TRL's logs: train/rewards/chosen, ...
+  for (const auto& [name, value] : m.objective_metrics) scalars.push_back({tensorboard_tag(name), value});
   if (m.eval_loss) scalars.push_back({tensorboard_tag("eval_loss"), *m.eval_loss});
   if (m.aux_loss) scalars.push_back({tensorboard_tag("aux_loss"), *m.aux_loss});
   return scalars;

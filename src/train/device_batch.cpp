@@ -51,6 +51,7 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLa
   out.real_token_mask = at::tensor(real, at::TensorOptions().dtype(at::kFloat)).to(device);
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
+  out.group_ids = padded.group_ids;
   return out;
 }
 

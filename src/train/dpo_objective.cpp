@@ -1,78 +1,83 @@
 // DPO's micro-batch loss on the objective seam (see dpo_objective.h).
 #include "finetune/train/dpo_objective.h"
 
-#include <memory>
+#include <algorithm>
 #include <utility>
-#include <vector>
 
 #include <ATen/core/grad_mode.h>
 
-#include "finetune/model/linear.h"
+#include "finetune/data/batch.h"
+#include "finetune/train/sequence_log_probs.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
-namespace {
 
-// Every projection's adapter moved aside for the guard's lifetime, so the model runs its base
-// weights alone (PEFT's disable_adapter); put back, unchanged, when the guard ends.
-class AdaptersSetAside {
- public:
-  explicit AdaptersSetAside(CausalLM& model) {
-    for (auto& [name, linear] : model.named_linears()) {
-      if (linear->adapter) set_aside_.emplace_back(linear, std::move(linear->adapter));
+const std::vector<std::string>& dpo_metric_names() {
+  static const std::vector<std::string> names = {"rewards/chosen", "rewards/rejected", "rewards/accuracies",
+                                                 "rewards/margins", "logps/chosen",    "logps/rejected"};
+  return names;
+}
+
+DpoObjective::DpoObjective(DpoLossConfig config, CausalLM& model, ReferenceAdapters& reference)
+    : PairObjective(dpo_metric_names()), config_(config), model_(model), reference_(reference) {}
+
+DpoObjective::DpoObjective(DpoLossConfig config, CausalLM& model)
+    : PairObjective(dpo_metric_names()),
+      config_(config),
+      model_(model),
+      base_model_(std::make_unique<ReferenceAdapters>()),
+      reference_(*base_model_) {}
+
+PairValues DpoObjective::reference_log_probs(const MicroBatchInputs& batch, const PairSequences& sequences) const {
+  if (!reference_precomputed()) return reference_forward(batch, sequences);
+  if (static_cast<int64_t>(batch.group_ids.size()) != sequences.pairs) {
+    throw Error("DPO: precomputed reference log-probs need the micro-batch's pair indices (HostBatch::group_ids)");
+  }
+  const at::Tensor pairs = at::tensor(batch.group_ids, at::TensorOptions().dtype(at::kLong)).to(precomputed_.chosen.device());
+  return {precomputed_.chosen.index_select(0, pairs), precomputed_.rejected.index_select(0, pairs)};
+}
+
+void DpoObjective::precompute_reference(const std::vector<Sample>& pair_rows, int64_t pairs_per_batch,
+                                        int64_t pad_token_id, BatchLayout layout) {
+  const auto pairs = static_cast<int64_t>(pair_rows.size() / 2);
+  std::vector<at::Tensor> chosen, rejected;
+  for (int64_t first = 0; first < pairs; first += pairs_per_batch) {
+    const int64_t end = std::min(pairs, first + pairs_per_batch);
+    std::vector<std::vector<int64_t>> rows;  // chosen rows, then rejected rows (data/micro_batch_stream.h)
+    for (int64_t member = 0; member < 2; ++member) {
+      for (int64_t pair = first; pair < end; ++pair) rows.push_back({2 * pair + member});
     }
+    const DeviceBatch batch = to_device(collate_rows(pair_rows, rows, pad_token_id), model_.device(), layout);
+    const MicroBatchInputs inputs = micro_batch_inputs(batch);
+    const PairValues values = reference_forward(inputs, pair_sequences(inputs, "DPO"));
+    chosen.push_back(values.chosen);
+    rejected.push_back(values.rejected);
   }
-  ~AdaptersSetAside() {
-    for (auto& [linear, adapter] : set_aside_) linear->adapter = std::move(adapter);
-  }
-  AdaptersSetAside(const AdaptersSetAside&) = delete;
-  AdaptersSetAside& operator=(const AdaptersSetAside&) = delete;
-
- private:
-  std::vector<std::pair<Linear*, std::unique_ptr<LinearAdapter>>> set_aside_;
-};
-
-// (2B) per-row values -> the B chosen rows and the B rejected rows.
-PairValues split_pairs(const at::Tensor& rows) {
-  const auto halves = rows.chunk(2, 0);
-  return {halves[0], halves[1]};
+  precomputed_ = {at::cat(chosen), at::cat(rejected)};
 }
 
-}  // namespace
-
-DpoObjective::DpoObjective(DpoLossConfig config, CausalLM& model) : config_(config), model_(model) {}
-
-double DpoObjective::normaliser_share(const HostBatch& batch) const {
-  return static_cast<double>(batch.rows / 2);
-}
-
-at::Tensor DpoObjective::loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
-                                  const ForwardOptions& forward) const {
-  const int64_t pairs = batch.input_ids.size(0) / 2;
-  return evaluate(model, batch, forward).loss * static_cast<double>(pairs);
+PairValues DpoObjective::reference_forward(const MicroBatchInputs& batch, const PairSequences& sequences) const {
+  at::NoGradGuard no_grad;
+  const ReferenceAdapters::Installed installed(reference_, model_);
+  ForwardOptions reference_forward;  // eval: no dropout, nothing kept for a backward pass
+  const at::Tensor hidden = model_.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, reference_forward);
+  return split_pairs(sequence_log_prob_sums(model_, hidden, batch.targets, sequences.sequence_of_target,
+                                            2 * sequences.pairs));
 }
 
 PreferenceLoss DpoObjective::evaluate(const CausalLM& model, const MicroBatchInputs& batch,
                                       const ForwardOptions& forward) const {
-  if (&model != &model_) throw Error("DpoObjective: the micro-batch's model is not the one it sets adapters aside on");
-  const int64_t rows = batch.input_ids.size(0), seq_len = batch.input_ids.size(1);
-  if (rows == 0 || rows % 2 != 0) {
-    throw Error("DPO micro-batch must hold the chosen rows then the rejected rows of its pairs, got " +
-                std::to_string(rows) + " rows");
-  }
-  const at::Tensor hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (2B, T, C)
-  const PairValues policy = split_pairs(row_log_prob_sums(model, hidden, batch.targets));
-  PairValues reference;
-  {
-    at::NoGradGuard no_grad;
-    const AdaptersSetAside base_only(model_);
-    ForwardOptions reference_forward;  // eval: no dropout, nothing kept for a backward pass
-    const at::Tensor reference_hidden =
-        model_.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, reference_forward);
-    reference = split_pairs(row_log_prob_sums(model_, reference_hidden, batch.targets));
-  }
+  if (&model != &model_) throw Error("DpoObjective: the micro-batch's model is not the one it swaps adapters on");
+  const PairSequences sequences = pair_sequences(batch, "DPO");
+  const int64_t count = 2 * sequences.pairs;
+  const at::Tensor hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (R, T, C)
+  const PairValues policy =
+      split_pairs(sequence_log_prob_sums(model, hidden, batch.targets, sequences.sequence_of_target, count));
+  const PairValues reference = reference_log_probs(batch, sequences);
   PairValues completion_tokens;
-  if (config_.loss_type == DpoLossType::Ipo) completion_tokens = split_pairs(row_target_counts(batch.targets, rows, seq_len));
+  if (config_.loss_type == DpoLossType::Ipo) {
+    completion_tokens = split_pairs(sequence_target_counts(sequences.sequence_of_target, count));
+  }
   return dpo_loss(config_, policy, reference, completion_tokens);
 }
 

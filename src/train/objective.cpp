@@ -5,7 +5,7 @@
 namespace finetune {
 
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch) {
-  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.real_token_mask};
+  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.real_token_mask, batch.group_ids};
 }
 
 namespace {

@@ -3,6 +3,8 @@
 // on the same device.
 #include "finetune/train/preference_loss.h"
 
+#include "finetune/train/dpo_loss_names.h"
+
 #include <cmath>
 
 #include "finetune/util/errors.h"
@@ -55,9 +57,12 @@ std::vector<std::pair<std::string, at::Tensor>> reward_metrics(const at::Tensor&
 }  // namespace
 
 const std::vector<std::pair<std::string, DpoLossType>>& dpo_loss_types() {
-  static const std::vector<std::pair<std::string, DpoLossType>> types = {
-      {"sigmoid", DpoLossType::Sigmoid}, {"hinge", DpoLossType::Hinge}, {"ipo", DpoLossType::Ipo},
-      {"robust", DpoLossType::Robust}};
+  static const std::vector<std::pair<std::string, DpoLossType>> types = [] {
+    std::vector<std::pair<std::string, DpoLossType>> out;
+    const auto& names = dpo_loss_type_names();  // in DpoLossType's order
+    for (size_t i = 0; i < names.size(); ++i) out.emplace_back(names[i], static_cast<DpoLossType>(i));
+    return out;
+  }();
   return types;
 }
 

@@ -8,6 +8,12 @@ namespace finetune {
 
 at::Tensor row_log_prob_sums(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets) {
   const int64_t rows = hidden.size(0), seq_len = hidden.size(1);
+  return sequence_log_prob_sums(model, hidden, targets, at::div(targets.positions, seq_len, "floor"), rows);
+}
+
+at::Tensor sequence_log_prob_sums(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets,
+                                  const at::Tensor& sequence_of_target, int64_t sequences) {
+  const int64_t rows = hidden.size(0), seq_len = hidden.size(1);
   const at::Tensor flat = hidden.reshape({rows * seq_len, hidden.size(2)});  // (B*T, C)
   const int64_t count = targets.positions.size(0);
   const int64_t chunk = logit_chunk_rows(model.config().vocab_size);
@@ -20,14 +26,16 @@ at::Tensor row_log_prob_sums(const CausalLM& model, const at::Tensor& hidden, co
     pieces.push_back(at::log_softmax(logits, -1).gather(1, ids).squeeze(1));
   }
   const at::Tensor token_logps = pieces.empty() ? at::zeros({0}, hidden.options().dtype(at::kFloat)) : at::cat(pieces);
-  const at::Tensor row_of_target = at::div(targets.positions, seq_len, "floor");
-  return at::zeros({rows}, hidden.options().dtype(at::kFloat)).index_add(0, row_of_target, token_logps);
+  return at::zeros({sequences}, hidden.options().dtype(at::kFloat)).index_add(0, sequence_of_target, token_logps);
 }
 
 at::Tensor row_target_counts(const TokenTargets& targets, int64_t rows, int64_t seq_len) {
-  const at::Tensor row_of_target = at::div(targets.positions, seq_len, "floor");
-  const at::Tensor ones = at::ones({targets.positions.size(0)}, targets.positions.options().dtype(at::kFloat));
-  return at::zeros({rows}, ones.options()).index_add(0, row_of_target, ones);
+  return sequence_target_counts(at::div(targets.positions, seq_len, "floor"), rows);
+}
+
+at::Tensor sequence_target_counts(const at::Tensor& sequence_of_target, int64_t sequences) {
+  const at::Tensor ones = at::ones({sequence_of_target.size(0)}, sequence_of_target.options().dtype(at::kFloat));
+  return at::zeros({sequences}, ones.options()).index_add(0, sequence_of_target, ones);
 }
 
 TokenTargets every_next_token_targets(const at::Tensor& input_ids, const at::Tensor& position_ids, int64_t rows) {

@@ -77,7 +77,7 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
       reducer_(trainable, communicator, reducer_options_from(config, model.device())),
       optimizer_(make_optimizer(config.optim, parameters_, config.adamw, model.kernel_policy().fused_adamw)),
       generators_(model.device(), communicator, config.seed),
-      window_(model.device()),
+      window_(model.device(), objective.metric_names()),
       profiler_(config.profile_start_step, config.profile_steps, config.output_dir, communicator.rank(), model.device()),
       finite_(model.device()),
       policy_(policy_config_from(config), stream.steps_per_epoch(), config.total_steps),
@@ -188,16 +188,20 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   const auto micro_batches = stream_.next_step();
   const auto counts = global_counts(micro_batches, step);  // (normaliser, non-padding tokens, stop votes, per rank)
   const auto normaliser = counts[0].to(at::kFloat);
-  auto loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
+  // The loss sum, then the objective's metric sums (train/objective.h): one all-reduce for all.
+  const auto metrics = static_cast<int64_t>(objective_.metric_names().size());
+  auto sums = at::zeros({1 + metrics}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     reducer_.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
     if (micro_batches[i].rows == 0) continue;
-    loss_sum += forward_backward(micro_batches[i], normaliser).to(at::kDouble);
+    sums += forward_backward(micro_batches[i], normaliser);
   }
   reducer_.finalize();
   const StepOutcome outcome = update_parameters();
-  communicator_.all_reduce(loss_sum, "loss of " + step_name(step));
-  window_.add_step(loss_sum / counts[0], counts[1], counts.narrow(0, kRankTokensOffset, communicator_.world_size()));
+  communicator_.all_reduce(sums, "loss of " + step_name(step));
+  const auto means = sums / counts[0];
+  window_.add_step(means[0], counts[1], counts.narrow(0, kRankTokensOffset, communicator_.world_size()),
+                   metrics > 0 ? means.narrow(0, 1, metrics) : at::Tensor());
   if (objective_.adds_auxiliary_loss(model_, forward_options_)) {  // Note [Router load-balancing loss]
     auto aux_sum = objective_.take_auxiliary_loss_sum();
     if (!aux_sum.defined()) aux_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
@@ -241,10 +245,14 @@ at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, i
 }
 
 at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser) {
-  if (graphs_ && graphs_->accepts(micro_batch)) return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_);
+  if (graphs_ && graphs_->accepts(micro_batch)) {  // graphed objectives log no metrics of their own
+    return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_).to(at::kDouble).reshape({1});
+  }
   const auto batch = to_device(micro_batch, model_.device(), layout_);
-  return finetune::forward_backward(model_, micro_batch_inputs(batch), forward_options_, objective_, normaliser,
-                                    loss_scale_);
+  const auto out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward_options_, objective_,
+                                                 normaliser, loss_scale_);
+  const auto loss = out.loss_sum.to(at::kDouble).reshape({1});
+  return out.metric_sums.defined() ? at::cat({loss, out.metric_sums}) : loss;
 }
 
 Trainer::StepOutcome Trainer::update_parameters() {
@@ -348,6 +356,12 @@ TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStre
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
                   const TrainingState* resume) {
   const CausalLmObjective objective;
+  return train(model, trainable, stream, communicator, config, hooks, resume, objective);
+}
+
+TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
+                  const TrainingState* resume, const Objective& objective) {
   Trainer trainer(model, trainable, stream, communicator, config, objective);
   if (resume) trainer.load_state(*resume);
   return trainer.train(hooks);

@@ -12,6 +12,7 @@
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/commands/stage_configs.h"
 #include "finetune/data/chat_template.h"
+#include "finetune/data/preference_rows.h"
 #include "finetune/data/step_planner.h"
 #include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
@@ -23,6 +24,7 @@
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/optimizer.h"
+#include "finetune/train/preference_loss.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/log.h"
 
@@ -209,6 +211,19 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
   EXPECT_EQ(values, (std::map<std::string, std::string>{{"r", "4"}, {"lora_alpha", "8.5"}, {"use_rslora", "true"},
                                                         {"use_dora", "false"}, {"target_modules", "q_proj,v_proj"},
                                                         {"bias", "none"}}));
+}
+
+TEST(OptionConsumers, PreferenceChoicesAreTheOnesTheObjectiveAndRowsRead) {
+  std::set<std::string> objective_types;
+  for (const auto& [name, type] : dpo_loss_types()) objective_types.insert(name);
+  const auto& loss_types = spec_of("loss_type").choices;
+  EXPECT_EQ(std::set<std::string>(loss_types.begin(), loss_types.end()), objective_types);
+  for (const auto& name : loss_types) EXPECT_NO_THROW(dpo_loss_type_from_name(name)) << name;
+  for (const auto& name : spec_of("truncation_mode").choices) EXPECT_NO_THROW(truncation_mode_from_name(name)) << name;
+  EXPECT_EQ(spec_of("truncation_mode").choices.size(), 2u);
+  EXPECT_EQ(spec_of("truncation_mode").default_value, "keep_start");  // DPOConfig's
+  EXPECT_EQ(spec_of("loss_type").default_value, "sigmoid");
+  EXPECT_EQ(spec_of("beta").default_value, "0.1");
 }
 
 TEST(OptionConsumers, LogLevelsAreTheLoggersLevels) {

@@ -84,8 +84,8 @@ TEST(OptionsTest, TableHasEveryGroupAndUniqueNames) {
                 spec.type == "list")
         << spec.name;
   }
-  EXPECT_EQ(groups, (std::set<std::string>{"model", "LoRA", "training", "data", "saving", "generation", "logging",
-                                           "distributed"}));
+  EXPECT_EQ(groups, (std::set<std::string>{"model", "LoRA", "training", "preference", "data", "saving", "generation",
+                                           "logging", "distributed"}));
   EXPECT_TRUE(names.count("learning_rate"));
   EXPECT_TRUE(names.count("ddp_backend"));
 }
@@ -248,7 +248,8 @@ TEST(OptionsTest, ActionWord) {
   EXPECT_EQ(parse_args({"eval", "--model_name", "m"}).action, Action::Eval);
   EXPECT_EQ(parse_args({"train", "--model_name", "m", "--dataset", "d"}).action, Action::Train);
   for (const auto& info : action_table()) EXPECT_EQ(action_name(info.action), info.name);
-  EXPECT_EQ(action_names(), (std::vector<std::string>{"train", "eval", "generate", "chat", "export", "plot"}));
+  EXPECT_EQ(action_names(),
+            (std::vector<std::string>{"train", "eval", "generate", "chat", "export", "dpo", "orpo", "plot"}));
   EXPECT_TRUE(contains(usage_error_of([] { parse_args({"predict", "--model_name", "m"}); }), "predict"));
   const std::string junk = usage_error_of([] { parse_train({"extra"}); });
   EXPECT_TRUE(contains(junk, "extra")) << junk;
@@ -283,7 +284,7 @@ TEST(OptionsTest, TopLevelHelpListsTheCommands) {
     EXPECT_EQ(c.help_text, usage_text());
   }
   const std::string text = usage_text();
-  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export|plot] ")) << text;
+  EXPECT_TRUE(contains(text, "Usage: finetune [train|eval|generate|chat|export|dpo|orpo|plot] ")) << text;
   for (const auto& info : action_table()) EXPECT_TRUE(contains(text, "\n  " + info.name + " ")) << info.name;
   EXPECT_TRUE(contains(text, "finetune COMMAND --help"));
   EXPECT_FALSE(contains(text, "--learning_rate"));  // the options are each command's own help
@@ -319,6 +320,35 @@ TEST(OptionsTest, EachCommandsHelpListsOnlyItsOptions) {
   EXPECT_FALSE(contains(export_help, "\ntraining:"));  // a group with none of its options is left out
 }
 
+TEST(OptionsTest, PreferenceOptionsAreReadByTheirCommandsOnly) {
+  const Command dpo = parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--beta", "0.2", "--loss_type", "ipo",
+                                  "--max_length", "64", "--truncation_mode", "keep_end", "--precompute_ref_log_probs"});
+  EXPECT_EQ(dpo.action, Action::Dpo);
+  EXPECT_DOUBLE_EQ(dpo.options.beta, 0.2);
+  EXPECT_EQ(dpo.options.loss_type, "ipo");
+  EXPECT_EQ(dpo.options.max_seq_length, 64);  // TRL's max_length is --max_seq_length
+  EXPECT_EQ(dpo.options.truncation_mode, "keep_end");
+  EXPECT_TRUE(dpo.options.precompute_ref_log_probs);
+  EXPECT_EQ(parse_args({"orpo", "--model_name", "m", "--dataset", "d", "--beta", "0.5"}).options.beta, 0.5);
+  std::string msg = usage_error_of([] { parse_train({"--beta", "0.1"}); });
+  EXPECT_TRUE(contains(msg, "--beta is not an option of `finetune train` (it is read by dpo, orpo")) << msg;
+  msg = usage_error_of([] { parse_args({"orpo", "--model_name", "m", "--dataset", "d", "--loss_type", "ipo"}); });
+  EXPECT_TRUE(contains(msg, "--loss_type is not an option of `finetune orpo` (it is read by dpo")) << msg;
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--packing"}); });
+  EXPECT_TRUE(contains(msg, "--packing is not an option of `finetune dpo` (it is read by train")) << msg;
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--label_smoothing", "0.1"}); });
+  EXPECT_TRUE(contains(msg, "--label_smoothing: read by --loss_type robust only")) << msg;
+  EXPECT_EQ(parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--loss_type", "robust", "--label_smoothing",
+                        "0.1"}).options.label_smoothing, 0.1);
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--dataset", "d", "--loss_type", "robust",
+                                        "--label_smoothing", "0.5"}); });
+  EXPECT_TRUE(contains(msg, "--label_smoothing")) << msg;  // robust needs e < 0.5 (TRL divides by 1 - 2e)
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m", "--loss_type", "kto"}); });
+  EXPECT_TRUE(contains(msg, "--loss_type")) << msg;
+  msg = usage_error_of([] { parse_args({"dpo", "--model_name", "m"}); });
+  EXPECT_TRUE(contains(msg, "--dataset: required for dpo")) << msg;
+}
+
 TEST(OptionsTest, VersionFlag) {
   EXPECT_TRUE(parse_args({"--version"}).version);
   EXPECT_TRUE(parse_args({"export", "--version"}).version);
@@ -341,12 +371,15 @@ TEST(OptionsTest, EveryOptionIsReadBySomeCommand) {
     return std::vector<Action>{};
   };
   EXPECT_EQ(readers("model_name"), (std::vector<Action>{Action::Train, Action::Eval, Action::Generate, Action::Chat,
-                                                       Action::Export}));
-  EXPECT_EQ(readers("init_adapter"), (std::vector<Action>{Action::Train, Action::Eval}));
+                                                       Action::Export, Action::Dpo, Action::Orpo}));
+  EXPECT_EQ(readers("init_adapter"), (std::vector<Action>{Action::Train, Action::Eval, Action::Dpo, Action::Orpo}));
   EXPECT_EQ(readers("adapter"), (std::vector<Action>{Action::Eval, Action::Generate, Action::Chat, Action::Export}));
-  EXPECT_EQ(readers("learning_rate"), std::vector<Action>{Action::Train});
+  EXPECT_EQ(readers("learning_rate"), (std::vector<Action>{Action::Train, Action::Dpo, Action::Orpo}));
+  EXPECT_EQ(readers("packing"), std::vector<Action>{Action::Train});
+  EXPECT_EQ(readers("beta"), (std::vector<Action>{Action::Dpo, Action::Orpo}));
+  EXPECT_EQ(readers("loss_type"), std::vector<Action>{Action::Dpo});
   EXPECT_EQ(readers("dump_logits"), std::vector<Action>{Action::Eval});
-  EXPECT_EQ(readers("save_method"), (std::vector<Action>{Action::Train, Action::Export}));
+  EXPECT_EQ(readers("save_method"), (std::vector<Action>{Action::Train, Action::Export, Action::Dpo, Action::Orpo}));
 }
 
 TEST(OptionsTest, AnOptionTheCommandDoesNotReadIsAUsageErrorNamingTheCommand) {
@@ -354,8 +387,8 @@ TEST(OptionsTest, AnOptionTheCommandDoesNotReadIsAUsageErrorNamingTheCommand) {
   EXPECT_EQ(msg, "--adapter is not an option of `finetune train` (it is read by eval, generate, chat, export; "
                  "did you mean --init_adapter?)");
   msg = usage_error_of([] { parse_args({"generate", "--model_name", "m", "--prompt", "p", "--init_adapter", "X"}); });
-  EXPECT_EQ(msg, "--init_adapter is not an option of `finetune generate` (it is read by train, eval; did you mean "
-                 "--adapter?)");
+  EXPECT_EQ(msg, "--init_adapter is not an option of `finetune generate` (it is read by train, eval, dpo, orpo; did "
+                 "you mean --adapter?)");
   msg = usage_error_of([] { parse_args({"export", "--model_name", "m", "--learning_rate", "1e-4"}); });
   EXPECT_TRUE(contains(msg, "--learning_rate is not an option of `finetune export` (it is read by train")) << msg;
   // Named as typed (an alias), and refused before its value is looked at.

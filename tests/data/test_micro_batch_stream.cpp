@@ -8,6 +8,7 @@
 
 #include "finetune/data/micro_batch_stream.h"
 #include "finetune/data/rank_assignment.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -277,6 +278,69 @@ TEST(MicroBatchStreamPlanning, MicroBatchesKnowTheirCounterpartsPeaks) {
   config.sampler = {0, 1, 0, 4, true, false};
   MicroBatchStream alone(samples, config);
   for (const auto& batch : alone.next_step()) EXPECT_EQ(batch.step_peak_real_tokens, 0);
+}
+
+}  // namespace
+}  // namespace finetune
+
+namespace finetune {
+namespace {
+
+// Preference pairs (group_size 2): every micro-batch, literal or balanced, on one rank or three,
+// holds whole pairs, laid out as its pairs' chosen rows then their rejected rows in the same order.
+TEST(MicroBatchStreamPairs, PairsStayTogetherChosenRowsFirst) {
+  std::vector<Sample> samples;  // pair p: chosen tokens 2p + 1, rejected tokens 2p + 2
+  for (int32_t p = 0; p < 23; ++p) {
+    for (int32_t member = 0; member < 2; ++member) {
+      const int32_t length = 2 + (p * 7 + member * 5) % 13;
+      const int32_t token = 2 * p + member + 1;
+      samples.push_back({std::vector<int32_t>(length, token), std::vector<int32_t>(length, token)});
+    }
+  }
+  for (int world : {1, 3}) {
+    for (StepPlanning planning : {StepPlanning::literal, StepPlanning::balanced}) {
+      for (bool padding_free : {false, true}) {
+        MicroBatchStreamConfig config;
+        config.sampler = {0, world, 0, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
+        config.batch_size = 2;
+        config.gradient_accumulation_steps = 2;
+        config.max_seq_length = 16;
+        config.group_size = 2;
+        config.planning = planning;
+        config.padding_free = padding_free;
+        std::vector<MicroBatchStream> streams;
+        for (int rank = 0; rank < world; ++rank) {
+          config.sampler.rank = rank;
+          streams.emplace_back(samples, config);
+        }
+        std::map<int32_t, int> pairs_seen;
+        for (int64_t step = 0; step < streams[0].steps_per_epoch(); ++step) {
+          for (auto& stream : streams) {
+            for (const HostBatch& batch : stream.next_step()) {
+              if (batch.rows == 0) continue;
+              ASSERT_EQ(batch.rows % 2, 0);
+              const int64_t pairs = batch.rows / 2;
+              for (int64_t i = 0; i < pairs; ++i) {
+                const int64_t chosen = batch.input_ids[static_cast<size_t>(i * batch.seq_len)];
+                const int64_t rejected = batch.input_ids[static_cast<size_t>((pairs + i) * batch.seq_len)];
+                EXPECT_EQ(chosen % 2, 1) << "chosen rows first";
+                EXPECT_EQ(rejected, chosen + 1) << "the rejected row of the same pair, in the same order";
+                ++pairs_seen[static_cast<int32_t>(chosen / 2)];
+              }
+            }
+          }
+        }
+        EXPECT_EQ(pairs_seen.size(), 23u) << "every pair in the epoch";
+      }
+    }
+  }
+}
+
+TEST(MicroBatchStreamPairs, RowsThatDoNotFormPairsAreAnError) {
+  std::vector<Sample> samples(3, Sample{{1, 2}, {1, 2}});
+  MicroBatchStreamConfig config;
+  config.group_size = 2;
+  EXPECT_THROW(MicroBatchStream(samples, config), Error);
 }
 
 }  // namespace

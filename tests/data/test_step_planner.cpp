@@ -85,6 +85,28 @@ TEST(StepPlanner, PaddedMicroBatchesCountTheirLongestRow) {
   EXPECT_EQ(plan[0], (std::vector<std::vector<int64_t>>{{0}, {1, 2}, {3, 4}}));
 }
 
+// A preference pair is one item of two rows: placed whole, and in padded micro-batches it counts
+// both rows at the width of the micro-batch's longest row. Budget 12, padded: (5, 3) alone is
+// 2 x 5 = 10, with (4, 4) 4 x 5 = 20; (4, 4) is 8, with (2, 2) 4 x 4 = 16: three micro-batches.
+// By tokens: 8 + 4 fits 12, 8 + 8 does not.
+TEST(StepPlanner, PairsArePlacedWholeAndCountBothRows) {
+  const std::vector<StepItem> items = {grouped_rows_step_item({5, 3}), grouped_rows_step_item({4, 4}),
+                                       grouped_rows_step_item({2, 2})};
+  EXPECT_EQ(items[0].tokens, 8);
+  EXPECT_EQ(items[0].rows, 2);
+  EXPECT_EQ(items[0].longest_row, 5);
+  EXPECT_EQ(items[0].squared_tokens, 34);
+  StepPlannerConfig config;
+  config.token_budget = 12;
+  config.padded_rows = true;
+  EXPECT_EQ(plan_step_balanced(items, config)[0], (std::vector<std::vector<int64_t>>{{0}, {1}, {2}}));
+  config.padded_rows = false;  // by tokens: 8 + 4 fits, 8 + 8 does not
+  EXPECT_EQ(plan_step_balanced(items, config)[0], (std::vector<std::vector<int64_t>>{{0, 2}, {1}}));
+  config.token_budget = 9;  // padded, a pair alone needs 2 x 5
+  config.padded_rows = true;
+  EXPECT_THROW(plan_step_balanced(items, config), Error);
+}
+
 // A rank without items would feed no gradient at all (the reducer's unused-parameter error):
 // with at least world items every rank gets one, however skewed the items.
 TEST(StepPlanner, EveryRankGetsAnItemWhenThereAreEnough) {

@@ -148,8 +148,8 @@ def test_missing_config_file_names_it(assets, tmp_path):
 
 def test_help_lists_the_commands():
     proc = expect_success(["--help"])
-    assert proc.stdout.startswith("Usage: finetune [train|eval|generate|chat|export|plot] "), proc.stdout
-    for command in ["train", "eval", "generate", "chat", "export"]:
+    assert proc.stdout.startswith("Usage: finetune [train|eval|generate|chat|export|dpo|orpo|plot] "), proc.stdout
+    for command in ["train", "eval", "generate", "chat", "export", "dpo", "orpo"]:
         assert re.search(rf"^  {command} ", proc.stdout, flags=re.MULTILINE), proc.stdout
     assert "finetune COMMAND --help" in proc.stdout
     assert "--learning_rate" not in proc.stdout  # each command's own help lists its options

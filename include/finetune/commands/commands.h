@@ -4,6 +4,7 @@
 //   generate: model + weights (+ adapter) -> prompts -> decoded continuations (streamed / JSONL)
 //   chat:     model + weights (+ adapter) -> the chat template -> an interactive conversation
 //   export:   model + weights (+ adapter) -> merged_16bit | merged_4bit | gguf, without training
+//   dpo/orpo: train's stages on preference pairs, with TRL's DPO / ORPO objective
 #pragma once
 
 #include <string>
@@ -17,6 +18,8 @@ int run_eval(const Options& options, const EnvMap& env);
 int run_generate(const Options& options, const EnvMap& env);
 int run_chat(const Options& options, const EnvMap& env);
 int run_export(const Options& options, const EnvMap& env);
+int run_dpo(const Options& options, const EnvMap& env);
+int run_orpo(const Options& options, const EnvMap& env);
 
 // `finetune --version`: finetune's version (CMake's project version) and the LibTorch and CUDA it
 // was built with ("CPU only" without CUDA).

@@ -84,6 +84,11 @@ DataSplits resolve_data_splits(const DataSetup& setup, const EnvMap& env);
 Datasets load_datasets(const DataSplits& splits, const DataSetup& setup, const Tokenizer* tokenizer,
                        int64_t vocab_size);
 
+// The chat template for conversational rows: setup.chat_template's choice, or null when the choice
+// is "auto" and the tokenizer has none or it cannot be run (`unavailable_reason` then says why).
+std::unique_ptr<ChatTemplate> chat_template_for(const DataSetup& setup, const Tokenizer* tokenizer,
+                                                std::string& unavailable_reason);
+
 // `finetune eval`: setup.eval_dataset when given, else the split setup.dataset_split of each dataset.
 std::vector<DatasetSplit> eval_command_splits(const DataSetup& setup, const EnvMap& env);
 

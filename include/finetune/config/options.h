@@ -99,6 +99,13 @@ struct Options {
   bool shuffle = true;
   bool dataloader_drop_last = false;
 
+  // --- preference training (dpo, orpo: TRL 1.16's DPOConfig / ORPOConfig)
+  double beta = 0.1;                     // DPO's and ORPO's beta
+  std::string loss_type = "sigmoid";     // dpo: train/preference_loss.h dpo_loss_types()
+  double label_smoothing = 0.0;          // dpo --loss_type robust: the label noise e in [0, 0.5)
+  std::string truncation_mode = "keep_start";  // dpo: keep_start|keep_end (data/preference_rows.h)
+  bool precompute_ref_log_probs = false;  // dpo: the reference's log-probs once, before training
+
   // --- saving
   std::string output_dir = "outputs";
   int64_t save_steps = 0;            // 0: only the final save
@@ -151,7 +158,9 @@ struct Options {
 };
 
 // The commands of the `finetune` executable (main.cpp dispatches on them).
-enum class Action { Train, Eval, Generate, Chat, Export, Plot };
+enum class Action { Train, Eval, Generate, Chat, Export, Plot, Dpo, Orpo };
+// The commands that train an adapter: train (SFT), dpo and orpo (preference pairs).
+bool is_training_action(Action action);
 
 // One command: its word, what it does and its usage line, in the order the help lists them.
 struct ActionInfo {

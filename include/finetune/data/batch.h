@@ -26,6 +26,9 @@ struct HostBatch {
   int64_t step_peak_real_tokens = 0;
   int64_t step_peak_trainable_tokens = 0;
   int64_t step_peak_samples = 0;
+  // Micro-batches of units (data/micro_batch_stream.h, group_size > 1: preference pairs): each
+  // unit's index, in the order its rows appear; empty otherwise.
+  std::vector<int64_t> group_ids;
 };
 
 // Right-pads one sample per row.

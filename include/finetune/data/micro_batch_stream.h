@@ -43,6 +43,13 @@ struct MicroBatchStreamConfig {
   // The trainer lays micro-batches out padding-free (KernelPolicy::padding_free_batches): the
   // balanced plan's budget then counts tokens, otherwise rows times the longest row.
   bool padding_free = false;
+  // Rows per unit: 1, or 2 for preference pairs. Units are `group_size` consecutive samples (unit
+  // u: samples group_size*u ..), dealt, sampled and planned whole, so a pair is always in one
+  // micro-batch on one rank (no packing). A micro-batch's rows are the first member of each of its
+  // units, then the second of each, ...: TRL's [chosen..., rejected...] (train/dpo_objective.h).
+  // batch_size counts units, and a micro-batch's token budget is group_size x batch_size x
+  // max_seq_length.
+  int64_t group_size = 1;
 };
 
 // Where the next optimizer step starts: the epoch and the optimizer steps already taken in it
@@ -83,10 +90,11 @@ class MicroBatchStream {
   void record_step_peaks(const StepPlan& plan,
                          const std::function<HostBatch(const std::vector<int64_t>&)>& collate_positions,
                          std::vector<HostBatch>& micro_batches) const;
+  HostBatch collate_units(const Rows& units) const;
 
   const std::vector<Sample>& samples_;
   MicroBatchStreamConfig config_;
-  std::vector<int64_t> lengths_;
+  std::vector<int64_t> lengths_;  // per unit: its samples' tokens
   std::vector<std::vector<Rows>> rank_batches_;  // rank -> micro-batch -> rows -> samples, this epoch
   int64_t micro_batches_per_epoch_ = 0;          // per rank (the same on every rank)
   int64_t epoch_ = 0;

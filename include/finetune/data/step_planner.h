@@ -13,7 +13,8 @@
 // micro-batches by a token budget (first-fit decreasing), with the default budget
 // per_device_train_batch_size x max_seq_length: no micro-batch holds more tokens than the literal
 // schedule's largest could. Padding-free micro-batches count their tokens against the budget;
-// padded ones (StepPlannerConfig::padded_rows) their rows times their longest row. Ranks get the same number of micro-batches (trailing ones may be empty:
+// padded ones (StepPlannerConfig::padded_rows) their rows times their longest row. An item of
+// several rows (a preference pair) is placed whole: all its rows in one micro-batch of one rank. Ranks get the same number of micro-batches (trailing ones may be empty:
 // zero weight, the rank still takes part in the step's collectives). Deterministic: ties go to the
 // earlier item and the lower rank, so every rank computes the same plan from the same input.
 #pragma once
@@ -34,15 +35,21 @@ const std::vector<std::string>& step_planning_names();
 StepPlanning step_planning_from_name(const std::string& name);  // Error for another name
 const std::string& step_planning_name(StepPlanning planning);
 
-// A unit the planner places whole: a sample, or a packed row (later: samples that must stay
-// together, such as a preference pair).
+// A unit the planner places whole: a sample, a packed row, or rows that must stay together in one
+// micro-batch on one rank (a preference pair's chosen and rejected rows).
 struct StepItem {
   int64_t tokens = 0;          // padding-free tokens
   int64_t squared_tokens = 0;  // sum over its samples of length^2 (attention's quadratic term)
+  int64_t rows = 1;            // rows it occupies in a padded micro-batch
+  int64_t longest_row = 0;     // the longest of those rows
+  // Its size in a micro-batch of padded rows `longest` tokens wide (longest >= longest_row).
+  int64_t padded_size(int64_t longest) const { return rows * longest; }
 };
 
 StepItem sample_step_item(int64_t length);
 StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths);
+// Rows of these lengths kept together (a preference pair: chosen, rejected).
+StepItem grouped_rows_step_item(const std::vector<int64_t>& row_lengths);
 
 // Cost of a rank's share in token-equivalents. Defaults: not yet calibrated from a GPU profile;
 // derived from issue 25's Qwen3-8B figures (one micro-step of ~200 tokens ~61 ms, ~800 tokens

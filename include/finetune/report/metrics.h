@@ -13,12 +13,16 @@
 //   rank_imbalance float the logged step's largest per-rank token count over the ranks' mean
 //                         (non-padding tokens; 1.0 on one process)
 //   eval_loss    float   only on lines where an evaluation ran
+//   <objective metrics>  float  the objective's own (dpo, orpo: TRL's names, e.g. rewards/chosen,
+//                         logps/rejected; train/objective.h metric_names), the window's mean
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +42,7 @@ struct StepMetrics {
   // A MoE router's load-balancing loss over the window (Note [Router load-balancing loss] in
   // train/objective.h), without its coefficient; loss includes coefficient x this.
   std::optional<double> aux_loss;
+  std::vector<std::pair<std::string, double>> objective_metrics;  // name -> value, in the objective's order
 };
 
 std::string metrics_json_line(const StepMetrics& metrics);

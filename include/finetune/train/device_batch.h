@@ -34,6 +34,7 @@ struct DeviceBatch {
   at::Tensor real_token_mask;   // (B*T) fp32: 1 at a sample's tokens, 0 at padding (HF's attention_mask, flat)
   int64_t trainable_tokens = 0;
   int64_t real_tokens = 0;
+  std::vector<int64_t> group_ids;  // HostBatch::group_ids
 
   TokenTargets targets() const { return {target_positions, target_ids, at::Tensor()}; }
 };

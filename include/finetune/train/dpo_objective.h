@@ -1,48 +1,68 @@
-// DPO on the objective seam (train/objective.h), as TRL 1.16's DPOTrainer computes it for a PEFT
-// model without a separate reference model: the policy's and the reference's log-prob sums over
-// each completion (the trained positions of each row), then train/preference_loss.h's DPO loss.
-// The reference is the same model with every adapter set aside (PEFT's disable_adapter), run
-// under no_grad.
+// DPO on the objective seam (train/objective.h, train/pair_objective.h), as TRL 1.16's DPOTrainer
+// computes it for a PEFT model without a separate reference model: the policy's and the
+// reference's log-prob sums over each completion (the trained positions of each sequence), then
+// train/preference_loss.h's DPO loss. The reference is the same model with its adapters swapped
+// for the reference's (train/reference_adapters.h: none, i.e. the base model, or a frozen copy of
+// the starting adapter), run under no_grad without dropout.
 //
-// Micro-batch contract (what the trainer's wiring must hand in): padded rows, one sample per row,
-// the B chosen rows first and then the B rejected rows in the same pair order (TRL's
-// [chosen, rejected] batch), labels -100 outside the completions (data/preference_rows.h).
-// The loss is the mean over the micro-batch's pairs, so loss_sum = that mean x pairs and the
-// normaliser counts pairs: equal to TRL's step loss when every micro-batch holds the same number
-// of pairs (TRL averages the micro-batch means). ipo divides by each row's trained positions,
-// which is TRL's completion token count unless a row's first token is a completion token (only
-// keep_end truncation can do that: TRL counts it, though no position predicts it).
+// --precompute_ref_log_probs (TRL's precompute_ref_log_probs): precompute_reference() runs the
+// reference over every pair once, before training, in batches of the micro-batch size, and from
+// then on each micro-batch reads its pairs' values (by HostBatch::group_ids) instead of running
+// the reference forward: the same numbers, without a second forward per step.
+//
+// ipo divides by each sequence's trained positions, which is TRL's completion token count unless
+// a row's first token is a completion token (only keep_end truncation can do that: TRL counts it,
+// though no position predicts it).
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "finetune/data/sample.h"
+#include "finetune/train/device_batch.h"
 
 #include <ATen/ATen.h>
 
 #include "finetune/model/causal_lm.h"
-#include "finetune/train/objective.h"
+#include "finetune/train/pair_objective.h"
 #include "finetune/train/preference_loss.h"
-#include "finetune/train/sequence_log_probs.h"
+#include "finetune/train/reference_adapters.h"
 
 namespace finetune {
 
-class DpoObjective final : public Objective {
+// TRL's DPO metric names, in the order they are logged.
+const std::vector<std::string>& dpo_metric_names();
+
+class DpoObjective final : public PairObjective {
  public:
-  // `model`: the policy, whose adapters are set aside for each reference forward.
+  // `model`: the policy, whose adapters are swapped for `reference`'s for each reference forward;
+  // both must outlive the objective.
+  DpoObjective(DpoLossConfig config, CausalLM& model, ReferenceAdapters& reference);
+  // The reference is the base model (adapters set aside).
   DpoObjective(DpoLossConfig config, CausalLM& model);
 
   std::string name() const override { return "dpo"; }
-  double normaliser_share(const HostBatch& batch) const override;  // pairs: rows / 2
-  at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
-                      const ForwardOptions& forward) const override;
-  // The reference forward changes which adapters run: never inside a captured graph.
-  bool graph_capturable() const override { return false; }
+  PreferenceLoss evaluate(const CausalLM& model, const MicroBatchInputs& batch, const ForwardOptions& forward) const override;
 
-  // The micro-batch's loss (TRL's mean over pairs) with TRL's metrics.
-  PreferenceLoss evaluate(const CausalLM& model, const MicroBatchInputs& batch, const ForwardOptions& forward) const;
+  // The reference's log-prob sums of the micro-batch's chosen and rejected sequences: read from
+  // the precomputed values when there are any, else computed by a reference forward.
+  PairValues reference_log_probs(const MicroBatchInputs& batch, const PairSequences& sequences) const;
+
+  // The reference's log-prob sums of every pair of `pair_rows` (data/preference_dataset.h
+  // interleaved_pair_rows), `pairs_per_batch` pairs at a time in `layout`; kept for training.
+  void precompute_reference(const std::vector<Sample>& pair_rows, int64_t pairs_per_batch, int64_t pad_token_id,
+                            BatchLayout layout);
+  bool reference_precomputed() const { return precomputed_.chosen.defined(); }
 
  private:
+  PairValues reference_forward(const MicroBatchInputs& batch, const PairSequences& sequences) const;
+
   DpoLossConfig config_;
   CausalLM& model_;
+  std::unique_ptr<ReferenceAdapters> base_model_;  // the reference when none is given
+  ReferenceAdapters& reference_;
+  PairValues precomputed_;  // (P) fp32 each, by pair index; undefined until precompute_reference
 };
 
 }  // namespace finetune

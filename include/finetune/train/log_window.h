@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -20,15 +21,20 @@ struct MetricsState {
   int64_t tokens = 0;                        // non-padding tokens processed so far, all ranks
   std::vector<double> step_losses;           // every step's global mean loss so far
   std::vector<nlohmann::json> log_history;   // metrics.jsonl's lines so far
+  // The objective's metrics (train/objective.h) of each step after the last log line, when it has any.
+  std::vector<std::vector<double>> window_metrics;
 };
 
 class LogWindow {
  public:
-  explicit LogWindow(const at::Device& device);
+  // `metric_names`: the objective's metrics, logged beside the loss (none for SFT).
+  explicit LogWindow(const at::Device& device, std::vector<std::string> metric_names = {});
 
   // One step's global mean loss and non-padding tokens (device scalars: no host sync), and each
-  // rank's non-padding tokens in it ((world) device tensor).
-  void add_step(const at::Tensor& loss, const at::Tensor& tokens, const at::Tensor& rank_tokens);
+  // rank's non-padding tokens in it ((world) device tensor); `metrics`: the step's objective
+  // metrics ((M) fp64 device tensor, M = metric_names().size()), undefined when there are none.
+  void add_step(const at::Tensor& loss, const at::Tensor& tokens, const at::Tensor& rank_tokens,
+                const at::Tensor& metrics = {});
   // The step's auxiliary loss (a device scalar: a MoE router's load-balancing loss), when the
   // objective adds one; close() reports the window's mean as aux_loss.
   void add_auxiliary_loss(const at::Tensor& aux_loss);
@@ -36,7 +42,8 @@ class LogWindow {
   void restart_clock();
   const at::Tensor& last_loss() const { return window_losses_.back(); }
 
-  // Closes the window at a log point: fills `line`'s loss (the window's mean step loss), tokens
+  // Closes the window at a log point: fills `line`'s loss (the window's mean step loss) and
+  // objective metrics (each the window's mean over its steps, as TRL averages what it logged), tokens
   // (so far), tokens_per_s (since the window opened) and rank_imbalance (the last step's largest
   // rank token count over the ranks' mean), appends it to the history, opens the next
   // window and returns it. Reads the window's device values (the one host sync of a log point).
@@ -55,6 +62,8 @@ class LogWindow {
 
  private:
   at::Device device_;
+  std::vector<std::string> metric_names_;
+  std::vector<at::Tensor> window_metrics_;  // per-step objective metrics ((M) fp64) since the last log
   std::vector<at::Tensor> window_losses_;  // per-step global mean loss (fp64 device scalars) since the last log
   at::Tensor window_tokens_;               // fp64 device scalar: non-padding tokens since the last log, all ranks
   at::Tensor last_rank_tokens_;            // (world) fp64: each rank's non-padding tokens in the last step

@@ -17,4 +17,9 @@ namespace finetune {
 at::Tensor forward_backward(const CausalLM& model, const MicroBatchInputs& batch, const ForwardOptions& forward,
                             const Objective& objective, const at::Tensor& normaliser, const at::Tensor& loss_scale);
 
+// The same, returning the objective's metric sums too (Objective::loss_and_metric_sums).
+LossAndMetrics forward_backward_with_metrics(const CausalLM& model, const MicroBatchInputs& batch,
+                                             const ForwardOptions& forward, const Objective& objective,
+                                             const at::Tensor& normaliser, const at::Tensor& loss_scale);
+
 }  // namespace finetune

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -26,8 +27,15 @@ struct MicroBatchInputs {
   AttentionMask mask;
   TokenTargets targets;     // the trained positions (Note [Next-token targets] in data/sample.h)
   at::Tensor token_mask;    // (B*T) fp32, 1 at real tokens; undefined: every position is one
+  std::vector<int64_t> group_ids;  // the micro-batch's units, on the host (HostBatch::group_ids)
 };
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch);
+
+// A micro-batch's loss sum with the objective's metric sums.
+struct LossAndMetrics {
+  at::Tensor loss_sum;     // as Objective::loss_sum
+  at::Tensor metric_sums;  // (M) fp64, detached, M = metric_names().size(); undefined when M is 0
+};
 
 class Objective {
  public:
@@ -48,6 +56,15 @@ class Objective {
   virtual at::Tensor take_auxiliary_loss_sum() const { return {}; }
   // Whether loss_sum adds auxiliary terms for this model and forward (the same on every rank).
   virtual bool adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const { return false; }
+  // The metrics the objective logs beside the loss (metrics.jsonl, TensorBoard), in this order;
+  // none by default. A step's value of each is the sum of its metric sums over the step's
+  // micro-batches on all ranks divided by the step's normaliser, as the loss.
+  virtual std::vector<std::string> metric_names() const { return {}; }
+  // loss_sum with the metric sums; without metrics, loss_sum alone.
+  virtual LossAndMetrics loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,
+                                              const ForwardOptions& forward) const {
+    return {loss_sum(model, batch, forward), at::Tensor()};
+  }
 };
 
 // Supervised fine-tuning: token cross-entropy over the trained positions (transformers'

@@ -188,5 +188,9 @@ class Trainer {
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
                   const TrainingState* resume = nullptr);
+// The same with another objective (dpo, orpo: train/dpo_objective.h, train/orpo_objective.h).
+TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
+                  Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
+                  const TrainingState* resume, const Objective& objective);
 
 }  // namespace finetune

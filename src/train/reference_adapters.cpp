@@ -1,0 +1,29 @@
+// The DPO reference's adapters (see reference_adapters.h).
+#include "finetune/train/reference_adapters.h"
+
+#include <utility>
+
+namespace finetune {
+
+ReferenceAdapters::ReferenceAdapters(std::map<std::string, std::unique_ptr<LinearAdapter>> adapters)
+    : adapters_(std::move(adapters)), base_model_(adapters_.empty()) {
+  for (auto& [name, adapter] : adapters_) {
+    if (!adapter) continue;
+    for (auto& [suffix, tensor] : adapter->named_parameters()) tensor.requires_grad_(false);
+  }
+}
+
+ReferenceAdapters::Installed::Installed(ReferenceAdapters& reference, CausalLM& model)
+    : reference_(reference), model_(model) {
+  swap_all();
+}
+
+ReferenceAdapters::Installed::~Installed() { swap_all(); }
+
+// Swapping twice restores both sides: each projection's slot (an empty one when the reference has
+// no adapter there) trades places with the projection's adapter.
+void ReferenceAdapters::Installed::swap_all() {
+  for (auto& [name, linear] : model_.named_linears()) std::swap(linear->adapter, reference_.adapters_[name]);
+}
+
+}  // namespace finetune

@@ -1,0 +1,129 @@
+// The preference objectives' shared part (PairObjective): the same loss and metrics whether a
+// micro-batch's pairs come as padded rows or as one padding-free row; metric sums are TRL's
+// per-micro-batch values x pairs, in metric_names' order; a frozen reference adapter and
+// precomputed reference log-probs give the numbers of the reference forward they replace.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "finetune/checkpoint/adapter_io.h"
+#include "finetune/commands/preference_setup.h"
+#include "finetune/lora/attach_lora.h"
+#include "finetune/train/device_batch.h"
+#include "finetune/train/dpo_objective.h"
+#include "finetune/train/orpo_objective.h"
+#include "finetune/train/reference_adapters.h"
+#include "preference_test_model.h"
+
+namespace finetune {
+namespace {
+
+using testing::preference_model_with_peft_adapter;
+using testing::preference_objective_dir;
+using testing::preference_pairs_batch;
+
+ForwardOptions training() {
+  ForwardOptions forward;
+  forward.training = true;
+  return forward;
+}
+
+void expect_close(const at::Tensor& actual, const at::Tensor& expected, double relative, const std::string& what) {
+  const double scale = expected.abs().max().item<double>();
+  EXPECT_LE((actual - expected).abs().max().item<double>(), relative * std::max(scale, 1e-30)) << what;
+}
+
+void expect_same_loss_and_metrics(const PairObjective& objective, const CausalLM& model, const DeviceBatch& a,
+                                  const DeviceBatch& b, double relative) {
+  const LossAndMetrics first = objective.loss_and_metric_sums(model, micro_batch_inputs(a), training());
+  const LossAndMetrics second = objective.loss_and_metric_sums(model, micro_batch_inputs(b), training());
+  expect_close(second.loss_sum, first.loss_sum, relative, objective.name() + " loss");
+  expect_close(second.metric_sums, first.metric_sums, relative, objective.name() + " metrics");
+}
+
+TEST(PairObjective, PaddedRowsAndOnePaddingFreeRowGiveTheSameLossAndMetrics) {
+  auto model = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
+  const DeviceBatch padded = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+  const DeviceBatch flat = to_device(host, at::kCPU, BatchLayout::kFlatRowMasked);
+  ASSERT_EQ(flat.input_ids.size(0), 1);
+  expect_same_loss_and_metrics(DpoObjective(DpoLossConfig{}, *model), *model, padded, flat, 1e-5);
+  DpoLossConfig ipo;
+  ipo.loss_type = DpoLossType::Ipo;
+  expect_same_loss_and_metrics(DpoObjective(ipo, *model), *model, padded, flat, 1e-5);
+  expect_same_loss_and_metrics(OrpoObjective(0.1), *model, padded, flat, 1e-5);
+}
+
+TEST(PairObjective, MetricSumsAreTrlsMicroBatchValuesTimesPairs) {
+  auto model = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
+  const DeviceBatch batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+  const double pairs = static_cast<double>(host.rows / 2);
+  const OrpoObjective orpo(0.25);
+  const DpoObjective dpo(DpoLossConfig{}, *model);
+  for (const PairObjective* objective : std::vector<const PairObjective*>{&orpo, &dpo}) {
+    const PreferenceLoss loss = objective->evaluate(*model, micro_batch_inputs(batch), training());
+    const LossAndMetrics sums = objective->loss_and_metric_sums(*model, micro_batch_inputs(batch), training());
+    EXPECT_NEAR(sums.loss_sum.item<double>(), loss.loss.item<double>() * pairs, 1e-5);
+    std::map<std::string, double> means;
+    for (const auto& [name, value] : metric_means(loss)) means[name] = value;
+    const auto names = objective->metric_names();
+    ASSERT_EQ(sums.metric_sums.numel(), static_cast<int64_t>(names.size()));
+    EXPECT_EQ(names.size(), means.size());
+    for (size_t m = 0; m < names.size(); ++m) {
+      ASSERT_EQ(means.count(names[m]), 1u) << names[m];
+      EXPECT_NEAR(sums.metric_sums[static_cast<int64_t>(m)].item<double>() / pairs, means[names[m]],
+                  1e-5 * std::max(1.0, std::abs(means[names[m]])))
+          << objective->name() << " " << names[m];
+    }
+  }
+}
+
+// A frozen copy of the model's own adapter as the reference (commands/preference_setup.h): at the
+// start the policy is the reference, so every reward is 0 and the sigmoid loss is log 2 (TRL's
+// "ref" adapter of a PeftModel). Precomputed reference log-probs equal the forward's.
+TEST(PairObjective, AFrozenCopyOfTheAdapterIsTheReferenceAndPrecomputedValuesMatchIt) {
+  auto model = preference_model_with_peft_adapter();
+  const HostBatch host = preference_pairs_batch();
+  const DeviceBatch batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+  ReferenceAdapters reference = frozen_adapter_copy(*model, read_adapter_config(preference_objective_dir("adapter")),
+                                                    preference_objective_dir("adapter"));
+  DpoObjective objective(DpoLossConfig{}, *model, reference);
+  const MicroBatchInputs inputs = micro_batch_inputs(batch);
+  const PreferenceLoss loss = objective.evaluate(*model, inputs, training());
+  for (const auto& [name, value] : loss.metrics) {
+    if (name.rfind("rewards/", 0) == 0 && name != "rewards/accuracies") {
+      EXPECT_EQ(value.abs().max().item<float>(), 0.0f) << name;
+    }
+  }
+  EXPECT_NEAR(loss.loss.item<double>(), std::log(2.0), 1e-6);
+  for (const auto& [name, tensor] : lora_parameters(*model)) EXPECT_TRUE(tensor.requires_grad()) << name;  // the policy's
+
+  // Precomputed: the pairs' values in the batch order, then looked up by pair index.
+  const PairValues forward = objective.reference_log_probs(inputs, pair_sequences(inputs, "DPO"));
+  std::vector<Sample> interleaved;
+  const auto pairs = host.rows / 2;
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    for (int64_t member = 0; member < 2; ++member) {
+      const int64_t row = member * pairs + pair;
+      Sample sample;
+      for (int64_t t = 0; t < host.sample_lengths[static_cast<size_t>(row)][0]; ++t) {
+        sample.input_ids.push_back(static_cast<int32_t>(host.input_ids[static_cast<size_t>(row * host.seq_len + t)]));
+        sample.labels.push_back(static_cast<int32_t>(host.labels[static_cast<size_t>(row * host.seq_len + t)]));
+      }
+      interleaved.push_back(sample);
+    }
+  }
+  objective.precompute_reference(interleaved, pairs, 0, BatchLayout::kPaddedRows);
+  MicroBatchInputs indexed = inputs;
+  for (int64_t pair = 0; pair < pairs; ++pair) indexed.group_ids.push_back(pair);
+  const PairValues looked_up = objective.reference_log_probs(indexed, pair_sequences(inputs, "DPO"));
+  EXPECT_TRUE(at::equal(looked_up.chosen, forward.chosen));
+  EXPECT_TRUE(at::equal(looked_up.rejected, forward.rejected));
+}
+
+}  // namespace
+}  // namespace finetune
