@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "finetune/gguf/gguf_model_keys.h"
 #include "finetune/gguf/gguf_quant_mix.h"
 #include "finetune/gguf/gguf_quantize.h"
 #include "finetune/gguf/gguf_tensor_names.h"
@@ -24,7 +25,7 @@ void check_gguf_export_possible(const ModelConfig& config, const std::string& mo
                                 const std::vector<std::string>& quantizations, const std::string& option) {
   const std::string prefix = option + " (checked before training): ";
   try {
-    gguf_architecture(config, model_dir);
+    check_gguf_model_representable(config, gguf_architecture(config, model_dir), model_dir);
     check_gguf_vocabulary(model_dir);
   } catch (const Error& e) {
     throw UsageError(prefix + e.what());

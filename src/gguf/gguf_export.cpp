@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "finetune/gguf/gguf_file_writer.h"
+#include "finetune/gguf/gguf_model_keys.h"
 #include "finetune/gguf/gguf_quant_mix.h"
 #include "finetune/gguf/gguf_tensor_names.h"
 #include "finetune/gguf/gguf_vocab.h"
@@ -19,39 +20,6 @@ namespace {
 
 constexpr uint32_t kGgmlQuantizationVersion = 2;  // gguf-py GGML_QUANT_VERSION
 constexpr int64_t kBlockValues = int64_t{1} << 22;  // values per block of rows encoded at a time (16 MiB as f32)
-
-// TextModel.set_gguf_parameters + LlamaModel's additions, in the converter's order. A file for
-// llama-quantize's mixes leaves out general.file_type and general.quantization_version (the
-// quantizer sets them again, which moves them to the end).
-void add_model_keys(GgufFileWriter& writer, const ModelConfig& config, const std::string& arch,
-                    const std::string& model_name, std::optional<GgmlType> type) {
-  const auto& raw = config.raw;
-  writer.add_string("general.architecture", arch);
-  writer.add_string("general.type", "model");
-  writer.add_string("general.name", gguf_model_name(model_name));
-  writer.add_uint32(arch + ".block_count", static_cast<uint32_t>(config.num_hidden_layers));
-  writer.add_uint32(arch + ".context_length", static_cast<uint32_t>(config.max_position_embeddings));
-  writer.add_uint32(arch + ".embedding_length", static_cast<uint32_t>(config.hidden_size));
-  writer.add_uint32(arch + ".feed_forward_length", static_cast<uint32_t>(config.intermediate_size));
-  writer.add_uint32(arch + ".attention.head_count", static_cast<uint32_t>(config.num_attention_heads));
-  writer.add_uint32(arch + ".attention.head_count_kv", static_cast<uint32_t>(config.num_key_value_heads));
-  if (config.rope_scaling.rope_type == "linear") {
-    writer.add_string(arch + ".rope.scaling.type", "linear");
-    writer.add_float32(arch + ".rope.scaling.factor", static_cast<float>(config.rope_scaling.factor));
-  }
-  writer.add_float32(arch + ".rope.freq_base", static_cast<float>(config.rope_theta));
-  writer.add_float32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(config.rms_norm_eps));
-  if (raw.contains("head_dim") && raw["head_dim"].is_number_integer()) {
-    writer.add_uint32(arch + ".attention.key_length", raw["head_dim"].get<uint32_t>());
-    writer.add_uint32(arch + ".attention.value_length", raw["head_dim"].get<uint32_t>());
-  }
-  if (type) writer.add_uint32("general.file_type", llama_file_type(*type));
-  if (arch == "llama") {
-    writer.add_uint32(arch + ".vocab_size", static_cast<uint32_t>(config.vocab_size));
-    writer.add_uint32(arch + ".rope.dimension_count", static_cast<uint32_t>(config.head_dim));
-  }
-  if (type) writer.add_uint32("general.quantization_version", kGgmlQuantizationVersion);
-}
 
 // A tensor as the converter names and lays it out: its GGUF name, shape, q/k permutation, and
 // where its values come from.
@@ -69,17 +37,30 @@ struct ExportTensor {
   }
 };
 
-// rope_freqs, then the source's tensors in HF name order: the converter's order.
-std::vector<ExportTensor> export_tensors(const ModelConfig& config, const std::string& arch, GgufTensorSource source) {
+// The converter's extra tensors (rope_freqs, Phi-3's rope factors), then the source's tensors in
+// HF name order, with its modify_tensors' changes: Gemma's norms as 1 + w, Gemma-3's token_embd
+// cut to the vocabulary's rows.
+std::vector<ExportTensor> export_tensors(const ModelConfig& config, const std::string& arch, GgufTensorSource source,
+                                         const std::string& base_model_dir) {
   const Architecture& architecture = architecture_of(config);
   std::vector<ExportTensor> out;
-  if (const auto rope_freqs = gguf_rope_freqs(config); rope_freqs.defined()) {
-    out.push_back({"rope_freqs.weight", rope_freqs.sizes().vec(), 0, [rope_freqs] { return rope_freqs; }});
+  for (auto& [name, values] : gguf_extra_tensors(config, arch)) {
+    out.push_back({name, values.sizes().vec(), 0, [values = values] { return values; }});
   }
   std::sort(source.begin(), source.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::optional<int64_t> token_rows;
+  if (arch == "gemma3") token_rows = gguf_gemma3_token_rows(base_model_dir);
   for (auto& tensor : source) {
-    out.push_back({gguf_tensor_name(architecture, tensor.name), tensor.shape,
-                   gguf_permute_heads(arch, config, tensor.name), std::move(tensor.values)});
+    ExportTensor exported{gguf_tensor_name(architecture, tensor.name), tensor.shape,
+                          gguf_permute_heads(arch, config, tensor.name), std::move(tensor.values)};
+    if (gguf_shifts_norm(architecture, tensor.name)) {
+      exported.values = [values = std::move(exported.values)] { return gguf_shift_norm(values()); };
+    }
+    if (exported.gguf_name == "token_embd.weight" && token_rows && *token_rows < exported.shape.front()) {
+      exported.shape.front() = *token_rows;
+      exported.values = [values = std::move(exported.values), rows = *token_rows] { return values().narrow(0, 0, rows); };
+    }
+    out.push_back(std::move(exported));
   }
   return out;
 }
@@ -116,7 +97,7 @@ std::unique_ptr<PlannedFile> plan_file(const ModelConfig& config, const std::str
   file->types.resize(tensors.size());
   file->round_to_half.resize(tensors.size());
   auto& writer = file->writer;
-  add_model_keys(writer, config, arch, model_name, mix ? std::optional<GgmlType>() : std::optional<GgmlType>(type));
+  add_gguf_model_keys(writer, config, arch, model_name, mix ? std::optional<GgmlType>() : std::optional<GgmlType>(type));
   add_gguf_vocab(writer, base_model_dir, config.raw, config.vocab_size);
   if (!mix) {
     for (size_t i = 0; i < tensors.size(); ++i) declare_tensor(*file, tensors[i], i, converter_tensor_type(tensors[i], type), false);
@@ -227,8 +208,10 @@ std::vector<std::string> export_gguf_files(const ModelConfig& config, GgufTensor
     mixes.push_back(gguf_quant_mix(name));
     types.push_back(mixes.back() ? GgmlType::kF16 : ggml_type_from_name(name));
   }
-  const auto arch = gguf_architecture(config, (std::filesystem::path(base_model_dir) / "config.json").string());
-  auto tensors = export_tensors(config, arch, std::move(source));
+  const auto config_path = (std::filesystem::path(base_model_dir) / "config.json").string();
+  const auto arch = gguf_architecture(config, config_path);
+  check_gguf_model_representable(config, arch, config_path);
+  auto tensors = export_tensors(config, arch, std::move(source), base_model_dir);
   std::vector<std::unique_ptr<PlannedFile>> files;
   std::vector<std::string> paths;
   for (size_t i = 0; i < types.size(); ++i) {

@@ -21,6 +21,11 @@ bool allows_quantization(const std::string& name, int64_t dims) {
   return dims >= 2 && ends_with(name, "weight") && name.find("_norm.weight") == std::string::npos;
 }
 
+// category_is_attn_v: attn_v, and Phi-3's fused attn_qkv, which holds the v rows.
+bool is_attention_v(const std::string& name) {
+  return name.find("attn_v.weight") != std::string::npos || name.find("attn_qkv.weight") != std::string::npos;
+}
+
 bool use_more_bits(int i_layer, int n_layers) {
   return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
 }
@@ -35,7 +40,7 @@ GgmlType mix_type(const GgufQuantMix& mix, GgufMixState& state, const std::strin
     } else if (type != GgmlType::kQ8_0) {
       type = GgmlType::kQ6_K;
     }
-  } else if (name.find("attn_v.weight") != std::string::npos) {
+  } else if (is_attention_v(name)) {
     if (k_m && use_more_bits(state.i_attention_wv, state.n_attention_wv)) type = GgmlType::kQ6_K;
     if (state.is_70b && type == GgmlType::kQ4_K) type = GgmlType::kQ5_K;
     ++state.i_attention_wv;
@@ -89,7 +94,7 @@ GgufMixState gguf_mix_state(const std::vector<std::string>& gguf_names, int n_la
   state.n_layer = n_layer;
   state.is_70b = is_70b;
   for (const auto& name : gguf_names) {
-    if (name.find("attn_v.weight") != std::string::npos) ++state.n_attention_wv;
+    if (is_attention_v(name)) ++state.n_attention_wv;
     if (name == "output.weight") state.has_tied_embeddings = false;
   }
   return state;

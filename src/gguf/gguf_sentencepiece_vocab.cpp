@@ -145,22 +145,83 @@ void add_added_tokens(GgufSentencePieceVocab& vocab, const std::filesystem::path
 
 }  // namespace
 
-GgufSentencePieceVocab read_gguf_sentencepiece_vocab(const std::string& model_dir, int64_t vocab_size) {
-  const std::filesystem::path dir(model_dir);
-  const auto path = (dir / "tokenizer.model").string();
+namespace {
+
+// config.json's vocab_size slots of "[PAD<i>]" / -10000 / UNUSED.
+GgufSentencePieceVocab padded_vocab(int64_t vocab_size) {
   GgufSentencePieceVocab vocab;
   vocab.tokens.resize(vocab_size);
   for (int64_t i = 0; i < vocab_size; ++i) vocab.tokens[i] = "[PAD" + std::to_string(i) + "]";
   vocab.scores.assign(vocab_size, -10000.0f);
   vocab.types.assign(vocab_size, kUnused);
-  const auto pieces = PieceReader(read_file(path), path).pieces();
+  return vocab;
+}
+
+std::vector<Piece> read_pieces(const std::filesystem::path& dir) {
+  const auto path = (dir / "tokenizer.model").string();
+  auto pieces = PieceReader(read_file(path), path).pieces();
   if (pieces.empty()) throw Error(path + ": sentencepiece model has no pieces");
-  for (size_t id = 0; id < pieces.size() && static_cast<int64_t>(id) < vocab_size; ++id) {
-    const auto& piece = pieces[id];
-    const bool kept = piece.type == kUnknown || piece.type == kControl || piece.type == kUnused || piece.type == kByte;
-    set_token(vocab, id, piece.text, piece.score, kept ? piece.type : kNormal);
+  return pieces;
+}
+
+void set_piece(GgufSentencePieceVocab& vocab, size_t id, const Piece& piece) {
+  const bool kept = piece.type == kUnknown || piece.type == kControl || piece.type == kUnused || piece.type == kByte;
+  set_token(vocab, id, piece.text, piece.score, kept ? piece.type : kNormal);
+}
+
+// Phi3MiniModel.set_vocab's added tokens: added_tokens.json (ids past vocab_size skipped), then
+// tokenizer_config.json's added_tokens_decoder and tokenizer.json's added_tokens as they are
+// (USER_DEFINED, CONTROL when special; score -1000).
+void add_phi3_added_tokens(GgufSentencePieceVocab& vocab, const std::filesystem::path& dir) {
+  const auto size = static_cast<int64_t>(vocab.tokens.size());
+  if (std::filesystem::is_regular_file(dir / "added_tokens.json")) {
+    for (const auto& [token, id] : read_json_file(dir / "added_tokens.json").items()) {
+      if (id.get<int64_t>() < size) set_token(vocab, id.get<int64_t>(), token, -1000.0f, kUserDefined);
+    }
   }
+  auto add = [&](const nlohmann::json& data, int64_t id, const std::filesystem::path& source) {
+    if (id < 0 || id >= size) {
+      throw Error(source.string() + ": added token id " + std::to_string(id) + " is past config.json's vocab_size " +
+                  std::to_string(size) + " (llama.cpp's converter fails on it too)");
+    }
+    const bool special = data.contains("special") && data["special"].is_boolean() && data["special"].get<bool>();
+    set_token(vocab, id, data.at("content").get<std::string>(), -1000.0f, special ? kControl : kUserDefined);
+  };
+  if (std::filesystem::is_regular_file(dir / "tokenizer_config.json")) {
+    const auto tc = read_json_file(dir / "tokenizer_config.json");
+    if (tc.contains("added_tokens_decoder") && tc["added_tokens_decoder"].is_object()) {
+      for (const auto& [key, data] : tc["added_tokens_decoder"].items()) add(data, std::stoll(key), dir / "tokenizer_config.json");
+    }
+  }
+  if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
+    const auto tokenizer = read_json_file(dir / "tokenizer.json");
+    for (const auto& data : tokenizer.value("added_tokens", nlohmann::json::array())) {
+      add(data, data.at("id").get<int64_t>(), dir / "tokenizer.json");
+    }
+  }
+}
+
+}  // namespace
+
+GgufSentencePieceVocab read_gguf_sentencepiece_vocab(const std::string& model_dir, int64_t vocab_size) {
+  const std::filesystem::path dir(model_dir);
+  auto vocab = padded_vocab(vocab_size);
+  const auto pieces = read_pieces(dir);
+  for (size_t id = 0; id < pieces.size() && static_cast<int64_t>(id) < vocab_size; ++id) set_piece(vocab, id, pieces[id]);
   add_added_tokens(vocab, dir);
+  return vocab;
+}
+
+GgufSentencePieceVocab read_gguf_phi3_vocab(const std::string& model_dir, std::optional<int64_t> vocab_size) {
+  const std::filesystem::path dir(model_dir);
+  const auto pieces = read_pieces(dir);
+  auto vocab = padded_vocab(vocab_size.value_or(static_cast<int64_t>(pieces.size())));
+  if (pieces.size() > vocab.tokens.size()) {
+    throw Error((dir / "tokenizer.model").string() + ": " + std::to_string(pieces.size()) +
+                " pieces, more than config.json's vocab_size " + std::to_string(vocab.tokens.size()));
+  }
+  for (size_t id = 0; id < pieces.size(); ++id) set_piece(vocab, id, pieces[id]);
+  add_phi3_added_tokens(vocab, dir);
   return vocab;
 }
 

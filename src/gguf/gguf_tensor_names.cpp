@@ -114,4 +114,35 @@ at::Tensor gguf_rope_freqs(const ModelConfig& config) {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> gguf_extra_tensors(const ModelConfig& config,
+                                                                  const std::string& architecture) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (const auto rope_freqs = gguf_rope_freqs(config); rope_freqs.defined()) out.emplace_back("rope_freqs.weight", rope_freqs);
+  const auto& rope = config.rope_scaling;
+  if (architecture != "phi3" || rope.long_factor.empty()) return out;
+  const auto rope_dims = static_cast<int64_t>(config.partial_rotary_factor * static_cast<double>(config.hidden_size)) /
+                         config.num_attention_heads;
+  if (static_cast<int64_t>(rope.long_factor.size()) * 2 != rope_dims ||
+      rope.short_factor.size() != rope.long_factor.size()) {
+    throw Error("GGUF export: longrope long_factor / short_factor must have " + std::to_string(rope_dims / 2) +
+                " entries (llama.cpp's rotary dimensions / 2), they have " + std::to_string(rope.long_factor.size()) +
+                " and " + std::to_string(rope.short_factor.size()));
+  }
+  auto factors = [](const std::vector<double>& values) {
+    return at::tensor(at::ArrayRef<double>(values), at::kDouble).to(at::kFloat);
+  };
+  out.emplace_back("rope_factors_long.weight", factors(rope.long_factor));
+  out.emplace_back("rope_factors_short.weight", factors(rope.short_factor));
+  return out;
+}
+
+bool gguf_shifts_norm(const Architecture& architecture, const std::string& hf_name) {
+  return architecture.rms_norm_unit_offset && ends_with(hf_name, "norm.weight");
+}
+
+at::Tensor gguf_shift_norm(const at::Tensor& w) {
+  const auto values = w.scalar_type() == at::kHalf || w.scalar_type() == at::kFloat ? w : w.to(at::kFloat);
+  return values + 1;
+}
+
 }  // namespace finetune

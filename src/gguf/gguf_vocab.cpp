@@ -425,10 +425,9 @@ void add_special_vocab(GgufFileWriter& writer, const std::filesystem::path& dir,
   if (strip_accents) writer.add_bool("tokenizer.ggml.normalizer.strip_accents", *strip_accents);
 }
 
-// _set_vocab_sentencepiece.
+// _set_vocab_sentencepiece's keys for `vocab` (or Phi3MiniModel's, which writes the same keys).
 void add_sentencepiece_vocab(GgufFileWriter& writer, const std::filesystem::path& dir,
-                             const nlohmann::json& config_json, int64_t vocab_size) {
-  const auto vocab = read_gguf_sentencepiece_vocab(dir.string(), vocab_size);
+                             const nlohmann::json& config_json, const GgufSentencePieceVocab& vocab) {
   writer.add_string("tokenizer.ggml.model", "llama");
   writer.add_string("tokenizer.ggml.pre", "default");
   writer.add_string_array("tokenizer.ggml.tokens", vocab.tokens);
@@ -463,10 +462,53 @@ void add_gpt2_vocab(GgufFileWriter& writer, const std::filesystem::path& dir, co
 
 }  // namespace
 
+namespace {
+
+// Phi3MiniModel.set_vocab: byte-level BPE when tokenizer_config.json names GPT2Tokenizer (Phi-4),
+// else its own reading of tokenizer.model.
+void add_phi3_vocab(GgufFileWriter& writer, const std::filesystem::path& dir, const nlohmann::json& config_json,
+                    int64_t vocab_size) {
+  const auto tc_path = dir / "tokenizer_config.json";
+  if (std::filesystem::exists(tc_path) && read_json(tc_path).value("tokenizer_class", std::string()) == "GPT2Tokenizer") {
+    add_gpt2_vocab(writer, dir, config_json, vocab_size);
+    return;
+  }
+  if (!std::filesystem::exists(dir / "tokenizer.model")) {
+    throw Error((dir / "tokenizer.model").string() + ": not found (llama.cpp's converter reads a Phi-3 vocabulary " +
+                "from tokenizer.model unless tokenizer_config.json names GPT2Tokenizer)");
+  }
+  const auto json_size = config_json.contains("vocab_size") && config_json["vocab_size"].is_number_integer()
+                             ? std::optional<int64_t>(config_json["vocab_size"].get<int64_t>())
+                             : std::nullopt;
+  add_sentencepiece_vocab(writer, dir, config_json, read_gguf_phi3_vocab(dir.string(), json_size));
+}
+
+// Gemma2Model / Gemma3Model.set_vocab: tokenizer.model's pieces and no space prefix; Gemma-3
+// without a tokenizer.model: byte-level BPE (Gemma-2 has no such path).
+void add_gemma_vocab(GgufFileWriter& writer, const std::filesystem::path& dir, const nlohmann::json& config_json,
+                     int64_t vocab_size, bool gemma2) {
+  if (!std::filesystem::exists(dir / "tokenizer.model")) {
+    if (gemma2) {
+      throw Error((dir / "tokenizer.model").string() + ": not found (llama.cpp's converter reads a Gemma-2 " +
+                  "vocabulary from tokenizer.model only)");
+    }
+    add_gpt2_vocab(writer, dir, config_json, vocab_size);
+    return;
+  }
+  add_sentencepiece_vocab(writer, dir, config_json, read_gguf_sentencepiece_vocab(dir.string(), vocab_size));
+  writer.add_bool("tokenizer.ggml.add_space_prefix", false);
+}
+
+}  // namespace
+
 void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const nlohmann::json& config_json,
                     int64_t vocab_size) {
   const std::filesystem::path dir(model_dir);
   const auto model_type = config_json.value("model_type", std::string());
+  if (model_type == "phi3") return add_phi3_vocab(writer, dir, config_json, vocab_size);
+  if (model_type == "gemma2" || model_type == "gemma3" || model_type == "gemma3_text") {
+    return add_gemma_vocab(writer, dir, config_json, vocab_size, model_type == "gemma2");
+  }
   const bool llama_model = model_type == "llama" || model_type == "mistral";
   if (llama_model) {  // LlamaModel.set_vocab writes add_space_prefix before the vocabulary
     const auto tc_path = dir / "tokenizer_config.json";
@@ -476,20 +518,35 @@ void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const 
     }
   }
   if (llama_model && std::filesystem::exists(dir / "tokenizer.model")) {
-    add_sentencepiece_vocab(writer, dir, config_json, vocab_size);
+    add_sentencepiece_vocab(writer, dir, config_json, read_gguf_sentencepiece_vocab(model_dir, vocab_size));
   } else {
     add_gpt2_vocab(writer, dir, config_json, vocab_size);
   }
 }
 
+std::optional<int64_t> gguf_gemma3_token_rows(const std::string& model_dir) {
+  const std::filesystem::path dir(model_dir);
+  if (std::filesystem::exists(dir / "tokenizer.model") || !std::filesystem::exists(dir / "tokenizer.json")) {
+    return std::nullopt;
+  }
+  const auto tokenizer = read_json(dir / "tokenizer.json");
+  const auto& model = tokenizer.contains("model") ? tokenizer["model"] : nlohmann::json();
+  const auto vocab = model.is_object() && model.contains("vocab") ? model["vocab"].size() : 0;
+  return static_cast<int64_t>(vocab + tokenizer.value("added_tokens", nlohmann::json::array()).size());
+}
+
 void check_gguf_vocabulary(const std::string& model_dir) {
   const auto config_path = std::filesystem::path(model_dir) / "config.json";
   const auto config_json = read_json(config_path);
-  if (!config_json.contains("vocab_size") || !config_json["vocab_size"].is_number_integer()) {
+  const auto& text = config_json.contains("text_config") && config_json["text_config"].is_object()
+                         ? config_json["text_config"]
+                         : config_json;  // Gemma3ForConditionalGeneration: the text tower's vocabulary
+  const auto& sized = text.contains("vocab_size") ? text : config_json;
+  if (!sized.contains("vocab_size") || !sized["vocab_size"].is_number_integer()) {
     throw Error(config_path.string() + ": vocab_size: missing (the GGUF export sizes the vocabulary by it)");
   }
   GgufFileWriter scratch;
-  add_gguf_vocab(scratch, model_dir, config_json, config_json["vocab_size"].get<int64_t>());
+  add_gguf_vocab(scratch, model_dir, config_json, sized["vocab_size"].get<int64_t>());
 }
 
 }  // namespace finetune

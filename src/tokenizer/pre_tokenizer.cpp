@@ -124,9 +124,17 @@ void PreTokenizer::append_from_json(const nlohmann::json& node, const std::strin
     steps_.push_back(std::move(step));
   } else if (type == "Metaspace") {
     append_metaspace(node, path, where);
+  } else if (type == "Digits") {
+    // tokenizers' Digits splits on char::is_numeric (\p{N}), Isolated: each digit alone, or
+    // Contiguous: each run of digits as one piece.
+    Step step;
+    step.kind = Step::Kind::kSplitIsolated;
+    const bool individual = json_bool(node, "individual_digits", false, path, where);
+    step.regex = std::make_shared<RegexSplitter>(individual ? R"(\p{N})" : R"(\p{N}+)", false);
+    steps_.push_back(std::move(step));
   } else {
     throw Error(path + ": field '" + where + ".type' is '" + type +
-                "'; supported pre-tokenizers: Sequence, Split, ByteLevel, Metaspace");
+                "'; supported pre-tokenizers: Sequence, Split, ByteLevel, Metaspace, Digits");
   }
 }
 

@@ -7,8 +7,8 @@
     Llama with Llama-3 rope scaling (rope_freqs, q/k permutation, tied embeddings), Qwen2 (q/k/v
     bias, untied output), Qwen3 (q/k norm, head_dim), for f32/f16/bf16/q8_0; and the other
     vocabularies (gguf_vocab_models.py): a Llama-2-layout sentencepiece tokenizer.model beside its
-    byte_fallback tokenizer.json, byte-level BPE with GPT-2's and tekken's pre-tokenizers (SmolLM's
-    Digits step is not one src/tokenizer loads, so its vocabulary is not exported yet).
+    byte_fallback tokenizer.json, byte-level BPE with GPT-2's, SmolLM's (Digits one by one, then
+    GPT-2's ByteLevel: "smollm") and tekken's pre-tokenizers.
 (c) --quantization q4_0/q5_0/q6_k/q4_k_m/q5_k_m: the whole file equals, byte for byte, what
     llama.cpp's own quantizer (llama_model_quantize, cyllama) writes from our F16 file: on the
     64-wide tiny models (every K type falls back: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0) and on
@@ -124,7 +124,7 @@ def test_llama_cpp_tokenizes_like_transformers(exported, case):
 def vocab_exported(tmp_path_factory):
     """case -> (model dir, transformers model, expected tokenizer.ggml.pre, our F16 gguf path)."""
     out = {}
-    for case in ("spm_llama", "gpt2_bpe", "tekken_bpe"):  # smollm_bpe: our tokenizer has no Digits step
+    for case in ("spm_llama", "gpt2_bpe", "smollm_bpe", "tekken_bpe"):
         root = tmp_path_factory.mktemp(case)
         model_dir = root / case
         model, pre = gguf_vocab_models.make_vocab_model(case, model_dir, TOKENIZERS)
@@ -133,7 +133,7 @@ def vocab_exported(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("case", ["spm_llama", "gpt2_bpe", "tekken_bpe"])
+@pytest.mark.parametrize("case", ["spm_llama", "gpt2_bpe", "smollm_bpe", "tekken_bpe"])
 def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_path, case):
     """The converter's file byte for byte (tokens, scores and token types for sentencepiece), and
     llama.cpp tokenizes TEXT like Hugging Face and runs the model within the F16 bound."""
@@ -161,6 +161,26 @@ def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_pa
     print(f"{case} F16: relative logits error {rel:.3e}")
     assert rel <= LOGIT_BOUNDS["F16"], f"{case} F16: relative logits error {rel:.3e}"
     assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} F16: greedy tokens differ"
+
+
+@pytest.mark.parametrize("case", ["gpt2_bpe", "smollm_bpe", "tekken_bpe"])
+def test_byte_level_vocabularies_tokenize_the_corpus_like_tokenizers(vocab_exported, case):
+    """The tokenizer fixtures' corpus (make_tokenizer_fixtures.py: scripts, accents, CJK, emoji,
+    whitespace runs, digits) through llama.cpp with our file's `pre`, against the tokenizers library
+    running the same tokenizer.json. The vocabulary's tokenizer.json (Qwen2's) normalizes to NFC, a
+    step GGUF has no key for and llama.cpp does not run: llama.cpp gets the NFC text."""
+    import json
+    import unicodedata
+    from tokenizers import Tokenizer
+    model_dir, _, _, path = vocab_exported[case]
+    with open(os.path.join(TOKENIZERS, "qwen2", "expected.json"), encoding="utf-8") as f:
+        texts = [entry["text"] for entry in json.load(f)["cases"]]
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    mismatches = [text for text in texts
+                  if llama_cpp_reference.llama_cpp_tokenize(path, unicodedata.normalize("NFC", text), add_special=False)
+                  != tokenizer.encode(text, add_special_tokens=False).ids]
+    print(f"{case}: {len(texts) - len(mismatches)}/{len(texts)} corpus texts tokenized alike")
+    assert not mismatches, mismatches[:3]
 
 
 def test_pre_tokenizer_hash_is_the_converters(exported, tmp_path):

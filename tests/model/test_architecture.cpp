@@ -138,7 +138,7 @@ TEST(Architecture, GemmaEntriesHaveTheirHfNames) {
   EXPECT_EQ(gemma2, find_architecture_by_model_type("gemma2"));
   EXPECT_EQ(paths_of(*gemma2), gemma2_paths);
   EXPECT_TRUE(gemma2->rms_norm_unit_offset);
-  EXPECT_EQ(gemma2->gguf_architecture, "");
+  EXPECT_EQ(gemma2->gguf_architecture, "gemma2");
   EXPECT_EQ(lora_target_names(*gemma2), kProjections);
   EXPECT_TRUE(has_role(*gemma2, ModuleRole::kAttentionOutputNorm) && has_role(*gemma2, ModuleRole::kMlpOutputNorm));
   for (const char* class_name : {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {

@@ -268,6 +268,23 @@ TEST(TokenizerTiny, SplitOnALiteralString) {
   EXPECT_EQ(load_tokenizer(dir.str())->encode("ab", false), (std::vector<int32_t>{2}));
 }
 
+// Digits (SmolLM's first pre-tokenizer step): individual_digits cuts every digit into its own
+// word, so "12" cannot merge; without it a run of digits stays one word and merges.
+TEST(TokenizerTiny, DigitsPreTokenizer) {
+  TempDir dir("digits");
+  auto json = tiny_tokenizer_json();
+  json["model"]["vocab"]["1"] = 6;
+  json["model"]["vocab"]["2"] = 7;
+  json["model"]["vocab"]["12"] = 8;
+  json["model"]["merges"].push_back("1 2");
+  json["pre_tokenizer"]["pretokenizers"][0] = {{"type", "Digits"}, {"individual_digits", true}};
+  dir.write("tokenizer.json", json.dump());
+  EXPECT_EQ(load_tokenizer(dir.str())->encode("ab12", false), (std::vector<int32_t>{2, 6, 7}));
+  json["pre_tokenizer"]["pretokenizers"][0]["individual_digits"] = false;
+  dir.write("tokenizer.json", json.dump());
+  EXPECT_EQ(load_tokenizer(dir.str())->encode("ab12", false), (std::vector<int32_t>{2, 8}));
+}
+
 // Ids anywhere in int32's range are fine (the vocabulary is a map, not a vector sized by the
 // largest id); ids outside it, or not integers, are errors naming the field.
 TEST(TokenizerErrors, TokenIdsAreCheckedIntegers) {

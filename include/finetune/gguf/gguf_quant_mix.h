@@ -5,9 +5,10 @@
 //    norms; the rest (1-D, norms, rope_freqs) keep the F16 file's type (F32);
 //  - the type of each (llama_tensor_get_type_impl): the mix's default (Q4_0, Q5_0, Q6_K, Q4_K,
 //    Q5_K); output.weight (token_embd.weight when the embeddings are tied) Q6_K, or Q8_0 when its
-//    rows are not a multiple of the default type's block; for Q4_K_M / Q5_K_M, attn_v and ffn_down
-//    of the layers use_more_bits picks get Q6_K (and on a model llama.cpp types LLM_TYPE_70B - 80
-//    layers, for Llama with grouped-query attention - the remaining Q4_K attn_v get Q5_K);
+//    rows are not a multiple of the default type's block; for Q4_K_M / Q5_K_M, attn_v (and Phi-3's
+//    fused attn_qkv, counted with them: category_is_attn_v) and ffn_down of the layers
+//    use_more_bits picks get Q6_K (and on a model llama.cpp types LLM_TYPE_70B - 80 layers, for
+//    Llama with grouped-query attention - the remaining Q4_K attn_v get Q5_K);
 //  - tensor_type_fallback for rows that are not a multiple of the block (Q4_K -> Q5_0,
 //    Q5_K -> Q5_1, Q6_K -> Q8_0, then F16 when even 32 does not divide them; a Q4_0, Q5_0 or
 //    Q8_0 choice for such rows is an Error, as llama.cpp's quantizer refuses it);

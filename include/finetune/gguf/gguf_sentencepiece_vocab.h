@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,12 @@ struct GgufSentencePieceVocab {
 };
 
 GgufSentencePieceVocab read_gguf_sentencepiece_vocab(const std::string& model_dir, int64_t vocab_size);
+
+// Phi3MiniModel.set_vocab's own list for a Phi-3 tokenizer.model: `vocab_size` slots (config.json's,
+// else the model's piece count), the pieces as above, added_tokens.json, then every entry of
+// tokenizer_config.json's added_tokens_decoder and of tokenizer.json's added_tokens (CONTROL when
+// special, else USER_DEFINED, as written; score -1000). An Error where the converter fails: pieces
+// or added token ids past vocab_size.
+GgufSentencePieceVocab read_gguf_phi3_vocab(const std::string& model_dir, std::optional<int64_t> vocab_size);
 
 }  // namespace finetune

@@ -1,11 +1,14 @@
 // Hugging Face decoder tensors -> llama.cpp's GGUF tensors, as convert_hf_to_gguf.py maps them
-// for LlamaModel (Llama, Mistral: architecture "llama") and Qwen2Model/Qwen3Model ("qwen2",
-// "qwen3"): the names (gguf-py constants.TENSOR_NAMES), Llama's q/k row permutation (llama.cpp's
-// rope rotates interleaved pairs, HF's rotates halves), and the rope_freqs tensor of Llama-3
-// rope scaling (LlamaModel.generate_extra_tensors).
+// for LlamaModel (Llama, Mistral: architecture "llama"), Qwen2Model/Qwen3Model ("qwen2",
+// "qwen3"), Phi3MiniModel ("phi3": fused attn_qkv, gate_up as ffn_up), Gemma2Model and
+// Gemma3Model ("gemma2", "gemma3"): the names (gguf-py constants.TENSOR_NAMES), Llama's q/k row
+// permutation (llama.cpp's rope rotates interleaved pairs, HF's rotates halves), Gemma's norms
+// written as 1 + w, and the extra tensors of generate_extra_tensors (rope_freqs of Llama-3 rope
+// scaling, Phi-3's longrope factors).
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -33,5 +36,20 @@ int64_t gguf_permute_heads(const std::string& architecture, const ModelConfig& c
 
 // rope_freqs.weight (head_dim / 2 float32 factors) for rope_type "llama3"; undefined tensor otherwise.
 at::Tensor gguf_rope_freqs(const ModelConfig& config);
+
+// generate_extra_tensors for GGUF `architecture`, in the converter's order: rope_freqs.weight
+// (gguf_rope_freqs), or for phi3 with longrope long factors rope_factors_long.weight and
+// rope_factors_short.weight (config.json's lists as float32; Error when their lengths are not the
+// rotary dimension count / 2, as the converter's).
+std::vector<std::pair<std::string, at::Tensor>> gguf_extra_tensors(const ModelConfig& config,
+                                                                  const std::string& architecture);
+
+// Whether the converter writes `hf_name` as 1 + w (Gemma's modify_tensors: names ending in
+// "norm.weight" of an architecture whose RMSNorm scales by 1 + w).
+bool gguf_shifts_norm(const Architecture& architecture, const std::string& hf_name);
+
+// 1 + w, in float32 unless `w` is float16 (the converter's prepare_tensors turns every other
+// dtype into float32 before modify_tensors adds 1).
+at::Tensor gguf_shift_norm(const at::Tensor& w);
 
 }  // namespace finetune

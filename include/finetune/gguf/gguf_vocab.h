@@ -18,6 +18,8 @@
 // hash and the pre_tokenizer.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -32,9 +34,15 @@ std::string gguf_pre_tokenizer_name(const std::string& model_dir);
 // The fallback above from tokenizer.json's pre_tokenizer alone; "" when it names none.
 std::string gguf_pre_tokenizer_name_from_structure(const nlohmann::json& tokenizer_json);
 
-// Adds the tokenizer keys for the model in `model_dir` (vocab_size from its config.json) to `writer`.
+// Adds the tokenizer keys for the model in `model_dir` (vocab_size from its config.json) to `writer`:
+// per config.json's model_type, Phi3MiniModel's, Gemma2Model's / Gemma3Model's or LlamaModel's
+// set_vocab (gguf_sentencepiece_vocab.h), else the byte-level BPE path above.
 void add_gguf_vocab(GgufFileWriter& writer, const std::string& model_dir, const nlohmann::json& config_json,
                     int64_t vocab_size);
+
+// Gemma3Model.modify_tensors' token_embd rows without a tokenizer.model: tokenizer.json's vocab
+// plus added_tokens entries; nullopt with a tokenizer.model (its list has vocab_size entries).
+std::optional<int64_t> gguf_gemma3_token_rows(const std::string& model_dir);
 
 // Throws the Error add_gguf_vocab would throw for `model_dir` (reads its config.json), so that a
 // run that ends in a GGUF export can refuse before training.

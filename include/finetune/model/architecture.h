@@ -177,12 +177,11 @@ inline std::vector<LayerModule> gemma_layer_modules(bool qk_norm) {
   return modules;
 }
 
-// A Gemma entry. GGUF export: none (gguf_architecture empty; llama.cpp stores Gemma's norms as
-// 1 + w and needs metadata finetune does not write).
+// A Gemma entry (GGUF: llama.cpp's gemma2 / gemma3, whose norms are stored as 1 + w).
 inline Architecture gemma_architecture(ArchitectureId id, std::vector<std::string> class_names, std::string model_type,
                                        int64_t max_position_embeddings, bool qk_norm) {
   Architecture architecture{id, std::move(class_names), std::move(model_type), {4, 256, max_position_embeddings, 2, 1},
-                            gemma_layer_modules(qk_norm), "", false};
+                            gemma_layer_modules(qk_norm), id == ArchitectureId::kGemma2 ? "gemma2" : "gemma3", false};
   architecture.rms_norm_unit_offset = true;
   return architecture;
 }
@@ -256,8 +255,7 @@ inline const std::vector<Architecture>& architectures() {
       {A::kQwen3, {"Qwen3ForCausalLM"}, "qwen3", {32, 128, 32768, std::nullopt, std::nullopt},
        llama_layer_modules(true), "qwen3", false},
       {A::kMistral, {"MistralForCausalLM"}, "mistral", {8, 0, 131072, 1, 2}, llama_layer_modules(false), "llama", true},
-      // GGUF: none yet (llama.cpp's phi3 needs the rope factor tensors and the rotary dimension count).
-      {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "", false},
+      {A::kPhi3, {"Phi3ForCausalLM"}, "phi3", {0, 0, 4096, 1, 32000}, phi3_layer_modules(), "phi3", false},
       gemma_architecture(A::kGemma2, {"Gemma2ForCausalLM"}, "gemma2", 8192, false),
       gemma_architecture(A::kGemma3, {"Gemma3ForCausalLM"}, "gemma3_text", 131072, true),
       gemma3_multimodal_architecture(),

@@ -7,6 +7,7 @@
 //                              "always" to every word, "first" only to a word at offset 0 of the
 //                              input text (not after an added token), "never"; split=true cuts
 //                              before every "▁"
+//   Digits(individual_digits)  every \p{N} character its own word, or each run of them (SmolLM)
 //   Sequence                   the above in order
 // Anything else is refused with an Error naming the file and the field.
 #pragma once

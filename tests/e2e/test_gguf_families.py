@@ -1,0 +1,161 @@
+"""`finetune export --save_method gguf` for Phi-3 and Gemma-2/3 against llama.cpp's converter and runtime.
+
+(a) convert_hf_to_gguf.py (Phi3MiniModel, Gemma2Model, Gemma3Model) on the same model directory
+    writes the same file: every KV pair equal and in the same order (general.name and
+    general.size_label aside, as in test_gguf.py), the same tensors in the same order with
+    identical types, shapes and bytes: Phi-3's fused attn_qkv / ffn_up and longrope factor tensors,
+    Gemma's norms stored as 1 + w, soft-cap and sliding-window keys, the families' vocabularies
+    (Phi-3's own sentencepiece list with its added tokens, Phi-4-mini's GPT-2 path, Gemma's
+    sentencepiece without space prefix).
+(b) llama.cpp (cyllama) loads each file; its logits match transformers' within test_gguf.py's
+    per-type bounds and its greedy tokens agree; it tokenizes like transformers.
+(c) the mixes (q4_0 ... q5_k_m) equal llama.cpp's quantizer run on our F16 file, byte for byte.
+(d) configs llama.cpp would run differently (an untied Gemma-2, Gemma sliding layers off
+    llama.cpp's fixed pattern, a query_pre_attn_scalar it ignores) are refused with the reason.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_finetune
+import gguf_family_models
+import gguf_reference
+import llama_cpp_reference
+from test_gguf import LOGIT_BOUNDS, NAME_KEYS, QUANT_LOGIT_BOUNDS, TOKENS, assert_same_gguf, export_gguf
+
+CASES = list(gguf_family_models.CASES)
+# test_gguf.py's LOGIT_BOUNDS, but Gemma's F32 and F16 files: llama.cpp's CPU GELU rounds its input
+# and output to half (ggml-cpu/vec.h GGML_GELU_FP16, a lookup table), whatever the weights' type
+# (measured with the converter's own F32 files: 8.4e-4 for the 3-layer Gemma-2, 3.1e-3 for the
+# 6-layer Gemma-3; SiLU families 2.8-3.1e-4), so their bound is 6e-3.
+GELU_FP16_BOUND = 6e-3
+
+
+def logit_bound(case, qtype):
+    return max(LOGIT_BOUNDS[qtype], GELU_FP16_BOUND) if case.startswith("gemma") else LOGIT_BOUNDS[qtype]
+TEXTS = ["Hello world, 12345 tokens\n\nand  spaces", "  leading spaces, tabs\tand ünïcödé 😀 привет",
+         "<start_of_turn>user\nhi<end_of_turn>", "<|user|>\nwhat is 2+2?<|end|>\n<|assistant|>"]
+
+
+def assert_greedy_agrees_where_decided(got, expected, what):
+    """llama.cpp's argmax equals transformers' at every position whose top-2 margin exceeds twice
+    the largest logit difference there (soft-capped logits are flat: a closer call may flip)."""
+    top2 = np.sort(expected, axis=-1)[:, -2:]
+    decided = (top2[:, 1] - top2[:, 0]) > 2 * np.abs(got - expected).max(axis=-1)
+    assert decided.sum() >= len(decided) // 2, f"{what}: only {decided.sum()} positions decided"
+    assert (got.argmax(-1) == expected.argmax(-1))[decided].all(), f"{what}: greedy tokens differ"
+
+
+def key_order(path):
+    fields, _, _ = gguf_reference.read_gguf(path)
+    return [key for key in fields if key not in NAME_KEYS]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """case -> (model dir, transformers model, {TYPE: our gguf path})."""
+    out = {}
+    for case in CASES:
+        root = tmp_path_factory.mktemp(case)
+        model_dir = root / case
+        model = gguf_family_models.make_family_model(case, model_dir)
+        files = export_gguf(model_dir, root / "gguf", "f32,f16,q8_0")
+        out[case] = (model_dir, model, {os.path.basename(f).split(".")[-2]: f for f in files})
+    return out
+
+
+@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0"])
+@pytest.mark.parametrize("case", CASES)
+def test_matches_llama_cpp_converter(exported, tmp_path, case, qtype):
+    model_dir, _, files = exported[case]
+    reference = tmp_path / "reference.gguf"
+    gguf_reference.run_converter(model_dir, gguf_family_models.PRE_TOKENIZER.get(case, "unused"), qtype.lower(),
+                                 reference)
+    fields, tensors = assert_same_gguf(files[qtype], reference)
+    assert key_order(files[qtype]) == key_order(reference)
+    arch = fields["general.architecture"][1]
+    assert arch == {"phi": "phi3", "gem": "gemma3" if "gemma3" in case else "gemma2"}[case[:3]]
+    if case == "phi3_longrope":
+        assert tensors["rope_factors_long.weight"][0] == "F32" and "blk.0.attn_qkv.weight" in tensors
+        assert fields["tokenizer.ggml.model"][1] == "llama" and "<|assistant|>" in fields["tokenizer.ggml.tokens"][1]
+    if case == "phi4_mini":
+        assert fields["tokenizer.ggml.model"][1] == "gpt2" and fields["phi3.rope.dimension_count"][1] == 12
+    if case.startswith("gemma"):
+        assert fields["tokenizer.ggml.add_space_prefix"][1] is False
+        assert ("output.weight" in tensors) == (case == "gemma3_untied_softcap")
+    if case == "gemma2":
+        assert fields["gemma2.attn_logit_softcapping"][1] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_llama_cpp_logits_match_transformers(exported, case):
+    _, model, files = exported[case]
+    with torch.no_grad():
+        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
+    for qtype, path in sorted(files.items()):
+        got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
+        assert got.shape == expected.shape
+        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        print(f"{case} {qtype}: relative logits error {rel:.3e}")
+        assert rel <= logit_bound(case, qtype), f"{case} {qtype}: relative logits error {rel:.3e}"
+        assert_greedy_agrees_where_decided(got, expected, f"{case} {qtype}")
+
+
+@pytest.mark.parametrize("case", ["phi3_longrope", "phi4_mini", "gemma2"])
+def test_llama_cpp_tokenizes_like_transformers(exported, case):
+    import transformers
+    model_dir, _, files = exported[case]
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    for text in TEXTS:
+        assert llama_cpp_reference.llama_cpp_tokenize(files["F16"], text) == tokenizer(text)["input_ids"], text
+
+
+QUANT_LABELS = ["Q4_0", "Q5_0", "Q6_K", "Q4_K_M", "Q5_K_M"]
+
+
+@pytest.fixture(scope="module")
+def quant_exported(exported, tmp_path_factory):
+    out = {}
+    for case in ("phi3_longrope", "gemma2", "gemma3"):
+        model_dir, model, _ = exported[case]
+        files = export_gguf(model_dir, tmp_path_factory.mktemp(case + "_quant"), "f16,q4_0,q5_0,q6_k,q4_k_m,q5_k_m")
+        out[case] = (model, {os.path.basename(f).split(".")[-2]: f for f in files})
+    return out
+
+
+@pytest.mark.parametrize("case", ["phi3_longrope", "gemma2", "gemma3"])
+@pytest.mark.parametrize("label", QUANT_LABELS)
+def test_quantized_matches_llama_quantize(quant_exported, tmp_path, case, label):
+    _, files = quant_exported[case]
+    reference = tmp_path / "reference.gguf"
+    llama_cpp_reference.llama_quantize(files["F16"], reference, label)
+    with open(files[label], "rb") as ours, open(reference, "rb") as ref:
+        assert ours.read() == ref.read()
+
+
+@pytest.mark.parametrize("case", ["phi3_longrope", "gemma2", "gemma3"])
+def test_llama_cpp_runs_quantized_files(quant_exported, case):
+    model, files = quant_exported[case]
+    with torch.no_grad():
+        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
+    for label in QUANT_LABELS:
+        got = llama_cpp_reference.llama_cpp_logits(files[label], TOKENS)
+        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        print(f"{case} {label}: relative logits error {rel:.3e}")
+        assert rel <= QUANT_LOGIT_BOUNDS[label], f"{case} {label}: relative logits error {rel:.3e}"
+
+
+@pytest.mark.parametrize("case,message", [
+    ("gemma2_mha_untied", "llama.cpp's gemma2 has no output tensor"),
+    ("gemma3_mqa_untied", "llama.cpp's gemma3 fixes the pattern"),
+    ("gemma2", "query_pre_attn_scalar 24.000000 differs from the 20.000000"),
+])
+def test_configs_llama_cpp_would_run_differently_are_refused(tmp_path, case, message):
+    model_dir = tmp_path / case
+    gguf_family_models.make_tiny_models_case(case, model_dir)
+    proc = run_finetune(["export", "--model_name", model_dir, "--save_method", "gguf", "--save_path", tmp_path / "o",
+                         "--device", "cpu"], check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert not list((tmp_path / "o").glob("*.gguf"))
