@@ -44,6 +44,7 @@ struct Options {
   bool use_rslora = false;
   bool use_dora = false;             // DoRA adapters (PEFT's use_dora)
   std::vector<std::string> target_modules = projection_names();
+  std::vector<std::string> modules_to_save;  // PEFT's modules_to_save: embed_tokens (lora/attach_lora.h)
   std::string init_adapter;          // existing PEFT adapter dir to start from
 
   // --- training
