@@ -15,6 +15,7 @@
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/launch/launch_env.h"
+#include "finetune/lora/attach_lora.h"
 #include "finetune/weights/model_weights.h"
 #include "finetune/model/device_memory.h"
 #include "finetune/model/projection_names.h"
@@ -158,6 +159,9 @@ OpenedModel open_model(const ModelStageSetup& setup, const HubInputs& hub_inputs
     throw UsageError(adapter.adapter_option + ": \"" + adapter.init_adapter + "\" is not a PEFT adapter directory");
   }
   if (setup.fresh_adapter || !adapter.init_adapter.empty()) opened.adapter = setup_adapter(*opened.loaded.model, adapter);
+  if (setup.fresh_adapter) {  // train
+    check_base_tensors_trainable(*opened.loaded.model, opened.adapter->config, adapter.gradient_checkpointing);
+  }
   return opened;
 }
 

@@ -25,6 +25,7 @@ const std::vector<LoraShapeOption>& lora_shape_options() {
       {"target_modules", [](const LoraConfig& c) { return join(c.target_modules, ","); }},
       {"target_parameters", [](const LoraConfig& c) { return join(c.target_parameters, ","); }},
       {"bias", [](const LoraConfig& c) { return c.bias; }},
+      {"modules_to_save", [](const LoraConfig& c) { return join(c.modules_to_save, ","); }},
   };
   return options;
 }
@@ -39,6 +40,8 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.target_modules = options.target_modules;
   setup.lora.target_parameters = options.target_parameters;
   setup.lora.bias = options.bias;
+  setup.lora.modules_to_save = options.modules_to_save;
+  setup.gradient_checkpointing = options.use_gradient_checkpointing;
   // train reads --init_adapter, generate/chat/export --adapter, eval either (the parser refuses
   // both at once): one adapter to load, named as the user named it.
   const bool adapter_named = options.init_adapter.empty() && !options.adapter.empty();
@@ -246,6 +249,13 @@ ExportSetup export_setup_from(const Options& options) {
   }
   const bool writes_gguf = config.save_method == SaveMethod::Gguf || config.save_method == SaveMethod::GgufLora ||
                            config.save_gguf;
+  if (config.save_method == SaveMethod::GgufLora && (options.bias != "none" || !options.modules_to_save.empty())) {
+    throw UsageError("--save_method gguf_lora: " +
+                     (options.bias != "none" ? "--bias " + options.bias + " trains biases"
+                                             : "--modules_to_save " + join(options.modules_to_save, ",") +
+                                                   " trains whole modules") +
+                     ", which a GGUF LoRA adapter cannot carry; export merged (merged_16bit or gguf) instead");
+  }
   if (options.push_gguf && !writes_gguf) {
     throw UsageError("--push_gguf: uploads the GGUF files an export writes; add --save_method gguf (or gguf_lora) "
                      "or --save_gguf");

@@ -10,6 +10,7 @@
 #include "finetune/data/chat_template.h"
 #include "finetune/data/step_planner.h"
 #include "finetune/gguf/quantization_names.h"
+#include "finetune/lora/lora_config.h"
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
@@ -199,12 +200,27 @@ OptionRow target_parameters_row() {
           }};
 }
 
+// PEFT's modules_to_save: modules trained whole beside the adapter (None or empty: none).
+OptionRow modules_to_save_row() {
+  return {spec("modules_to_save", {"LoRA", kTrain}, "list", "None",
+               "PEFT's modules_to_save: embed_tokens trains whole and is saved in the adapter (--dtype float32, "
+               "untied embeddings, --use_gradient_checkpointing false)"),
+          [](Options& o, const std::string& v) {
+            const std::string s = lowercase(trim(v));
+            o.modules_to_save.clear();
+            if (s == "none" || s == "null" || s.empty()) return;
+            for (const auto& module : parse_list(v)) {
+              const std::string why = module_to_save_refusal(module);
+              if (!why.empty()) throw BadValue(in_quotes(module) + ": " + why);
+              o.modules_to_save.push_back(module);
+            }
+          }};
+}
+
 std::vector<OptionRow> build_option_table() {
   const ChoiceSet dtype{dtype_names(), dtype_aliases()};
   const ChoiceSet device{{"auto", "cpu", "cuda"}};
-  const ChoiceSet bias{{"none"},
-                       {},
-                       {{"all", "only none is supported"}, {"lora_only", "only none is supported"}}};
+  const ChoiceSet bias{{"none", "all", "lora_only"}};
   // The optimizers and HF's aliases for them: train/optimizer_names.h.
   const ChoiceSet optim{optimizer_names(), optimizer_aliases(), unsupported_optimizers()};
   const ChoiceSet scheduler{lr_scheduler_types(), {}, unsupported_lr_scheduler_types()};
@@ -250,7 +266,9 @@ std::vector<OptionRow> build_option_table() {
       with_aliases(int_row("r", {"LoRA", kTrain}, &Options::r, 1, "LoRA rank (--lora_r under torchrun)"), {"lora_r"}),
       float_row("lora_alpha", {"LoRA", kTrain}, &Options::lora_alpha, kPositive, "LoRA scaling numerator (scale = alpha/r)"),
       float_row("lora_dropout", {"LoRA", kTrain}, &Options::lora_dropout, kUnitHalfOpen, "dropout on the LoRA input"),
-      choice_row("bias", {"LoRA", kTrain}, &Options::bias, bias, "which biases to train"),
+      choice_row("bias", {"LoRA", kTrain}, &Options::bias, bias,
+                 "which biases train and are saved in the adapter (PEFT's LoraConfig.bias; lora_only: those of the "
+                 "adapted projections); with --dtype float32"),
       bool_row("use_gradient_checkpointing", {"LoRA", kTrain}, &Options::use_gradient_checkpointing,
                "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
       int_row("random_state", {"LoRA", kTrain}, &Options::random_state, 0, "seed for the LoRA A initialisation"),
@@ -262,9 +280,7 @@ std::vector<OptionRow> build_option_table() {
                              "accepted for Unsloth compatibility; must be None"),
       target_modules_row(),
       target_parameters_row(),
-      unsupported_string_row("modules_to_save", {"LoRA", kTrain},
-                             "training full copies of embed_tokens / lm_head beside the adapter is not implemented",
-                             "PEFT's modules_to_save; must be None"),
+      modules_to_save_row(),
       unsupported_string_row("neftune_noise_alpha", {"training", kTrain},
                              "TRL's NEFTune embedding noise is not implemented",
                              "TRL's NEFTune noise on the input embeddings; must be None"),

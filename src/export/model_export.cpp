@@ -10,6 +10,7 @@
 #include "finetune/gguf/gguf_export.h"
 #include "finetune/gguf/gguf_lora_export.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -72,6 +73,12 @@ std::vector<std::string> export_model(const CausalLM& model, const LoraConfig& l
     case SaveMethod::Gguf:
       break;
     case SaveMethod::GgufLora:
+      // llama.cpp's LoRA GGUF holds lora_a/lora_b pairs only: trained biases or modules would be dropped.
+      if (lora.bias != "none" || !lora.modules_to_save.empty()) {
+        throw UsageError("--save_method gguf_lora: the adapter trains biases or whole modules (bias " + lora.bias +
+                         ", modules_to_save " + join(lora.modules_to_save, ",") + "), which a GGUF LoRA adapter "
+                         "cannot carry; export merged (merged_16bit or gguf) instead");
+      }
       return export_gguf_lora(model.config(), lora, lora_projections(model), base_model_dir, config.base_model_name,
                               config.save_path, config.quantization);
   }

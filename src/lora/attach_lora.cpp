@@ -132,15 +132,90 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
                        " (valid: " + join(lora_target_names(model.architecture()), ", ") + ")");
     }
   }
+  mark_trainable_biases(model, config.bias);
+  mark_modules_to_save(model, config.modules_to_save);
   return lora_parameters(model);
+}
+
+void mark_modules_to_save(CausalLM& model, const std::vector<std::string>& modules) {
+  for (const auto& module : modules) {
+    const std::string why = module_to_save_refusal(module);
+    if (!why.empty()) throw UsageError("--modules_to_save: '" + module + "': " + why);
+  }
+  if (modules.empty()) return;
+  bool tied = true;
+  for (const auto& [name, parameter] : model.named_parameters()) tied = tied && name != model.architecture().lm_head;
+  // PEFT trains a copy of the embedding while a tied lm_head keeps the original; here they are one
+  // tensor, so training it would train the head too.
+  if (tied) {
+    throw UsageError("--modules_to_save embed_tokens: " + model.config().architecture + " ties lm_head to "
+                     "embed_tokens (tie_word_embeddings), and finetune trains the embedding in place");
+  }
+  for (auto& [name, parameter] : model.named_parameters()) {
+    if (name == model.architecture().embed_tokens) parameter.requires_grad_(true);
+  }
+}
+
+void mark_trainable_biases(CausalLM& model, const std::string& bias) {
+  if (bias == "none") return;
+  if (bias != "all" && bias != "lora_only") {
+    throw UsageError("--bias: '" + bias + "' is not one of none, all, lora_only (PEFT's LoraConfig.bias)");
+  }
+  size_t linear_biases = 0;
+  for (auto& [name, linear] : model.named_linears()) {
+    if (!linear->bias.defined()) continue;
+    ++linear_biases;
+    if (bias == "all" || linear->adapter) linear->bias.requires_grad_(true);
+  }
+  // PEFT's "all" trains every parameter named *.bias; the families here have biases only in their
+  // projections, which this checks rather than assumes.
+  size_t model_biases = 0;
+  for (const auto& [name, parameter] : model.named_parameters()) model_biases += ends_with(name, ".bias");
+  if (bias == "all" && model_biases != linear_biases) {
+    throw UsageError("--bias all: " + model.config().architecture + " has biases outside its projections, which "
+                     "finetune does not train");
+  }
+}
+
+void check_base_tensors_trainable(const CausalLM& model, const LoraConfig& config, bool gradient_checkpointing) {
+  if (!config.modules_to_save.empty() && gradient_checkpointing) {
+    throw UsageError("--modules_to_save " + join(config.modules_to_save, ",") + ": needs --use_gradient_checkpointing "
+                     "false (the checkpointed layers start from a detached copy of the embedding output, so the "
+                     "embedding would get no gradient)");
+  }
+  if (!config.modules_to_save.empty() && model.dtype() != at::kFloat) {
+    throw UsageError("--modules_to_save " + join(config.modules_to_save, ",") + ": training them needs --dtype "
+                     "float32 (a " + std::string(c10::toString(model.dtype())) + " embedding would be a second dtype "
+                     "beside the float32 adapters in the gradient reducer and the optimizer state)");
+  }
+  const std::string& bias = config.bias;
+  if (bias == "none") return;
+  if (model.dtype() != at::kFloat) {
+    throw UsageError("--bias " + bias + ": training biases needs --dtype float32 (a " +
+                     std::string(c10::toString(model.dtype())) + " bias would be a second dtype beside the float32 "
+                     "adapters in the gradient reducer and the optimizer state)");
+  }
+  if (model.projections_4bit()) {
+    throw UsageError("--bias " + bias + ": biases of 4-bit projections (--load_in_4bit) cannot be trained: the 4-bit "
+                     "kernel gives them no gradient");
+  }
 }
 
 NamedTensors lora_parameters(const CausalLM& model) {
   NamedTensors out;
+  // modules_to_save: PEFT saves the trained copy under the module's own name (model.embed_tokens.weight).
+  for (const auto& [name, parameter] : model.named_parameters()) {
+    if (name == model.architecture().embed_tokens && parameter.requires_grad()) out.emplace_back(kPeftPrefix + name, parameter);
+  }
   for (const auto& [name, linear] : model.named_linears()) {
-    if (!linear->adapter) continue;
-    for (auto& [suffix, tensor] : linear->adapter->named_parameters()) {
-      out.emplace_back(kPeftPrefix + name + "." + suffix, tensor);
+    if (linear->adapter) {
+      for (auto& [suffix, tensor] : linear->adapter->named_parameters()) {
+        out.emplace_back(kPeftPrefix + name + "." + suffix, tensor);
+      }
+    }
+    // PEFT saves a wrapped projection's bias under its base layer (LoraLayer.base_layer).
+    if (linear->bias.defined() && linear->bias.requires_grad()) {
+      out.emplace_back(kPeftPrefix + name + (linear->adapter ? ".base_layer.bias" : ".bias"), linear->bias);
     }
   }
   add_expert_lora_parameters(model, out);

@@ -27,7 +27,7 @@ nlohmann::json adapter_config_json(const LoraConfig& config, const std::string& 
           {"layers_to_transform", nullptr},
           {"lora_alpha", config.lora_alpha},
           {"lora_dropout", config.lora_dropout},
-          {"modules_to_save", nullptr},
+          {"modules_to_save", config.modules_to_save.empty() ? nlohmann::json() : nlohmann::json(config.modules_to_save)},
           {"peft_type", "LORA"},
           {"r", config.r},
           {"rank_pattern", nlohmann::json::object()},
@@ -75,6 +75,21 @@ void require_absent_or_empty(const nlohmann::json& json, const char* key, const 
   }
 }
 
+// modules_to_save: null, absent or a list of the module names finetune trains whole.
+std::vector<std::string> modules_to_save_field(const nlohmann::json& json, const std::string& source) {
+  const nlohmann::json* value = json_field(json, "modules_to_save", source, kRoot);
+  if (value == nullptr || value->is_null()) return {};
+  if (!value->is_array()) throw Error(source + ": 'modules_to_save' must be null or a list of module names");
+  std::vector<std::string> modules;
+  for (const auto& module : *value) {
+    const std::string name = module.is_string() ? module.get<std::string>() : module.dump();
+    const std::string why = module_to_save_refusal(name);
+    if (!why.empty()) throw Error(source + ": 'modules_to_save' names '" + name + "': " + why);
+    modules.push_back(name);
+  }
+  return modules;
+}
+
 }  // namespace
 
 LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::string& source) {
@@ -91,11 +106,13 @@ LoraConfig lora_config_from_adapter_json(const nlohmann::json& json, const std::
   config.base_model_name_or_path = json_string(json, "base_model_name_or_path", "", source, kRoot);
   if (!(config.lora_dropout >= 0 && config.lora_dropout < 1)) throw Error(source + ": field 'lora_dropout' must be in [0, 1)");
   if (!(config.lora_alpha > 0)) throw Error(source + ": field 'lora_alpha' must be > 0");
-  if (config.bias != "none") throw Error(source + ": bias '" + config.bias + "' is not supported (only none)");
+  if (config.bias != "none" && config.bias != "all" && config.bias != "lora_only") {
+    throw Error(source + ": bias '" + config.bias + "' is not one of none, all, lora_only");
+  }
   if (json_bool(json, "fan_in_fan_out", false, source, kRoot)) throw Error(source + ": 'fan_in_fan_out' is not supported");
   require_absent_or_empty(json, "rank_pattern", source);
   require_absent_or_empty(json, "alpha_pattern", source);
-  require_absent_or_empty(json, "modules_to_save", source);
+  config.modules_to_save = modules_to_save_field(json, source);
   require_absent_or_empty(json, "layers_to_transform", source);
   const nlohmann::json* targets = json_field(json, "target_modules", source, kRoot);
   if (targets == nullptr || !targets->is_array()) {

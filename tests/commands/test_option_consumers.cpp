@@ -205,12 +205,13 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
   for (const auto& option : lora_shape_options()) EXPECT_TRUE(spec_of(option.name).read_by(Action::Train)) << option.name;
   // Each one's value reads the field its option sets.
   const auto lora = adapter_setup_from(parse_train({"--r", "4", "--lora_alpha", "8.5", "--use_rslora", "--target_modules",
-                                                    "q_proj,v_proj"}).options).lora;
+                                                    "q_proj,v_proj", "--bias", "lora_only", "--modules_to_save",
+                                                    "embed_tokens"}).options).lora;
   std::map<std::string, std::string> values;
   for (const auto& option : lora_shape_options()) values[option.name] = option.value(lora);
   EXPECT_EQ(values, (std::map<std::string, std::string>{{"r", "4"}, {"lora_alpha", "8.5"}, {"use_rslora", "true"},
                                                         {"use_dora", "false"}, {"target_modules", "q_proj,v_proj"},
-                                                        {"bias", "none"}}));
+                                                        {"bias", "lora_only"}, {"modules_to_save", "embed_tokens"}}));
 }
 
 TEST(OptionConsumers, PreferenceChoicesAreTheOnesTheObjectiveAndRowsRead) {

@@ -88,11 +88,17 @@ TEST(HfTrainingOptions, SchedulesOptimizersAndRunName) {
 
 TEST(HfTrainingOptions, OptionsNotOfferedAreRefusedWithTheReason) {
   testing::expect_contains(refusal({"--modules_to_save", "embed_tokens,lm_head"}),
-                           {"--modules_to_save", "not supported", "full copies"});
+                           {"--modules_to_save", "\"lm_head\"", "no gradient for the head weight"});
+  testing::expect_contains(refusal({"--modules_to_save", "norm"}), {"--modules_to_save", "\"norm\""});
   testing::expect_contains(refusal({"--neftune_noise_alpha", "5"}), {"--neftune_noise_alpha", "not supported"});
   EXPECT_NO_THROW(parse_train({"--neftune_noise_alpha", "None"}));
-  EXPECT_NO_THROW(parse_train({"--modules_to_save", "None"}));
-  testing::expect_contains(refusal({"--bias", "lora_only"}), {"--bias", "not supported"});
+  EXPECT_TRUE(parse_train({"--modules_to_save", "None"}).options.modules_to_save.empty());
+}
+
+TEST(HfTrainingOptions, PeftBiasAndModulesToSaveParse) {
+  EXPECT_EQ(parse_train({"--modules_to_save", "embed_tokens"}).options.modules_to_save,
+            std::vector<std::string>{"embed_tokens"});
+  for (const char* bias : {"none", "all", "lora_only"}) EXPECT_EQ(parse_train({"--bias", bias}).options.bias, bias);
 }
 
 }  // namespace

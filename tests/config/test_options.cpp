@@ -595,7 +595,7 @@ TEST(OptionsTest, InvalidValuesNameTheOption) {
       {{"--bf16", "maybe"}, "--bf16: expected true, false, 1 or 0"},
       {{"--chat_template", "vicuna"}, "--chat_template"},
       {{"--save_method", "gguf_q4_k_m"}, "--save_method: \"gguf_q4_k_m\" is not supported"},
-      {{"--bias", "all"}, "--bias: \"all\" is not supported (only none is supported)"},
+      {{"--bias", "some"}, "--bias: unknown value \"some\"; supported: none, all, lora_only"},
       {{"--ddp_backend", "mpi"}, "--ddp_backend"},
       {{"--report_to", "wandb"}, "--report_to"},
       {{"--load_in_4bit", "maybe"}, "--load_in_4bit: expected true, false, 1 or 0, got \"maybe\""},

@@ -7,6 +7,7 @@
 #include "finetune/lora/attach_lora.h"
 #include "finetune/lora/lora_adapter.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -87,6 +88,77 @@ TEST(LoraModel, UnknownTargetModuleIsAUsageError) {
   }
 }
 
+// PEFT's LoraConfig.bias on a model with q/k/v/o biases (llama's attention_bias): which biases
+// train, and the names get_peft_model_state_dict saves them under.
+TEST(LoraModel, BiasNoneAllOrLoraOnlyTrainsThoseBiasesUnderPeftNames) {
+  ModelConfig config = small_config();
+  config.attention_bias = true;         // q/k/v
+  config.attention_output_bias = true;  // o (llama's attention_bias, as config.json reads it)
+  const std::string layer0 = "base_model.model.model.layers.0.self_attn.";
+  const auto trained_biases = [&](const std::string& bias) {
+    CausalLM model(config, at::kFloat, at::kCPU);
+    auto lora = lora_config({"q_proj", "v_proj"});
+    lora.bias = bias;
+    std::vector<std::string> names;
+    const auto trainable = attach_lora(model, lora, 1);
+    for (const auto& [name, tensor] : trainable) {
+      EXPECT_TRUE(tensor.requires_grad()) << name;
+      if (ends_with(name, "bias")) names.push_back(name);
+    }
+    const auto listed = lora_parameters(model);
+    EXPECT_EQ(listed.size(), trainable.size());  // what is saved, loaded and resumed is what trains
+    return names;
+  };
+  EXPECT_TRUE(trained_biases("none").empty());
+  const std::vector<std::string> lora_only = trained_biases("lora_only");
+  ASSERT_EQ(lora_only.size(), 4u);  // 2 layers x (q, v)
+  EXPECT_EQ(lora_only[0], layer0 + "q_proj.base_layer.bias");
+  EXPECT_EQ(lora_only[1], layer0 + "v_proj.base_layer.bias");
+  const std::vector<std::string> all = trained_biases("all");
+  ASSERT_EQ(all.size(), 8u);  // 2 layers x (q, k, v, o)
+  EXPECT_EQ(all[0], layer0 + "q_proj.base_layer.bias");
+  EXPECT_EQ(all[1], layer0 + "k_proj.bias");  // not adapted: no base_layer
+  EXPECT_EQ(all[2], layer0 + "v_proj.base_layer.bias");
+  EXPECT_EQ(all[3], layer0 + "o_proj.bias");
+  CausalLM model(config, at::kFloat, at::kCPU);
+  EXPECT_THROW(mark_trainable_biases(model, "some"), UsageError);
+}
+
+// PEFT's modules_to_save: embed_tokens trains whole and is listed (saved, loaded, resumed) first,
+// under PEFT's name; a tied head or another module is refused.
+TEST(LoraModel, ModulesToSaveTrainsTheEmbeddingUnderItsPeftName) {
+  ModelConfig config = small_config();
+  config.tie_word_embeddings = false;
+  CausalLM model(config, at::kFloat, at::kCPU);
+  auto lora = lora_config({"q_proj"});
+  lora.modules_to_save = {"embed_tokens"};
+  const auto trainable = attach_lora(model, lora, 1);
+  ASSERT_EQ(trainable.size(), 1u + 2u * 2u);
+  EXPECT_EQ(trainable[0].first, "base_model.model.model.embed_tokens.weight");
+  EXPECT_EQ(trainable[0].second.sizes(), (std::vector<int64_t>{32, 256}));
+  EXPECT_TRUE(trainable[0].second.requires_grad());
+  config.tie_word_embeddings = true;
+  CausalLM tied(config, at::kFloat, at::kCPU);
+  EXPECT_THROW(mark_modules_to_save(tied, {"embed_tokens"}), UsageError);
+  CausalLM untied(small_config(), at::kFloat, at::kCPU);
+  EXPECT_THROW(mark_modules_to_save(untied, {"lm_head"}), UsageError);
+}
+
+TEST(LoraModel, TrainedBiasesNeedAFloat32Model) {
+  CausalLM half(small_config(), at::kBFloat16, at::kCPU);
+  LoraConfig config;
+  check_base_tensors_trainable(half, config, true);
+  config.bias = "all";
+  EXPECT_THROW(check_base_tensors_trainable(half, config, false), UsageError);
+  CausalLM full(small_config(), at::kFloat, at::kCPU);
+  config.bias = "lora_only";
+  config.modules_to_save = {"embed_tokens"};
+  check_base_tensors_trainable(full, config, false);
+  EXPECT_THROW(check_base_tensors_trainable(full, config, true), UsageError);  // gradient checkpointing
+  config.bias = "none";
+  EXPECT_THROW(check_base_tensors_trainable(half, config, false), UsageError);
+}
+
 TEST(LoraModel, AdapterConfigRoundTripsAndRejectsUnsupportedSettings) {
   auto config = lora_config({"q_proj", "v_proj"}, 4, true);
   const auto json = adapter_config_json(config, "base");
@@ -101,8 +173,11 @@ TEST(LoraModel, AdapterConfigRoundTripsAndRejectsUnsupportedSettings) {
   config.use_dora = true;
   EXPECT_EQ(adapter_config_json(config, "base")["use_dora"], true);
   EXPECT_TRUE(lora_config_from_adapter_json(adapter_config_json(config, "base"), "adapter_config.json").use_dora);
+  config.bias = "lora_only";
+  EXPECT_EQ(lora_config_from_adapter_json(adapter_config_json(config, "base"), "adapter_config.json").bias,
+            "lora_only");
   auto bias = json;
-  bias["bias"] = "all";
+  bias["bias"] = "some";
   EXPECT_THROW(lora_config_from_adapter_json(bias, "adapter_config.json"), Error);
 }
 

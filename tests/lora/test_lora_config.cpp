@@ -58,9 +58,31 @@ TEST(LoraConfigJson, MistypedFieldsNameTheField) {
   }
 }
 
+TEST(LoraConfigJson, BiasIsPeftsNoneAllOrLoraOnly) {
+  for (const char* bias : {"none", "all", "lora_only"}) {
+    json config = valid_config();
+    config["bias"] = bias;
+    EXPECT_EQ(lora_config_from_adapter_json(config, kSource).bias, bias);
+  }
+}
+
+TEST(LoraConfigJson, ModulesToSaveIsNullOrEmbedTokens) {
+  json config = valid_config();
+  config["modules_to_save"] = nullptr;
+  EXPECT_TRUE(lora_config_from_adapter_json(config, kSource).modules_to_save.empty());
+  config["modules_to_save"] = json::array({"embed_tokens"});
+  const LoraConfig read = lora_config_from_adapter_json(config, kSource);
+  EXPECT_EQ(read.modules_to_save, std::vector<std::string>{"embed_tokens"});
+  EXPECT_EQ(adapter_config_json(read, "base")["modules_to_save"], json::array({"embed_tokens"}));
+  EXPECT_TRUE(adapter_config_json(LoraConfig{}, "base")["modules_to_save"].is_null());
+  config["modules_to_save"] = json::array({"lm_head"});
+  expect_contains(error_message([&] { lora_config_from_adapter_json(config, kSource); }),
+                  {kSource, "'modules_to_save' names 'lm_head'", "no gradient for the head weight"});
+}
+
 TEST(LoraConfigJson, UnsupportedSettingsAreRefused) {
   for (const auto& [key, value] : std::vector<std::pair<std::string, json>>{
-           {"peft_type", "PREFIX_TUNING"}, {"bias", "all"}, {"rank_pattern", {{"q_proj", 4}}},
+           {"peft_type", "PREFIX_TUNING"}, {"bias", "some"}, {"rank_pattern", {{"q_proj", 4}}},
            {"modules_to_save", {"lm_head"}}}) {
     json config = valid_config();
     config[key] = value;

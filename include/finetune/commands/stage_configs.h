@@ -51,6 +51,7 @@ struct AdapterSetup {
   uint64_t random_state = 3407;
   std::string base_model_name;                 // --model_name, to compare with the adapter's base
   std::vector<std::string> given_lora_options;  // which of r, lora_alpha, ... the user set
+  bool gradient_checkpointing = true;  // train's: checked against modules_to_save (check_base_tensors_trainable)
 };
 AdapterSetup adapter_setup_from(const Options& options);
 

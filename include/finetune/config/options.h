@@ -47,6 +47,7 @@ struct Options {
   std::vector<std::string> target_modules = projection_names();
   // PEFT's target_parameters: a MoE model's expert stacks (mlp.experts.gate_up_proj, mlp.experts.down_proj).
   std::vector<std::string> target_parameters;
+  std::vector<std::string> modules_to_save;  // PEFT's modules_to_save: embed_tokens (lora/attach_lora.h)
   std::string init_adapter;          // existing PEFT adapter dir to start from
 
   // --- training
