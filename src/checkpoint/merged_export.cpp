@@ -58,7 +58,8 @@ bool add_moe_checkpoint_tensors(const CausalLM& model, const std::string& name, 
   auto it = stacks.find(name);
   const at::Tensor merged = it == stacks.end() ? parameter : it->second->merged_weight();
   for (const auto& piece : pieces) {
-    out.emplace_back(piece.name, piece.expert < 0 ? merged : merged[piece.expert].narrow(0, piece.row_begin, piece.rows));
+    const auto rows = piece.expert < 0 ? merged : merged[piece.expert].narrow(0, piece.row_begin, piece.rows);
+    out.emplace_back(piece.name, rows);
   }
   return true;
 }

@@ -48,7 +48,8 @@ DeviceBatch to_device(const HostBatch& padded, const at::Device& device, BatchLa
     for (int64_t sample : batch.sample_lengths[static_cast<size_t>(row)]) length += sample;
     std::fill_n(real.begin() + row * batch.seq_len, length, 1.f);
   }
-  out.real_token_mask = at::tensor(real, at::TensorOptions().dtype(at::kFloat)).to(device);
+  auto real_cpu = at::tensor(real, at::TensorOptions().dtype(at::kFloat));  // queued like host_tensor's copies
+  out.real_token_mask = device.is_cpu() ? real_cpu : real_cpu.pin_memory().to(device, /*non_blocking=*/true);
   out.trainable_tokens = batch.trainable_tokens;
   out.real_tokens = batch.real_tokens;
   out.group_ids = padded.group_ids;

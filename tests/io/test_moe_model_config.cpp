@@ -22,7 +22,7 @@ json qwen3_moe_config() {
 
 json mixtral_config() {
   return {{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"vocab_size", 64},
-          {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 4}};
+          {"hidden_size", 32}, {"intermediate_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 8}};
 }
 
 std::string error_of(const json& config) {

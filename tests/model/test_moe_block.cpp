@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "finetune/lora/expert_lora_adapter.h"
+#include "finetune/lora/lora_config.h"
+#include "finetune/util/errors.h"
 #include "finetune/model/moe_block.h"
 #include "finetune/model/moe_names.h"
 
@@ -165,6 +167,19 @@ TEST(MoeBlock, CheckpointPiecesNameEveryExpert) {
   EXPECT_TRUE(target_parameter_matches("model.layers.0.mlp.experts.down_proj", "mlp.experts.down_proj"));
   EXPECT_TRUE(target_parameter_matches("model.layers.0.mlp.experts.down_proj", "down_proj"));
   EXPECT_FALSE(target_parameter_matches("model.layers.0.mlp.experts.down_proj", "s.down_proj"));
+}
+
+TEST(MoeBlock, AdapterConfigCarriesTargetParameters) {
+  LoraConfig config;
+  config.target_modules = {"q_proj"};
+  config.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  const auto json = adapter_config_json(config, "base");
+  EXPECT_EQ(json["target_parameters"], nlohmann::json(config.target_parameters));
+  EXPECT_EQ(lora_config_from_adapter_json(json, "adapter_config.json").target_parameters, config.target_parameters);
+  EXPECT_TRUE(adapter_config_json(LoraConfig{}, "base")["target_parameters"].is_null());  // PEFT's None
+  auto bad = json;
+  bad["target_parameters"] = "mlp.experts.down_proj";
+  EXPECT_THROW(lora_config_from_adapter_json(bad, "adapter_config.json"), Error);
 }
 
 }  // namespace
