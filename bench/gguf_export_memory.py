@@ -1,14 +1,19 @@
-"""Peak host memory of `finetune export --save_method gguf` on a random-init Llama-3-8B-shaped model.
+"""Peak host memory of `finetune export --save_method gguf` on a random-init 8B-shaped model.
 
-Writes a model with Llama-3-8B's shapes (hidden 4096, 32 heads / 8 kv heads, intermediate 14336,
-vocab 128256, untied lm_head) and only --layers decoder layers (bf16 safetensors, one shard per
-layer, random N(0, 0.02) weights, the Llama-3 test tokenizer padded to the vocabulary), then runs
-the export under /usr/bin/time -v on the CPU in bfloat16 and prints one JSON line: the model's
-bytes, the process's peak RSS (time -v: loading included), and, sampled from /proc every 50 ms,
-the RSS when the first GGUF file appears (the model loaded, the export starting) and the highest
-RSS from then on: their difference is what the export itself holds on top of the loaded model.
+Writes a model with Llama-3-8B's shapes (--shape llama3_8b: hidden 4096, 32 heads / 8 kv heads,
+intermediate 14336, vocab 128256, untied lm_head) or Qwen3-8B's (--shape qwen3_8b: intermediate
+12288, vocab 151936, q/k norms, 36 layers in the real model) and --layers decoder layers (bf16
+safetensors, one shard per layer so that writing it holds one layer at a time, random N(0, 0.02)
+weights, the test tokenizer padded to the vocabulary), then runs the export once per
+--quantization entry under /usr/bin/time -v on the CPU in bfloat16 (each type alone, its file
+deleted before the next) and prints one JSON line per type: the model's bytes, the process's peak
+RSS (time -v: loading included), the wall time, and, sampled from /proc every 50 ms, the RSS when
+the first GGUF file appears (the model loaded, the export starting) and the highest RSS from then
+on: their difference is what the export itself holds on top of the loaded model. WORK_DIR is
+removed at the end.
 
-usage: gguf_export_memory.py FINETUNE_BIN WORK_DIR TOKENIZER_DIR --layers N [--quantization f16]
+usage: gguf_export_memory.py FINETUNE_BIN WORK_DIR TOKENIZER_DIR [--shape qwen3_8b] --layers N
+                             [--quantization f16,q8_0]
 """
 import argparse
 import json
@@ -21,34 +26,47 @@ import time
 import torch
 from safetensors.torch import save_file
 
-HIDDEN, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = 4096, 32, 8, 14336, 128256
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 4096, 32, 8, 128
+SHAPES = {  # shape -> (intermediate_size, vocab_size, config.json keys of its own)
+    "llama3_8b": (14336, 128256, {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                  "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+                                  "bos_token_id": 128000, "eos_token_id": 128001}),
+    "qwen3_8b": (12288, 151936, {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "head_dim": HEAD_DIM,
+                                 "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+                                 "bos_token_id": 151643, "eos_token_id": 151645}),
+}
 
 
-def layer_tensors(i):
-    head_dim = HIDDEN // HEADS
+def layer_tensors(i, shape):
+    intermediate = SHAPES[shape][0]
+    head_dim = HEAD_DIM
     shapes = {
         "self_attn.q_proj.weight": (HIDDEN, HIDDEN),
         "self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
         "self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
         "self_attn.o_proj.weight": (HIDDEN, HIDDEN),
-        "mlp.gate_proj.weight": (INTERMEDIATE, HIDDEN),
-        "mlp.up_proj.weight": (INTERMEDIATE, HIDDEN),
-        "mlp.down_proj.weight": (HIDDEN, INTERMEDIATE),
+        "mlp.gate_proj.weight": (intermediate, HIDDEN),
+        "mlp.up_proj.weight": (intermediate, HIDDEN),
+        "mlp.down_proj.weight": (HIDDEN, intermediate),
     }
     out = {f"model.layers.{i}.{name}": torch.randn(shape, dtype=torch.bfloat16) * 0.02 for name, shape in shapes.items()}
     out[f"model.layers.{i}.input_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
     out[f"model.layers.{i}.post_attention_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
+    if shape == "qwen3_8b":
+        out[f"model.layers.{i}.self_attn.q_norm.weight"] = torch.ones(HEAD_DIM, dtype=torch.bfloat16)
+        out[f"model.layers.{i}.self_attn.k_norm.weight"] = torch.ones(HEAD_DIM, dtype=torch.bfloat16)
     return out
 
 
-def write_model(model_dir, layers, tokenizer_dir):
+def write_model(model_dir, layers, tokenizer_dir, shape):
+    intermediate, vocab, own_keys = SHAPES[shape]
     os.makedirs(model_dir, exist_ok=True)
-    shards = [{"model.embed_tokens.weight": torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16) * 0.02,
+    shards = [{"model.embed_tokens.weight": torch.randn(vocab, HIDDEN, dtype=torch.bfloat16) * 0.02,
                "model.norm.weight": torch.ones(HIDDEN, dtype=torch.bfloat16),
-               "lm_head.weight": torch.randn(VOCAB, HIDDEN, dtype=torch.bfloat16) * 0.02}]
+               "lm_head.weight": torch.randn(vocab, HIDDEN, dtype=torch.bfloat16) * 0.02}]
     weight_map, total = {}, 0
     for index in range(layers + 1):
-        tensors = shards[0] if index == 0 else layer_tensors(index - 1)
+        tensors = shards[0] if index == 0 else layer_tensors(index - 1, shape)
         name = f"model-{index + 1:05d}-of-{layers + 1:05d}.safetensors"
         save_file(tensors, os.path.join(model_dir, name), metadata={"format": "pt"})
         for key, tensor in tensors.items():
@@ -58,11 +76,9 @@ def write_model(model_dir, layers, tokenizer_dir):
         shards = [None]
     with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
-              "intermediate_size": INTERMEDIATE, "num_hidden_layers": layers, "num_attention_heads": HEADS,
-              "num_key_value_heads": KV_HEADS, "vocab_size": VOCAB, "max_position_embeddings": 8192,
-              "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-              "bos_token_id": 128000, "eos_token_id": 128001}
+    config = {"hidden_size": HIDDEN, "intermediate_size": intermediate, "num_hidden_layers": layers,
+              "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "vocab_size": vocab,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", **own_keys}
     with open(os.path.join(model_dir, "config.json"), "w") as f:
         json.dump(config, f)
     for file in ("tokenizer.json", "tokenizer_config.json"):
@@ -81,19 +97,10 @@ def child_rss_bytes(time_pid):
         return 0
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("finetune_bin")
-    parser.add_argument("work_dir")
-    parser.add_argument("tokenizer_dir")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--quantization", default="f16")
-    args = parser.parse_args()
-    model_dir = os.path.join(args.work_dir, f"llama8b_shape_{args.layers}layers")
-    model_bytes = write_model(model_dir, args.layers, args.tokenizer_dir)
-    out_dir = os.path.join(args.work_dir, "gguf")
-    proc = subprocess.Popen(["/usr/bin/time", "-v", args.finetune_bin, "export", "--model_name", model_dir,
-                             "--save_method", "gguf", "--quantization", args.quantization, "--save_path", out_dir,
+def measure_export(finetune_bin, model_dir, out_dir, quantization):
+    """One `finetune export` of `quantization` under /usr/bin/time -v: its figures, then its files removed."""
+    proc = subprocess.Popen(["/usr/bin/time", "-v", finetune_bin, "export", "--model_name", model_dir,
+                             "--save_method", "gguf", "--quantization", quantization, "--save_path", out_dir,
                              "--device", "cpu", "--dtype", "bfloat16"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     rss_at_export_start, export_peak = None, 0
@@ -110,11 +117,33 @@ def main():
     peak_kib = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", stderr).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", stderr).group(1)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
-    print(json.dumps({"layers": args.layers, "quantization": args.quantization, "model_bytes": model_bytes,
-                      "gguf_bytes": files, "peak_rss_bytes": peak_kib * 1024,
-                      "rss_at_export_start_bytes": rss_at_export_start, "rss_peak_during_export_bytes": export_peak,
-                      "export_increase_bytes": export_peak - (rss_at_export_start or 0), "wall": wall}))
-    shutil.rmtree(args.work_dir)
+    shutil.rmtree(out_dir)
+    return {"quantization": quantization, "gguf_bytes": files, "peak_rss_bytes": peak_kib * 1024,
+            "rss_at_export_start_bytes": rss_at_export_start, "rss_peak_during_export_bytes": export_peak,
+            "export_increase_bytes": export_peak - (rss_at_export_start or 0), "wall": wall}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("finetune_bin")
+    parser.add_argument("work_dir")
+    parser.add_argument("tokenizer_dir")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3_8b")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--quantization", default="f16", help="comma-separated; one export per entry")
+    args = parser.parse_args()
+    try:
+        model_dir = os.path.join(args.work_dir, f"{args.shape}_shape_{args.layers}layers")
+        started = time.time()
+        model_bytes = write_model(model_dir, args.layers, args.tokenizer_dir, args.shape)
+        print(json.dumps({"shape": args.shape, "layers": args.layers, "model_bytes": model_bytes,
+                          "write_model_s": round(time.time() - started, 1)}), flush=True)
+        for quantization in args.quantization.split(","):
+            result = measure_export(args.finetune_bin, model_dir, os.path.join(args.work_dir, "gguf"), quantization)
+            print(json.dumps({"shape": args.shape, "layers": args.layers, "model_bytes": model_bytes, **result}),
+                  flush=True)
+    finally:
+        shutil.rmtree(args.work_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

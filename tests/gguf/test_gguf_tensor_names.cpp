@@ -58,12 +58,13 @@ TEST(GgufTensorNames, GemmaNormsAreShiftedByOneAsTheConverterDoes) {
   EXPECT_TRUE(gguf_shifts_norm(gemma2, "model.norm.weight"));
   EXPECT_FALSE(gguf_shifts_norm(gemma2, "model.layers.0.self_attn.q_proj.weight"));
   EXPECT_FALSE(gguf_shifts_norm(llama, "model.norm.weight"));
-  const auto bf16 = at::tensor({0.00390625, -0.5}, at::kBFloat16);
+  const auto bf16 = at::tensor({0.00390625, -0.5}, at::kDouble).to(at::kBFloat16);
   const auto shifted = gguf_shift_norm(bf16);
   EXPECT_EQ(shifted.scalar_type(), at::kFloat);
   EXPECT_EQ(shifted[0].item<float>(), 1.00390625f);  // exact in float32, not rounded to bf16's 1.0
-  EXPECT_EQ(gguf_shift_norm(at::tensor({0.00048828125}, at::kHalf)).scalar_type(), at::kHalf);
-  EXPECT_EQ(gguf_shift_norm(at::tensor({0.00048828125}, at::kHalf))[0].item<float>(), 1.0f);  // f16 rounding, as numpy's
+  const auto half = at::tensor({0.00048828125}, at::kDouble).to(at::kHalf);
+  EXPECT_EQ(gguf_shift_norm(half).scalar_type(), at::kHalf);
+  EXPECT_EQ(gguf_shift_norm(half)[0].item<float>(), 1.0f);  // 1 + 2^-11 rounds to 1 in float16, as numpy's
 }
 
 // Phi-3's longrope factors become rope_factors_long / rope_factors_short (float32, converter
