@@ -272,6 +272,13 @@ void add_gguf_model_keys(GgufFileWriter& writer, const ModelConfig& config, cons
 }
 
 void check_gguf_model_representable(const ModelConfig& config, const std::string& arch, const std::string& source) {
+  const std::string& rope_type = config.rope_scaling.rope_type;
+  if ((arch == "llama" || arch == "qwen2" || arch == "qwen3") && rope_type != "default" && rope_type != "linear" &&
+      rope_type != "llama3") {
+    throw Error(source + ": " + config.architecture + ": rope_scaling.rope_type '" + rope_type +
+                "' has no GGUF form in this export (it writes linear and llama3 scaling; llama.cpp would run the "
+                "model without it)");
+  }
   if (arch != "gemma2" && arch != "gemma3") return;
   const std::string prefix = source + ": " + config.architecture + ": ";
   if (arch == "gemma2" && !config.tie_word_embeddings) {

@@ -45,6 +45,24 @@ TEST(GgufModelKeys, ConfigsLlamaCppWouldRunDifferentlyAreRefused) {
   EXPECT_NE(layer_message.find("layer 0 is a full-attention layer"), std::string::npos) << layer_message;
 }
 
+// A RoPE scaling the export writes no keys for (yarn, dynamic) is refused, not dropped.
+TEST(GgufModelKeys, RopeScalingWithoutKeysIsRefused) {
+  const nlohmann::json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 256},
+                                {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+                                {"num_attention_heads", 4}, {"num_key_value_heads", 2}};
+  EXPECT_NO_THROW(check_gguf_model_representable(model_config_from_json(llama, "m"), "llama", "m"));
+  for (const char* type : {"yarn", "dynamic"}) {
+    auto scaled = llama;
+    scaled["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}, {"original_max_position_embeddings", 32}};
+    const auto message = refusal(scaled, "llama");
+    EXPECT_NE(message.find(std::string("rope_scaling.rope_type '") + type + "' has no GGUF form"), std::string::npos)
+        << message;
+  }
+  auto linear = llama;
+  linear["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_NO_THROW(check_gguf_model_representable(model_config_from_json(linear, "m"), "llama", "m"));
+}
+
 // Gemma-3: every 6th layer full in llama.cpp; sliding_window_pattern 1 means no window at all.
 TEST(GgufModelKeys, Gemma3SlidingPatternMustBeLlamaCppsFixedOne) {
   auto gemma3 = gemma2_json();
