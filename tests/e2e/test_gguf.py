@@ -163,7 +163,10 @@ def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_pa
     assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} F16: greedy tokens differ"
 
 
-@pytest.mark.parametrize("case", ["gpt2_bpe", "smollm_bpe", "tekken_bpe"])
+# tekken_bpe is left out: llama.cpp's own regex engine splits 11 of the 213 texts (mixed scripts:
+# Hangul, Arabic, Greek capitals, ZWJ emoji) otherwise than the tokenizers library does with
+# tekken's Unicode-category regex; the file's keys are the converter's (test above).
+@pytest.mark.parametrize("case", ["gpt2_bpe", "smollm_bpe"])
 def test_byte_level_vocabularies_tokenize_the_corpus_like_tokenizers(vocab_exported, case):
     """The tokenizer fixtures' corpus (make_tokenizer_fixtures.py: scripts, accents, CJK, emoji,
     whitespace runs, digits) through llama.cpp with our file's `pre`, against the tokenizers library
