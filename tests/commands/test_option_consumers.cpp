@@ -206,11 +206,13 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
   // Each one's value reads the field its option sets.
   const auto lora = adapter_setup_from(parse_train({"--r", "4", "--lora_alpha", "8.5", "--use_rslora", "--target_modules",
                                                     "q_proj,v_proj", "--bias", "lora_only", "--modules_to_save",
-                                                    "embed_tokens"}).options).lora;
+                                                    "embed_tokens", "--target_parameters",
+                                                    "mlp.experts.gate_up_proj,mlp.experts.down_proj"}).options).lora;
   std::map<std::string, std::string> values;
   for (const auto& option : lora_shape_options()) values[option.name] = option.value(lora);
   EXPECT_EQ(values, (std::map<std::string, std::string>{{"r", "4"}, {"lora_alpha", "8.5"}, {"use_rslora", "true"},
                                                         {"use_dora", "false"}, {"target_modules", "q_proj,v_proj"},
+                                                        {"target_parameters", "mlp.experts.gate_up_proj,mlp.experts.down_proj"},
                                                         {"bias", "lora_only"}, {"modules_to_save", "embed_tokens"}}));
 }
 
