@@ -240,10 +240,12 @@ std::vector<std::string> dataset_json_seeds() {
   return files;
 }
 
-// Every option at its default (so every key and binding is seeded), plus the two required ones.
+// Every option the train command reads at its default (so every key and binding it takes is
+// seeded), plus the two required ones.
 std::vector<std::string> option_file_seeds() {
   json all = json::object();
   for (const OptionSpec& spec : option_table()) {
+    if (!spec.read_by(Action::Train)) continue;  // e.g. dpo's --beta: a usage error on train
     const std::string& value = spec.default_value;
     if (spec.type == "int") {
       all[spec.name] = std::stoll(value);
