@@ -193,6 +193,9 @@ OptionRow target_parameters_row() {
                "a mixture-of-experts model's expert tensors that get LoRA adapters, by PEFT's names "
                "(mlp.experts.gate_up_proj,mlp.experts.down_proj); none by default"),
           [](Options& o, const std::string& v) {
+            const std::string s = lowercase(trim(v));
+            o.target_parameters.clear();
+            if (s.empty() || s == "none" || s == "null") return;  // PEFT's None: no expert tensors
             std::vector<std::string> parameters = parse_list(v);
             for (const auto& p : parameters)
               if (p.empty() || p.front() == '.' || p.back() == '.') throw BadValue("not a parameter name: " + in_quotes(p));

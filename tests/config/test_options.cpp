@@ -108,6 +108,16 @@ TEST(OptionsTest, TableDefaultsAreAcceptedByTheirOwnBindings) {
   EXPECT_EQ(o.lr_scheduler_type, d.lr_scheduler_type);
 }
 
+// An empty default (target_parameters' "") is accepted back too, as the option file fuzzer's seed
+// with every option at its default gives it; None names no expert tensors, as in PEFT.
+TEST(OptionsTest, EmptyAndNoneTargetParametersMeanNone) {
+  for (const char* value : {"", "None", "null"}) {
+    EXPECT_TRUE(parse_train({"--target_parameters", value}).options.target_parameters.empty()) << value;
+  }
+  EXPECT_EQ(parse_train({"--target_parameters", "mlp.experts.down_proj"}).options.target_parameters,
+            std::vector<std::string>{"mlp.experts.down_proj"});
+}
+
 TEST(OptionsTest, ValueForms) {
   const Options o = parse_train({"--r", "8", "--lora_alpha=32", "--learning_rate", "1e-5", "--packing",
                                  "--shuffle", "false", "--group_by_length=1", "--use_gradient_checkpointing",
