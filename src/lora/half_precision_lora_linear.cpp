@@ -89,12 +89,23 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
 
 }  // namespace
 
+namespace {
+
+// Whether `cached` holds operands of exactly these lora_A / lora_B tensors for `dtype` (possibly
+// of older values: compare the versions), so that they can be refreshed in place.
+bool operands_of(const std::shared_ptr<const HalfPrecisionOperands>& cached, const at::Tensor& A, const at::Tensor& B,
+                 at::ScalarType dtype) {
+  return cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
+         cached->lora_B_impl == B.unsafeGetTensorImpl();
+}
+
+}  // namespace
+
 std::shared_ptr<const HalfPrecisionOperands> half_precision_operands(const LoraAdapter& adapter, at::ScalarType dtype) {
   const auto& A = adapter.lora_A;
   const auto& B = adapter.lora_B;
   auto cached = adapter.half_precision_operands;
-  const bool same_tensors = cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
-                            cached->lora_B_impl == B.unsafeGetTensorImpl();
+  const bool same_tensors = operands_of(cached, A, B, dtype);
   if (same_tensors && cached->lora_A_version == A._version() && cached->lora_B_version == B._version()) {
     return cached;
   }
@@ -127,8 +138,7 @@ void refresh_half_precision_operands(const std::vector<const LoraAdapter*>& adap
     const auto& A = adapter->lora_A;
     const auto& B = adapter->lora_B;
     const auto& cached = adapter->half_precision_operands;
-    const bool in_place = cached && cached->dtype == dtype && cached->lora_A_impl == A.unsafeGetTensorImpl() &&
-                          cached->lora_B_impl == B.unsafeGetTensorImpl() && A.is_contiguous() && B.is_contiguous();
+    const bool in_place = operands_of(cached, A, B, dtype) && A.is_contiguous() && B.is_contiguous();
     if (!in_place) {
       half_precision_operands(*adapter, dtype);  // builds the cache
       continue;
