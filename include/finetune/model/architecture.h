@@ -118,11 +118,11 @@ struct Architecture {
   std::optional<MoeLayout> moe = std::nullopt;
 };
 
-// Llama's layer, which Qwen2, Qwen3 and Mistral share (Qwen3 adds q/k norms).
-inline std::vector<LayerModule> llama_layer_modules(bool qk_norm) {
+// The projections Llama, Qwen2/3, Mistral and Gemma share, in HF's parameter order: q, k, v, o,
+// the q/k norms where the architecture has them, then gate, up, down.
+inline std::vector<LayerModule> attention_and_mlp_projections(bool qk_norm) {
   using R = ModuleRole;
   std::vector<LayerModule> modules = {
-      {"input_layernorm", {R::kAttentionInputNorm}, "attn_norm"},
       {"self_attn.q_proj", {R::kQuery}, "attn_q"},
       {"self_attn.k_proj", {R::kKey}, "attn_k"},
       {"self_attn.v_proj", {R::kValue}, "attn_v"},
@@ -135,6 +135,15 @@ inline std::vector<LayerModule> llama_layer_modules(bool qk_norm) {
   modules.push_back({"mlp.gate_proj", {R::kGate}, "ffn_gate"});
   modules.push_back({"mlp.up_proj", {R::kUp}, "ffn_up"});
   modules.push_back({"mlp.down_proj", {R::kDown}, "ffn_down"});
+  return modules;
+}
+
+// Llama's layer, which Qwen2, Qwen3 and Mistral share (Qwen3 adds q/k norms): the input norm, the
+// projections, the post-attention norm.
+inline std::vector<LayerModule> llama_layer_modules(bool qk_norm) {
+  using R = ModuleRole;
+  std::vector<LayerModule> modules = {{"input_layernorm", {R::kAttentionInputNorm}, "attn_norm"}};
+  for (auto& module : attention_and_mlp_projections(qk_norm)) modules.push_back(std::move(module));
   modules.push_back({"post_attention_layernorm", {R::kMlpInputNorm}, "ffn_norm"});
   return modules;
 }
@@ -157,19 +166,7 @@ inline std::vector<LayerModule> phi3_layer_modules() {
 // around attention and around the MLP, in HF's parameter order.
 inline std::vector<LayerModule> gemma_layer_modules(bool qk_norm) {
   using R = ModuleRole;
-  std::vector<LayerModule> modules = {
-      {"self_attn.q_proj", {R::kQuery}, "attn_q"},
-      {"self_attn.k_proj", {R::kKey}, "attn_k"},
-      {"self_attn.v_proj", {R::kValue}, "attn_v"},
-      {"self_attn.o_proj", {R::kAttentionOutput}, "attn_output"},
-  };
-  if (qk_norm) {
-    modules.push_back({"self_attn.q_norm", {R::kQueryNorm}, "attn_q_norm"});
-    modules.push_back({"self_attn.k_norm", {R::kKeyNorm}, "attn_k_norm"});
-  }
-  modules.push_back({"mlp.gate_proj", {R::kGate}, "ffn_gate"});
-  modules.push_back({"mlp.up_proj", {R::kUp}, "ffn_up"});
-  modules.push_back({"mlp.down_proj", {R::kDown}, "ffn_down"});
+  std::vector<LayerModule> modules = attention_and_mlp_projections(qk_norm);
   modules.push_back({"input_layernorm", {R::kAttentionInputNorm}, "attn_norm"});
   modules.push_back({"post_attention_layernorm", {R::kAttentionOutputNorm}, "post_attention_norm"});
   modules.push_back({"pre_feedforward_layernorm", {R::kMlpInputNorm}, "ffn_norm"});
