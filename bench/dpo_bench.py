@@ -54,9 +54,12 @@ def make_pairs(path, count, seed=0):
             f.write(json.dumps({"prompt": words(100), "chosen": " " + words(80), "rejected": " " + words(80)}) + "\n")
 
 
-def run(cmd, log_path, timeout):
+def run(cmd, log_path, timeout, gpus):
+    # One process with several visible GPUs is what TRL's Trainer refuses (nn.DataParallel): a
+    # one-GPU run sees GPU 0 only, for ours and TRL alike.
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0") if gpus == 1 else None
     with open(log_path, "w") as log:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         print(open(log_path).read()[-3000:])
         raise RuntimeError(f"failed ({proc.returncode}): {' '.join(cmd)}")
@@ -76,7 +79,7 @@ def ours(args, model, data, n):
                          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-4", "--warmup_steps", "5",
                          "--max_length", "2048", "--logging_steps", str(args.warmup), "--output_dir", out,
                          "--overwrite_output_dir", "--dtype", "bfloat16", "--use_gradient_checkpointing", "true"]
-    summary = json.loads(run(cmd, out + ".log", args.timeout).strip().splitlines()[-1])
+    summary = json.loads(run(cmd, out + ".log", args.timeout, n).strip().splitlines()[-1])
     lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     first, last = lines[0], lines[-1]  # the first window is the warm-up
     seconds = last["elapsed_s"] - first["elapsed_s"]
@@ -89,7 +92,7 @@ def trl(args, model, data, n):
                                       "--steps", str(args.ref_steps), "--warmup_steps", "3",
                                       "--out", os.path.join(args.work, f"dpo-trl-{n}")]
     return json.loads(run(cmd, os.path.join(args.work, f"dpo-trl-{os.path.basename(model)}-{n}.log"),
-                          args.timeout).strip().splitlines()[-1])
+                          args.timeout, n).strip().splitlines()[-1])
 
 
 def main():

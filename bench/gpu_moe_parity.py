@@ -29,9 +29,18 @@ def run(command, timeout):
 
 
 def last_json(text):
+    """The JSON document a script printed last: a whole stdout (gpu_parity.py indents its object) or
+    its last one-line object."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
     for line in reversed(text.strip().splitlines()):
         if line.strip().startswith("{"):
-            return json.loads(line)
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
     return None
 
 
