@@ -9,7 +9,9 @@
 #                                           (setsid), so the command returns at once
 #   bash bench/gpu_step_planning.sh wait    wait for both (up to WAIT_S, default 520 s)
 #   bash bench/gpu_step_planning.sh bench   RUNS (default "qwen3-8b llama-3.2-1b") x GPUS (default
-#                                           "1 2") x PLANNINGS (default "literal balanced")
+#                                           "1 2") x PLANNINGS (default "literal balanced"); the widest
+#                                           run is timed over STEPS steps after 10, a run on g GPUs over
+#                                           STEPS x widest/g after 10 x widest/g: the same samples
 #   bash bench/gpu_step_planning.sh profile RUNS x GPUS, balanced seed setting: 10 steps from PROFILE_START
 #                                           (default 21) profiled
 #                                           (kernel summary per rank, rank 0's Chrome trace gzipped,
@@ -74,13 +76,21 @@ case "$phase" in
     LOGS=$WORK/logs
     mkdir -p "$LOGS"
     FINETUNE=$TREE/build-gpu/finetune
+    most_gpus=1
+    for gpus in ${GPUS:-1 2}; do [ "$gpus" -gt "$most_gpus" ] && most_gpus=$gpus; done
     for shape in $SHAPES; do
       for gpus in ${GPUS:-1 2}; do
         for planning in ${PLANNINGS:-literal balanced}; do
           tag=$shape-$gpus-$planning
           mkdir -p "$LOGS/$tag"  # bench.py writes its JSON there
+          # Every GPU count is timed over the same samples: a run on fewer GPUs takes proportionally
+          # more steps (and warm-up steps), so that its timed steps cover exactly the global batches
+          # the widest run times. Otherwise the runs compare different rows, whose mean length alone
+          # moves tokens/s by several percent over 60 steps of 4 samples.
+          factor=$(( most_gpus / gpus ))
           FINETUNE_STEP_PLANNING=$planning python3 "$TREE/bench/bench.py" --finetune "$FINETUNE" --shapes "$shape" \
-            --settings seed --gpus "$gpus" --skip_reference --steps "${STEPS:-60}" --warmup 10 --work "$BENCH" \
+            --settings seed --gpus "$gpus" --skip_reference --steps $(( ${STEPS:-60} * factor )) \
+            --warmup $(( 10 * factor )) --work "$BENCH" \
             --out "$LOGS/$tag" > "$LOGS/$tag.log" 2>&1
           python3 - "$LOGS/$tag/bench-$shape.json" "$BENCH/ours-$shape-seed-lora-$gpus/metrics.jsonl" \
             "$shape $gpus $planning" <<'PY' | tee -a "$OUT/summary.txt"
