@@ -1,7 +1,8 @@
 """Preference training on the GPU machine (issue 32): `finetune dpo` against TRL's DPOTrainer with
 PEFT (bench/trl_dpo_train.py) on the bench shapes (bench/shapes.py), batch 1 x accumulation 4,
 1 and 2 GPUs: tokens/s per GPU (chosen + rejected tokens, no padding) and peak memory, and the
-2-GPU scaling (2-GPU tokens/s per GPU over 1-GPU tokens/s).
+2-GPU scaling (2-GPU tokens/s per GPU over 1-GPU tokens/s). Ours on fewer GPUs runs proportionally
+more steps, so every GPU count is timed over the same pairs as the widest run.
 
   python3 bench/dpo_bench.py --finetune build/finetune [--shapes llama-3.2-1b,qwen3-8b] [--gpus 1,2] --out OUT
 
@@ -72,12 +73,15 @@ def launcher(n, python=False):
     return ["torchrun", "--standalone", f"--nproc_per_node={n}"] + ([] if python else ["--no-python"])
 
 
-def ours(args, model, data, n):
+def ours(args, model, data, n, factor):
+    """`factor` = the widest run's GPUs / n: this run takes factor times the steps (and warm-up steps)
+    so that its timed steps cover the same pairs as the widest run's."""
     out = os.path.join(args.work, f"dpo-ours-{os.path.basename(model)}-{n}")
+    warmup, steps = args.warmup * factor, args.steps * factor
     cmd = launcher(n) + [args.finetune, "dpo", "--model_name", model, "--dataset", data,
-                         "--max_steps", str(args.warmup + args.steps), "--per_device_train_batch_size", "1",
+                         "--max_steps", str(warmup + steps), "--per_device_train_batch_size", "1",
                          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-4", "--warmup_steps", "5",
-                         "--max_length", "2048", "--logging_steps", str(args.warmup), "--output_dir", out,
+                         "--max_length", "2048", "--logging_steps", str(warmup), "--output_dir", out,
                          "--overwrite_output_dir", "--dtype", "bfloat16", "--use_gradient_checkpointing", "true"]
     summary = json.loads(run(cmd, out + ".log", args.timeout, n).strip().splitlines()[-1])
     lines = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
@@ -119,8 +123,9 @@ def main():
         data = os.path.join(args.work, "dpo_pairs.jsonl")
         make_pairs(data, args.pairs)
         per_gpu = {}
-        for n in [int(g) for g in args.gpus.split(",")]:
-            row = {"shape": shape, "gpus": n, "ours": ours(args, model, data, n)}
+        gpu_counts = [int(g) for g in args.gpus.split(",")]
+        for n in gpu_counts:
+            row = {"shape": shape, "gpus": n, "ours": ours(args, model, data, n, max(gpu_counts) // n)}
             per_gpu[n] = row["ours"]["tokens_per_s_per_gpu"]
             if not args.skip_reference:
                 row["trl"] = trl(args, model, data, n)
