@@ -6,7 +6,6 @@
 #include <map>
 #include <cctype>
 #include <filesystem>
-#include <regex>
 
 #include "finetune/data/datasets_file_types.h"
 #include "finetune/util/errors.h"
@@ -136,22 +135,42 @@ std::vector<std::string> ordered_splits(std::vector<std::string> names) {
   return out;
 }
 
+// Whether `base` holds "-NNNNN-of-NNNN" at `at`.
+bool shard_marker_at(const std::string& base, size_t at) {
+  static const std::string marker = "-#####-of-####";
+  if (base.size() - at < marker.size()) return false;
+  for (size_t i = 0; i < marker.size(); ++i) {
+    const char c = base[at + i];
+    if (marker[i] == '#' ? c < '0' || c > '9' : c != marker[i]) return false;
+  }
+  return true;
+}
+
+// string_to_dict(basename, "{split}-[0-9]...*.*"), as the search for (.+)-[0-9]{5}-of-[0-9]{4}
+// finds it ('.' not matching \n or \r): in the first line with a marker after its first
+// character, the text up to the line's last such marker; "" when no line has one.
+std::string shard_split_name(const std::string& base) {
+  for (size_t line = 0; line < base.size();) {
+    const size_t end = std::min(base.find_first_of("\n\r", line), base.size());
+    for (size_t at = end; at-- > line + 1;)
+      if (shard_marker_at(base, at)) return base.substr(line, at - line);
+    line = end + 1;
+  }
+  return "";
+}
+
 // The split patterns datasets settles on (its _get_data_files_patterns).
 PatternSet split_patterns(const std::string& dir, const std::vector<std::string>& files) {
   const std::vector<std::string> shards = resolve({with_split(kShardedPattern, "*")}, files, false);
   if (!shards.empty()) {
-    // string_to_dict(basename, "{split}-[0-9]...*.*"): the longest prefix before a -NNNNN-of-NNNN.
-    static const std::regex shard_name("(.+)-[0-9]{5}-of-[0-9]{4}[0-9]*.*");
     std::vector<std::string> names;
     for (const auto& shard : shards) {
-      const std::string base = shard.substr(shard.rfind('/') + 1);
-      std::smatch match;
-      std::regex_search(base, match, shard_name);
-      if (!is_split_name(match[1].str())) {
-        throw Error(dir + ": " + shard + " names the split " + "\"" + match[1].str() + "\"" +
+      const std::string name = shard_split_name(shard.substr(shard.rfind('/') + 1));
+      if (!is_split_name(name)) {
+        throw Error(dir + ": " + shard + " names the split " + "\"" + name + "\"" +
                     ", which HF datasets refuses (a split name is letters, digits and _, parts joined by .)");
       }
-      names.push_back(match[1].str());
+      names.push_back(name);
     }
     PatternSet set;
     for (const auto& name : ordered_splits(names)) set.push_back({name, {with_split(kShardedPattern, name)}});

@@ -1,58 +1,70 @@
-// Translation of a glob into an ECMAScript regex, component by component as glob_translate does.
+// Translation of a glob into NFA states, component by component as glob_translate does (its regex
+// for each construct is noted beside it), and the one-pass match.
 #include "path_glob.h"
 
+#include <algorithm>
 #include <stdexcept>
-#include <vector>
 
 namespace finetune {
 namespace {
 
-const char* const kAnyChar = "[\\s\\S]";  // Python's '.' under re.DOTALL
+using Bytes = std::bitset<256>;
 
-std::string escaped(char c) {
-  static const std::string special = "\\^$.|?*+()[]{}";
-  return special.find(c) == std::string::npos ? std::string(1, c) : "\\" + std::string(1, c);
+Bytes byte_set(unsigned char c) {
+  Bytes bytes;
+  bytes.set(c);
+  return bytes;
 }
 
-// One path component without "**": '*', '?', '[...]' and literal characters.
-std::string translate_component(const std::string& part) {
-  std::string out;
+Bytes any_byte() { return Bytes().set(); }  // [\s\S]: '.' under re.DOTALL
+Bytes not_slash() { return any_byte().reset(static_cast<unsigned char>('/')); }  // [^/]
+
+GlobStep one(const Bytes& bytes) { return {GlobStep::kOne, bytes}; }
+GlobStep run(const Bytes& bytes) { return {GlobStep::kRun, bytes}; }
+
+// The bytes of a bracket expression's inside ("[" and "]" stripped): '!' first negates; a '-'
+// between two characters is a range, first or last it is literal.
+Bytes class_bytes(const std::string& inside, const std::string& pattern) {
+  Bytes bytes;
+  const size_t first = !inside.empty() && inside[0] == '!' ? 1 : 0;
+  for (size_t k = first; k < inside.size(); ++k) {
+    const auto low = static_cast<unsigned char>(inside[k]);
+    if (k + 2 < inside.size() && inside[k + 1] == '-') {
+      const auto high = static_cast<unsigned char>(inside[k + 2]);
+      if (high < low) throw std::invalid_argument("glob " + pattern + ": the range " + inside.substr(k, 3) + " is reversed");
+      for (unsigned c = low; c <= high; ++c) bytes.set(c);
+      k += 2;
+    } else {
+      bytes.set(low);
+    }
+  }
+  return first == 1 ? ~bytes : bytes;
+}
+
+// One path component without "**": '*' ([^/]*), '?' ([^/]), '[...]' and literal characters.
+void translate_component(const std::string& part, const std::string& pattern, std::vector<GlobStep>& steps) {
   for (size_t i = 0; i < part.size(); ++i) {
     const char c = part[i];
     if (c == '*') {
-      if (out.size() < 5 || out.compare(out.size() - 5, 5, "[^/]*") != 0) out += "[^/]*";  // "**" inside: one star
+      const bool after_star = !steps.empty() && steps.back().kind == GlobStep::kRun;
+      if (!after_star) steps.push_back(run(not_slash()));  // "**" inside a component: one star
     } else if (c == '?') {
-      out += "[^/]";
+      steps.push_back(one(not_slash()));
     } else if (c == '[') {
       size_t j = i + 1;
       if (j < part.size() && part[j] == '!') ++j;
       if (j < part.size() && part[j] == ']') ++j;
       while (j < part.size() && part[j] != ']') ++j;
       if (j >= part.size()) {  // no closing bracket: a literal '['
-        out += "\\[";
+        steps.push_back(one(byte_set('[')));
         continue;
       }
-      std::string stuff = part.substr(i + 1, j - i - 1);
+      steps.push_back(one(class_bytes(part.substr(i + 1, j - i - 1), pattern)));
       i = j;
-      if (stuff.empty()) {
-        out += "(?!)";  // an empty class never matches
-        continue;
-      }
-      std::string cls = "[";
-      size_t k = 0;
-      if (stuff[0] == '!') cls += "^", k = 1;
-      for (; k < stuff.size(); ++k) {
-        const char d = stuff[k];
-        // A '-' between two characters is a range; first or last it is literal.
-        if (d == '-' && k > (stuff[0] == '!' ? 1u : 0u) && k + 1 < stuff.size()) cls += "-";
-        else cls += (d == '\\' || d == ']' || d == '[' || d == '^' || d == '-') ? "\\" + std::string(1, d) : std::string(1, d);
-      }
-      out += cls + "]";
     } else {
-      out += escaped(c);
+      steps.push_back(one(byte_set(static_cast<unsigned char>(c))));
     }
   }
-  return out;
 }
 
 std::vector<std::string> split_components(const std::string& pattern) {
@@ -64,28 +76,88 @@ std::vector<std::string> split_components(const std::string& pattern) {
   return parts;
 }
 
-std::string translate(const std::string& pattern) {
+std::vector<GlobStep> translate(const std::string& pattern) {
   const std::vector<std::string> parts = split_components(pattern);
-  std::string out;
+  std::vector<GlobStep> steps;
   for (size_t i = 0; i < parts.size(); ++i) {
     const bool last = i + 1 == parts.size();
     const std::string& part = parts[i];
-    if (part == "*") {
-      out += last ? "[^/]+" : "[^/]+/";
-    } else if (part == "**") {
-      out += last ? std::string(kAnyChar) + "*" : "(?:" + std::string(kAnyChar) + "+/)?";
+    if (part == "*") {  // [^/]+
+      steps.push_back(one(not_slash()));
+      steps.push_back(run(not_slash()));
+    } else if (part == "**" && last) {  // [\s\S]*
+      steps.push_back(run(any_byte()));
+      continue;
+    } else if (part == "**") {  // (?:[\s\S]+/)?
+      steps.push_back({GlobStep::kOptional, Bytes(), steps.size() + 4});
+      steps.push_back(one(any_byte()));
+      steps.push_back(run(any_byte()));
+      steps.push_back(one(byte_set('/')));
+      continue;
     } else {
       if (part.find("**") != std::string::npos)
         throw std::invalid_argument("glob " + pattern + ": '**' can only be an entire path component");
-      out += translate_component(part);
-      if (!last) out += "/";
+      translate_component(part, pattern, steps);
+    }
+    if (!last) steps.push_back(one(byte_set('/')));
+  }
+  return steps;
+}
+
+// The live states at one position of the path, each once.
+class LiveStates {
+ public:
+  explicit LiveStates(const std::vector<GlobStep>& steps) : steps_(steps), added_at_(steps.size() + 1, kNever) {}
+
+  void clear(size_t position) {
+    position_ = position;
+    states_.clear();
+  }
+  // `state` and every state it reaches without consuming a byte (moves that only go forward).
+  void add(size_t state) {
+    pending_.push_back(state);
+    while (!pending_.empty()) {
+      const size_t reached = pending_.back();
+      pending_.pop_back();
+      if (added_at_[reached] == position_) continue;
+      added_at_[reached] = position_;
+      states_.push_back(reached);
+      if (reached == steps_.size() || steps_[reached].kind == GlobStep::kOne) continue;
+      pending_.push_back(reached + 1);
+      if (steps_[reached].kind == GlobStep::kOptional) pending_.push_back(steps_[reached].skip_to);
     }
   }
-  return out;
-}
+  const std::vector<size_t>& states() const { return states_; }
+
+ private:
+  static constexpr size_t kNever = static_cast<size_t>(-1);
+  const std::vector<GlobStep>& steps_;
+  size_t position_ = 0;
+  std::vector<size_t> states_, pending_;
+  std::vector<size_t> added_at_;  // per state: the position it was last added at
+};
 
 }  // namespace
 
-PathGlob::PathGlob(const std::string& pattern) : regex_(translate(pattern)) {}
+PathGlob::PathGlob(const std::string& pattern) : steps_(translate(pattern)) {}
+
+bool PathGlob::matches(const std::string& path) const {
+  const size_t accept = steps_.size();
+  LiveStates first(steps_), second(steps_);
+  LiveStates *live = &first, *next = &second;
+  live->clear(0);
+  live->add(0);
+  for (size_t position = 1; position <= path.size(); ++position) {
+    const auto byte = static_cast<unsigned char>(path[position - 1]);
+    next->clear(position);
+    for (const size_t state : live->states())
+      if (state != accept && steps_[state].bytes.test(byte))
+        next->add(steps_[state].kind == GlobStep::kRun ? state : state + 1);
+    if (next->states().empty()) return false;
+    std::swap(live, next);
+  }
+  const auto& last = live->states();
+  return std::find(last.begin(), last.end(), accept) != last.end();
+}
 
 }  // namespace finetune

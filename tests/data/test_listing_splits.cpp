@@ -5,7 +5,11 @@
 // give the same splits, as absolute paths.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -176,6 +180,59 @@ TEST(ListingSplits, ParquetExportWithoutParquetFilesIsAnError) {
     testing::expect_contains(message, {"dataset org/nothing", "no <config>/<split>/NNNN.parquet files"});
     EXPECT_EQ(message.find("none named default"), std::string::npos) << message;
   }
+}
+
+// Runs `action` on a thread with a `stack_bytes` stack and rethrows what it threw: a matcher that
+// recursed per character (std::regex did) overflows 256 KB on a name of a few thousand bytes.
+void run_on_small_stack(size_t stack_bytes, const std::function<void()>& action) {
+  struct Call {
+    const std::function<void()>* action;
+    std::exception_ptr thrown;
+  } call{&action, nullptr};
+  pthread_attr_t attributes;
+  ASSERT_EQ(pthread_attr_init(&attributes), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attributes, stack_bytes), 0);
+  pthread_t thread;
+  const auto body = [](void* argument) -> void* {
+    auto* call = static_cast<Call*>(argument);
+    try {
+      (*call->action)();
+    } catch (...) {
+      call->thrown = std::current_exception();
+    }
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attributes, body, &call), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attributes);
+  if (call.thrown) std::rethrow_exception(call.thrown);
+}
+
+TEST(ListingSplits, MegabyteNamesOnASmallStackGiveDatasetsAnswer) {
+  constexpr size_t kStack = 256 * 1024;
+  const std::string long_name(size_t{1} << 20, 'x');
+  std::string deep_directories;
+  for (size_t i = 0; i < (size_t{1} << 19); ++i) deep_directories += "d/";
+  const std::string shard = "data/" + long_name + "-00000-of-00001.parquet";
+  const std::string keyword_file = long_name + "_train.jsonl";
+  const std::string deep_file = deep_directories + "validation/rows.jsonl";
+  const std::string bad_shard = "data/" + long_name + "-y-00000-of-00001.parquet";
+  DataFileSplits shards, keywords, directories;
+  std::string refusal;
+  run_on_small_stack(kStack, [&] {
+    shards = infer_listing_splits("dataset org/long", {shard, "README.md"});
+    keywords = infer_listing_splits("dataset org/long", {"test.jsonl", keyword_file});
+    directories = infer_listing_splits("dataset org/deep", {"train.jsonl", deep_file});
+    refusal = testing::error_message([&] { infer_listing_splits("dataset org/bad", {bad_shard}); });
+  });
+  EXPECT_EQ(shards.builder, "parquet");
+  EXPECT_EQ(shards.splits, (Splits{{long_name, {shard}}}));
+  EXPECT_EQ(keywords.builder, "json");
+  EXPECT_EQ(keywords.splits, (Splits{{"train", {keyword_file}}, {"test", {"test.jsonl"}}}));
+  // A keyword directory decides the splits before any keyword file name: train.jsonl is no split's.
+  EXPECT_EQ(directories.builder, "json");
+  EXPECT_EQ(directories.splits, (Splits{{"validation", {deep_file}}}));
+  testing::expect_contains(refusal, {"dataset org/bad", "\"" + long_name + "-y\"", "which HF datasets refuses"});
 }
 
 }  // namespace
