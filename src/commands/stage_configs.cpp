@@ -157,6 +157,8 @@ MicroBatchStreamConfig stream_config_from(const Options& options, const LaunchEn
   config.max_seq_length = options.max_seq_length;
   config.pad_token_id = pad_token_id;
   config.planning = step_planning_from_name(options.step_planning);
+  // NEFTune's scale reads each micro-batch's longest sample: HF's micro-batches (option_parser.cpp refuses another).
+  if (options.neftune_noise_alpha > 0) config.planning = StepPlanning::literal;
   config.padding_free = padding_free;
   return config;
 }
@@ -197,6 +199,7 @@ TrainerConfig trainer_config_from(const Options& options, int64_t total_steps) {
   config.max_grad_norm = options.max_grad_norm;
   config.gradient_checkpointing = options.use_gradient_checkpointing;
   config.cuda_graphs = options.cuda_graphs;
+  config.neftune_noise_alpha = options.neftune_noise_alpha;
   config.offload_activations = offload_activations_from_name(options.offload_activations);
   config.output_dir = options.output_dir;
   config.ddp_check_consistency_steps = options.ddp_check_consistency_steps;

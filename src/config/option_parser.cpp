@@ -366,6 +366,14 @@ void check_training_options(const Options& o) {
   if (given("save_steps") && o.save_steps != 0 && o.save_strategy != "steps") {
     throw UsageError("--save_steps: read only with --save_strategy steps (got " + o.save_strategy + ")");
   }
+  if (o.neftune_noise_alpha > 0 && o.packing) {
+    throw UsageError("--neftune_noise_alpha: not with --packing true (NEFTune's noise scale is 1/sqrt of the padded "
+                     "batch length, which a packed row does not have; TRL's padding-free packing differs)");
+  }
+  if (o.neftune_noise_alpha > 0 && given("step_planning") && o.step_planning != "literal") {
+    throw UsageError("--neftune_noise_alpha: needs --step_planning literal (the noise scale depends on each "
+                     "micro-batch's longest sample, so the micro-batches must be HF's); it is the default with NEFTune");
+  }
   const bool checkpoints = o.save_strategy == "epoch" || (o.save_strategy == "steps" && o.save_steps > 0);
   if (o.save_only_model && !checkpoints) {
     throw UsageError("--save_only_model: does nothing without checkpoints (--save_steps N, or --save_strategy epoch)");

@@ -128,6 +128,19 @@ OptionRow unsupported_string_row(const std::string& name, const Placement& at, c
           }};
 }
 
+// --neftune_noise_alpha: TRL's NEFTune (model/embedding_noise.h), SFT only (finetune's preference
+// objectives do not draw it); None (HF's default) or 0 is off.
+OptionRow neftune_noise_alpha_row() {
+  return {spec("neftune_noise_alpha", {"training", kSft}, "float", "None",
+               "TRL's NEFTune: uniform noise of magnitude alpha / sqrt(L * hidden_size) on the input embeddings "
+               "while training (L: the micro-batch's longest sample, its padded length in transformers); seeded "
+               "from --seed per micro-batch; None or 0: off. Not with --packing; steps are planned literally"),
+          [](Options& o, const std::string& v) {
+            const std::string s = lowercase(trim(v));
+            o.neftune_noise_alpha = (s.empty() || s == "none" || s == "null") ? 0.0 : parse_float(v, kNonNegative);
+          }};
+}
+
 // A comma-separated list whose items are each one of `set`'s choices; stored normalized, joined by commas.
 OptionRow list_choice_row(const std::string& name, const Placement& at, std::string Options::*field,
                           const ChoiceSet& set, const std::string& help) {
@@ -284,9 +297,7 @@ std::vector<OptionRow> build_option_table() {
       target_modules_row(),
       target_parameters_row(),
       modules_to_save_row(),
-      unsupported_string_row("neftune_noise_alpha", {"training", kTrain},
-                             "TRL's NEFTune embedding noise is not implemented",
-                             "TRL's NEFTune noise on the input embeddings; must be None"),
+      neftune_noise_alpha_row(),
       string_row("init_adapter", {"LoRA", kAdapterLoaders}, &Options::init_adapter, true,
                  "existing PEFT adapter directory to start from"),
 

@@ -280,6 +280,8 @@ at::Tensor CausalLM::forward_cached(const at::Tensor& input_ids, const at::Tenso
 at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tensor& position_ids,
                                     const AttentionMask& mask, const ForwardOptions& options) const {
   auto hidden = embed(input_ids);  // (B, T, C)
+  // Where transformers' NEFTune hook adds it: to get_input_embeddings()' output, Gemma's scale included.
+  if (options.training && options.embedding_noise) hidden = add_embedding_noise(hidden, *options.embedding_noise);
   const auto tables = rope_tables(rope_, position_ids, dtype_);
   const auto local_tables = local_rope_.inv_freq.defined() ? rope_tables(local_rope_, position_ids, dtype_) : tables;
   // One kernel per kind of layer (full, sliding), built once for every layer of its kind.

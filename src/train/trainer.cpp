@@ -94,7 +94,11 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   if (model.dtype() == at::kHalf) scaler_.emplace(LossScalerConfig{}, model.device());
   if (scaler_) loss_scale_ = scaler_->scale();
   // Note [Graphed micro-steps]; from here on training runs on the graphs' stream.
-  if (config.cuda_graphs && micro_step_graphs_supported(model, objective)) {
+  if (config.neftune_noise_alpha > 0 && communicator.rank() == 0) {
+    log::info("NEFTune: uniform noise (alpha " + c10::str(config.neftune_noise_alpha) +
+              ") on the input embeddings while training; micro-steps run eagerly (no CUDA graphs)");
+  }
+  if (config.cuda_graphs && config.neftune_noise_alpha == 0 && micro_step_graphs_supported(model, objective)) {
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), MicroStepGraphsConfig{},
                                                  objective);
   }
@@ -194,7 +198,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     reducer_.prepare_for_backward(/*sync=*/i + 1 == micro_batches.size());
     if (micro_batches[i].rows == 0) continue;
-    sums += forward_backward(micro_batches[i], normaliser);
+    sums += forward_backward(micro_batches[i], normaliser, micro_batch_forward(micro_batches[i], step, i));
   }
   reducer_.finalize();
   const StepOutcome outcome = update_parameters();
@@ -244,12 +248,25 @@ at::Tensor Trainer::global_counts(const std::vector<HostBatch>& micro_batches, i
   return counts;
 }
 
-at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser) {
+ForwardOptions Trainer::micro_batch_forward(const HostBatch& micro_batch, int64_t step, int64_t index) const {
+  ForwardOptions forward = forward_options_;
+  if (config_.neftune_noise_alpha > 0) {  // Note [NEFTune length and seeds] (model/embedding_noise.h)
+    for (const auto& row : micro_batch.sample_lengths) {
+      if (row.size() > 1) throw Error("NEFTune: a micro-batch row packs several samples; it has no padded length");
+    }
+    forward.embedding_noise = EmbeddingNoise{config_.neftune_noise_alpha, micro_batch.seq_len,
+                                             embedding_noise_seed(config_.seed, step, communicator_.rank(), index)};
+  }
+  return forward;
+}
+
+at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser,
+                                     const ForwardOptions& forward) {
   if (graphs_ && graphs_->accepts(micro_batch)) {  // graphed objectives log no metrics of their own
     return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_).to(at::kDouble).reshape({1});
   }
   const auto batch = to_device(micro_batch, model_.device(), layout_);
-  const auto out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward_options_, objective_,
+  const auto out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward, objective_,
                                                  normaliser, loss_scale_);
   const auto loss = out.loss_sum.to(at::kDouble).reshape({1});
   return out.metric_sums.defined() ? at::cat({loss, out.metric_sums}) : loss;

@@ -186,6 +186,14 @@ TEST(StageConfigs, TrainerConfig) {
   EXPECT_FALSE(config.tensorboard);  // --report_to none
 }
 
+// NEFTune's scale reads each micro-batch's longest sample: its steps are planned literally (HF's micro-batches).
+TEST(StageConfigs, NeftuneReachesTheTrainerAndPlansStepsLiterally) {
+  const auto options = parse_train({"--neftune_noise_alpha", "5"}).options;
+  EXPECT_DOUBLE_EQ(trainer_config_from(options, 10).neftune_noise_alpha, 5.0);
+  EXPECT_DOUBLE_EQ(trainer_config_from(parse_train({}).options, 10).neftune_noise_alpha, 0.0);
+  EXPECT_EQ(stream_config_from(options, LaunchEnv{}, 0, false).planning, StepPlanning::literal);
+}
+
 TEST(StageConfigs, TrainerConfigTensorBoardFromReportTo) {
   // metrics.jsonl is written whatever --report_to says; tensorboard and all add the event files.
   for (const auto& [report_to, tensorboard] :

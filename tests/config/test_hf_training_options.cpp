@@ -90,9 +90,22 @@ TEST(HfTrainingOptions, OptionsNotOfferedAreRefusedWithTheReason) {
   testing::expect_contains(refusal({"--modules_to_save", "embed_tokens,lm_head"}),
                            {"--modules_to_save", "\"lm_head\"", "no gradient for the head weight"});
   testing::expect_contains(refusal({"--modules_to_save", "norm"}), {"--modules_to_save", "\"norm\""});
-  testing::expect_contains(refusal({"--neftune_noise_alpha", "5"}), {"--neftune_noise_alpha", "not supported"});
-  EXPECT_NO_THROW(parse_train({"--neftune_noise_alpha", "None"}));
   EXPECT_TRUE(parse_train({"--modules_to_save", "None"}).options.modules_to_save.empty());
+}
+
+// TRL's NEFTune (model/embedding_noise.h): None and 0 are off; only what TRL could run is accepted.
+TEST(HfTrainingOptions, NeftuneNoiseAlphaParsesAndRefusesWhatTrlCannotMatch) {
+  EXPECT_DOUBLE_EQ(parse_train({"--neftune_noise_alpha", "5"}).options.neftune_noise_alpha, 5.0);
+  EXPECT_DOUBLE_EQ(parse_train({"--neftune_noise_alpha", "None"}).options.neftune_noise_alpha, 0.0);
+  EXPECT_DOUBLE_EQ(parse_train({"--neftune_noise_alpha", "0"}).options.neftune_noise_alpha, 0.0);
+  EXPECT_DOUBLE_EQ(parse_train({}).options.neftune_noise_alpha, 0.0);
+  EXPECT_NO_THROW(parse_train({"--neftune_noise_alpha", "5", "--step_planning", "literal"}));
+  EXPECT_NO_THROW(parse_train({"--neftune_noise_alpha", "0", "--packing", "true"}));
+  testing::expect_contains(refusal({"--neftune_noise_alpha", "-1"}), {"--neftune_noise_alpha"});
+  testing::expect_contains(refusal({"--neftune_noise_alpha", "5", "--packing", "true"}),
+                           {"--neftune_noise_alpha: not with --packing true", "padded"});
+  testing::expect_contains(refusal({"--neftune_noise_alpha", "5", "--step_planning", "balanced"}),
+                           {"--neftune_noise_alpha: needs --step_planning literal"});
 }
 
 TEST(HfTrainingOptions, PeftBiasAndModulesToSaveParse) {

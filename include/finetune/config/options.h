@@ -69,6 +69,7 @@ struct Options {
   std::string lr_scheduler_kwargs;   // JSON object: get_scheduler's scheduler_specific_kwargs; empty: none
   int64_t seed = 3407;
   std::string step_planning = "balanced";  // data/step_planner.h: step_planning_names()
+  double neftune_noise_alpha = 0;    // TRL's NEFTune (model/embedding_noise.h); 0 (or None): off
   bool bf16 = false;                 // HF's precision flags: aliases of --dtype bfloat16 / float16
   bool fp16 = false;
   std::string run_name;              // the run's name in the summary and report.html; empty: output_dir's

@@ -2,7 +2,8 @@
 // Qwen2, Qwen3, Mistral, Gemma-2, Gemma-3), in LibTorch, with parameter names identical to transformers'
 // (model.layers.3.self_attn.q_proj.weight, ...), all read from that table.
 //
-//   input_ids (B, T) -> embed_tokens (-> the composition's embedding scale) -> N x layer -> norm
+//   input_ids (B, T) -> embed_tokens (-> the composition's embedding scale) (-> NEFTune's noise when
+//   training) -> N x layer -> norm
 //     -> hidden (B, T, C)
 // Each layer is the architecture's composition of the shared blocks (decoder_composition.h,
 // decoder_blocks.h). The LM head is applied separately (output_head(), see train/loss.h) so the
@@ -24,6 +25,7 @@
 #include "finetune/model/attention_mask.h"
 #include "finetune/model/decoder_blocks.h"
 #include "finetune/model/decoder_composition.h"
+#include "finetune/model/embedding_noise.h"
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/kv_cache.h"
 #include "finetune/model/linear.h"
@@ -52,6 +54,9 @@ struct ForwardOptions {
   // [Activation offloading]) when all of them together take more bytes than this (0: always);
   // nullopt: never. offload_above_bytes() (activation_offload.h) turns --offload_activations into it.
   std::optional<int64_t> offload_activations_above_bytes;
+  // NEFTune: noise added to the input embeddings when training (model/embedding_noise.h); nullopt:
+  // none. The trainer sets it per micro-batch (its padded length and seed).
+  std::optional<EmbeddingNoise> embedding_noise;
 };
 
 class CausalLM {

@@ -73,6 +73,9 @@ struct TrainerConfig {
   uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
   bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
   bool cuda_graphs = true;         // replay small micro-steps from CUDA graphs (train/micro_step_graphs.h)
+  // NEFTune's alpha (model/embedding_noise.h); 0: off. Its micro-steps run eagerly (no CUDA graphs):
+  // each draws its noise from its own seeded generator (Note [NEFTune length and seeds]).
+  double neftune_noise_alpha = 0;
   // Checkpointed layer inputs in host memory (Note [Activation offloading] in model/activation_offload.cpp).
   OffloadActivations offload_activations = OffloadActivations::kAuto;
 };
@@ -140,7 +143,11 @@ class Trainer {
   };
   StepOutcome train_step(int64_t step);
   at::Tensor global_counts(const std::vector<HostBatch>& micro_batches, int64_t step);
-  at::Tensor forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser);
+  at::Tensor forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser,
+                              const ForwardOptions& forward);
+  // The forward options of micro-batch `index` of `step`: forward_options_, with this micro-batch's
+  // NEFTune noise when the run has it.
+  ForwardOptions micro_batch_forward(const HostBatch& micro_batch, int64_t step, int64_t index) const;
   StepOutcome update_parameters();
   void after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result);
   void log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss);
