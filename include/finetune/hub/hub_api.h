@@ -56,8 +56,8 @@ RepoInfo repo_info_from_answer(const RepoRef& repo, const std::string& url, cons
 
 // A path a repo can hold: relative, "/"-separated, no empty, "." or ".." part, no backslash or NUL,
 // and one a file system can hold: parts of at most 255 bytes (NAME_MAX), the whole at most 4096
-// (PATH_MAX). The bound also keeps what reads a listing's names (data_file_splits' std::regex,
-// which recurses per character) away from a hub's 40 KB name (found by the hub_answers fuzz target).
+// (PATH_MAX). The bound also caps what reads a listing's names (split inference, glob matching)
+// spends on a hub's 40 KB name (found by the hub_answers fuzz target).
 inline constexpr size_t kMaxRepoPathPartBytes = 255;
 inline constexpr size_t kMaxRepoPathBytes = 4096;
 bool is_repo_relative_path(const std::string& path);
