@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "finetune/gguf/gguf_file_writer.h"
 #include "finetune/gguf/gguf_model_keys.h"
@@ -37,9 +38,51 @@ struct ExportTensor {
   }
 };
 
+// A source tensor's values for the GGUF tensors cut from it (an expert stack's gate and up rows):
+// fetched when the first part asks, released once every part has taken its rows.
+struct SharedValues {
+  std::function<at::Tensor()> fetch;
+  at::Tensor values;
+  size_t parts_left = 0;
+
+  at::Tensor take() {
+    if (!values.defined()) values = fetch();
+    auto out = values;
+    if (--parts_left == 0) {
+      values = at::Tensor();
+      fetch = nullptr;
+    }
+    return out;
+  }
+};
+
+// The GGUF tensors of one source tensor (gguf_tensor_parts), each with its converter position.
+void add_source_tensor(const Architecture& architecture, const ModelConfig& config, GgufSourceTensor& tensor,
+                       std::vector<std::pair<GgufTensorPart, ExportTensor>>& out) {
+  auto parts = gguf_tensor_parts(architecture, config, tensor.name);
+  const int64_t permute_heads = gguf_permute_heads(architecture.gguf_architecture, config, tensor.name);
+  if (gguf_shifts_norm(architecture, tensor.name)) {
+    tensor.values = [values = std::move(tensor.values)] { return gguf_shift_norm(values()); };
+  }
+  if (parts.size() == 1 && parts.front().rows == 0) {
+    out.push_back({parts.front(), {parts.front().gguf_name, tensor.shape, permute_heads, std::move(tensor.values)}});
+    return;
+  }
+  auto shared = std::make_shared<SharedValues>(SharedValues{std::move(tensor.values), {}, parts.size()});
+  for (auto& part : parts) {
+    auto shape = tensor.shape;
+    shape.at(1) = part.rows;
+    auto values = [shared, begin = part.row_begin, rows = part.rows] {
+      return shared->take().narrow(1, begin, rows);
+    };
+    out.push_back({part, {part.gguf_name, shape, permute_heads, std::move(values)}});
+  }
+}
+
 // The converter's extra tensors (rope_freqs, Phi-3's rope factors), then the source's tensors in
-// HF name order, with its modify_tensors' changes: Gemma's norms as 1 + w, Gemma-3's token_embd
-// cut to the vocabulary's rows.
+// the converter's order (HF name order; a MoE model's as Note [GGUF expert tensors] says), with
+// its modify_tensors' changes: Gemma's norms as 1 + w, Gemma-3's token_embd cut to the
+// vocabulary's rows, expert stacks split into gate and up.
 std::vector<ExportTensor> export_tensors(const ModelConfig& config, const std::string& arch, GgufTensorSource source,
                                          const std::string& base_model_dir) {
   const Architecture& architecture = architecture_of(config);
@@ -47,15 +90,15 @@ std::vector<ExportTensor> export_tensors(const ModelConfig& config, const std::s
   for (auto& [name, values] : gguf_extra_tensors(config, arch)) {
     out.push_back({name, values.sizes().vec(), 0, [values = values] { return values; }});
   }
-  std::sort(source.begin(), source.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::vector<std::pair<GgufTensorPart, ExportTensor>> parts;
+  for (auto& tensor : source) add_source_tensor(architecture, config, tensor, parts);
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.first.converter_position, a.first.converter_rank) <
+           std::tie(b.first.converter_position, b.first.converter_rank);
+  });
   std::optional<int64_t> token_rows;
   if (arch == "gemma3") token_rows = gguf_gemma3_token_rows(base_model_dir);
-  for (auto& tensor : source) {
-    ExportTensor exported{gguf_tensor_name(architecture, tensor.name), tensor.shape,
-                          gguf_permute_heads(arch, config, tensor.name), std::move(tensor.values)};
-    if (gguf_shifts_norm(architecture, tensor.name)) {
-      exported.values = [values = std::move(exported.values)] { return gguf_shift_norm(values()); };
-    }
+  for (auto& [part, exported] : parts) {
     if (exported.gguf_name == "token_embd.weight" && token_rows && *token_rows < exported.shape.front()) {
       exported.shape.front() = *token_rows;
       exported.values = [values = std::move(exported.values), rows = *token_rows] { return values().narrow(0, 0, rows); };
@@ -112,9 +155,10 @@ std::unique_ptr<PlannedFile> plan_file(const ModelConfig& config, const std::str
   });
   std::vector<std::string> names;
   for (size_t i : order) names.push_back(tensors[i].gguf_name);
-  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers),
+  const int64_t n_expert = config.moe ? config.moe->num_experts : 0;
+  auto state = gguf_mix_state(names, static_cast<int>(config.num_hidden_layers), static_cast<int>(n_expert),
                               gguf_is_70b(arch, config.num_hidden_layers, config.num_attention_heads,
-                                          config.num_key_value_heads));
+                                          config.num_key_value_heads, n_expert));
   for (size_t i : order) {
     const auto& tensor = tensors[i];
     const auto source_type = converter_tensor_type(tensor, GgmlType::kF16);
@@ -181,7 +225,9 @@ void finish_files(std::vector<std::unique_ptr<PlannedFile>>& files) {
 }  // namespace
 
 GgmlType gguf_converter_tensor_type(const std::string& gguf_name, size_t dims, int64_t row_length, GgmlType type) {
-  if (dims <= 1 || ends_with(gguf_name, "_norm.weight")) return GgmlType::kF32;
+  if (dims <= 1 || ends_with(gguf_name, "_norm.weight") || ends_with(gguf_name, "ffn_gate_inp.weight")) {
+    return GgmlType::kF32;
+  }
   if (!ggml_can_encode(type, row_length)) return GgmlType::kF16;
   return type;
 }

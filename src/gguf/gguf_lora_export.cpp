@@ -11,6 +11,7 @@
 #include "finetune/gguf/gguf_tensor_names.h"
 #include "finetune/model/architecture.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/text.h"
 
 namespace finetune {
 namespace {
@@ -99,6 +100,11 @@ std::vector<std::string> export_gguf_lora(const ModelConfig& config, const LoraC
     types.push_back(ggml_type_from_name(name));
   }
   if (lora.use_dora) throw UsageError("--save_method gguf_lora: llama.cpp has no DoRA adapters (use gguf for the merged model)");
+  if (!lora.target_parameters.empty()) {
+    throw UsageError("--save_method gguf_lora: the adapter trains expert stacks (--target_parameters " +
+                     join(lora.target_parameters, ",") + "), which a GGUF LoRA adapter of lora_a/lora_b matrices "
+                     "cannot carry; export merged (gguf) instead");
+  }
   if (projections.empty()) throw Error("GGUF LoRA export: the model has no LoRA adapter");
   at::NoGradGuard no_grad;
   const auto arch = gguf_architecture(config, (std::filesystem::path(base_model_dir) / "config.json").string());

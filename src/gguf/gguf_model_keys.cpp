@@ -100,7 +100,8 @@ void add_general_keys(KeyList& keys, const std::string& model_name) {
   keys.set_string("general.name", gguf_model_name(model_name));
 }
 
-// TextModel.set_gguf_parameters + LlamaModel's additions (llama, qwen2, qwen3).
+// TextModel.set_gguf_parameters (with its expert counts for a MoE config) + LlamaModel's additions
+// (llama, Mixtral's llama with experts, qwen2, qwen3) or Qwen2MoeModel's (qwen3moe).
 void add_llama_keys(KeyList& keys, const ModelConfig& config, const std::string& arch, std::optional<GgmlType> type) {
   const auto& raw = config.raw;
   keys.set_uint32(arch + ".block_count", static_cast<uint32_t>(config.num_hidden_layers));
@@ -115,6 +116,10 @@ void add_llama_keys(KeyList& keys, const ModelConfig& config, const std::string&
   }
   keys.set_float32(arch + ".rope.freq_base", static_cast<float>(config.rope_theta));
   keys.set_float32(arch + ".attention.layer_norm_rms_epsilon", static_cast<float>(config.rms_norm_eps));
+  if (config.moe) {
+    keys.set_uint32(arch + ".expert_count", static_cast<uint32_t>(config.moe->num_experts));
+    keys.set_uint32(arch + ".expert_used_count", static_cast<uint32_t>(config.moe->num_experts_per_tok));
+  }
   if (raw.contains("head_dim") && raw["head_dim"].is_number_integer()) {
     keys.set_uint32(arch + ".attention.key_length", raw["head_dim"].get<uint32_t>());
     keys.set_uint32(arch + ".attention.value_length", raw["head_dim"].get<uint32_t>());
@@ -123,6 +128,12 @@ void add_llama_keys(KeyList& keys, const ModelConfig& config, const std::string&
   if (arch == "llama") {
     keys.set_uint32(arch + ".vocab_size", static_cast<uint32_t>(config.vocab_size));
     keys.set_uint32(arch + ".rope.dimension_count", static_cast<uint32_t>(config.head_dim));
+  }
+  if (arch == "qwen3moe") {  // Qwen2MoeModel's additions
+    for (const auto& [key, name] : {std::pair<const char*, const char*>{"moe_intermediate_size", ".expert_feed_forward_length"},
+                                    {"shared_expert_intermediate_size", ".expert_shared_feed_forward_length"}}) {
+      if (raw.contains(key) && !raw[key].is_null()) keys.set_uint32(arch + name, as_uint32(raw[key], key));
+    }
   }
 }
 
@@ -238,6 +249,30 @@ void add_gemma3_keys(KeyList& keys, const json& hparams, const json& rope, const
   keys.set_uint32(arch + ".attention.head_count_kv", u32_or("num_key_value_heads", 4));
 }
 
+// What llama.cpp's qwen3moe and llama (Mixtral) builders fix that a MoE config could set otherwise:
+// every layer sparse, the top-k weights renormalised (build_moe_ffn's norm_w is true for both), and
+// no sliding window (llama has none; the converter writes no window key).
+void check_gguf_moe_representable(const ModelConfig& config, const std::string& arch, const std::string& source) {
+  const std::string prefix = source + ": " + config.architecture + ": ";
+  for (int64_t layer = 0; layer < config.num_hidden_layers; ++layer) {
+    if (!layer_is_sparse(config, layer)) {
+      throw Error(prefix + "layer " + std::to_string(layer) + " is a dense MLP layer (mlp_only_layers / "
+                  "decoder_sparse_step), but llama.cpp's " + arch + " runs experts in every layer and the converter "
+                  "writes no key that could say otherwise");
+    }
+  }
+  if (!config.moe->norm_topk_prob) {
+    throw Error(prefix + "norm_topk_prob is false, but llama.cpp's " + arch + " always renormalises the top-" +
+                std::to_string(config.moe->num_experts_per_tok) + " routing weights to sum to 1 (no GGUF key can say "
+                "otherwise)");
+  }
+  if (config.sliding_window) {
+    throw Error(prefix + "sliding_window " + std::to_string(*config.sliding_window) + " is set, but llama.cpp's " +
+                arch + " has no sliding-window attention for this model (the converter writes no window key): it "
+                "would attend to every earlier position");
+  }
+}
+
 }  // namespace
 
 nlohmann::json gguf_converter_hparams(const ModelConfig& config) {
@@ -272,8 +307,10 @@ void add_gguf_model_keys(GgufFileWriter& writer, const ModelConfig& config, cons
 }
 
 void check_gguf_model_representable(const ModelConfig& config, const std::string& arch, const std::string& source) {
+  if (config.moe) check_gguf_moe_representable(config, arch, source);
   const std::string& rope_type = config.rope_scaling.rope_type;
-  if ((arch == "llama" || arch == "qwen2" || arch == "qwen3") && rope_type != "default" && rope_type != "linear" &&
+  if ((arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") && rope_type != "default" &&
+      rope_type != "linear" &&
       rope_type != "llama3") {
     throw Error(source + ": " + config.architecture + ": rope_scaling.rope_type '" + rope_type +
                 "' has no GGUF form in this export (it writes linear and llama3 scaling; llama.cpp would run the "

@@ -16,9 +16,11 @@ int layer_of(const std::string& name) {
   return layer;
 }
 
-// tensor_allows_quantization, for the tensor names our architectures have.
+// tensor_allows_quantization, for the tensor names our architectures have (the expert stacks are
+// 3-D; the router, ffn_gate_inp, stays as the F16 file has it).
 bool allows_quantization(const std::string& name, int64_t dims) {
-  return dims >= 2 && ends_with(name, "weight") && name.find("_norm.weight") == std::string::npos;
+  return dims >= 2 && ends_with(name, "weight") && name.find("_norm.weight") == std::string::npos &&
+         name.find("ffn_gate_inp.weight") == std::string::npos;
 }
 
 // category_is_attn_v: attn_v, and Phi-3's fused attn_qkv, which holds the v rows.
@@ -30,10 +32,12 @@ bool use_more_bits(int i_layer, int n_layers) {
   return i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2;
 }
 
-// llama_tensor_get_type_impl's branches for the mixes here.
+// llama_tensor_get_type_impl's branches for the mixes here (tensor_get_category's order: attn_v
+// before attn_k before attn_output before ffn_down).
 GgmlType mix_type(const GgufQuantMix& mix, GgufMixState& state, const std::string& name, int64_t row_length) {
   GgmlType type = mix.default_type;
   const bool k_m = mix.file_type == 15 || mix.file_type == 17;  // Q4_K_M, Q5_K_M
+  const bool eight_experts = state.n_expert == 8;               // Mixtral-8x7B's shape
   if (name == "output.weight" || (state.has_tied_embeddings && name == "token_embd.weight")) {
     if (row_length % ggml_block_size(type) != 0) {
       type = GgmlType::kQ8_0;
@@ -43,9 +47,16 @@ GgmlType mix_type(const GgufQuantMix& mix, GgufMixState& state, const std::strin
   } else if (is_attention_v(name)) {
     if (k_m && use_more_bits(state.i_attention_wv, state.n_attention_wv)) type = GgmlType::kQ6_K;
     if (state.is_70b && type == GgmlType::kQ4_K) type = GgmlType::kQ5_K;
+    if (eight_experts) type = GgmlType::kQ8_0;
     ++state.i_attention_wv;
+  } else if (name.find("attn_k.weight") != std::string::npos) {
+    if (eight_experts) type = GgmlType::kQ8_0;
+  } else if (name.find("attn_output.weight") != std::string::npos) {
+    if (eight_experts && mix.file_type == 15) type = GgmlType::kQ5_K;  // Q4_K_M
   } else if (name.find("ffn_down") != std::string::npos) {
-    if (k_m && use_more_bits(state.i_ffn_down, state.n_layer)) type = GgmlType::kQ6_K;
+    // With experts the layer is read from the name (layer_info), else counted.
+    const int i_layer = state.n_expert > 1 ? layer_of(name) : state.i_ffn_down;
+    if (k_m && use_more_bits(i_layer, state.n_layer)) type = GgmlType::kQ6_K;
     ++state.i_ffn_down;
   }
   return type;
@@ -84,14 +95,16 @@ bool gguf_quantizer_order(const std::string& a, const std::string& b) {
   return a < b;
 }
 
-bool gguf_is_70b(const std::string& architecture, int64_t n_layer, int64_t n_head, int64_t n_head_kv) {
+bool gguf_is_70b(const std::string& architecture, int64_t n_layer, int64_t n_head, int64_t n_head_kv,
+                 int64_t n_expert) {
   if (n_layer != 80) return false;
-  return architecture == "qwen2" || (architecture == "llama" && n_head != n_head_kv);
+  return architecture == "qwen2" || (architecture == "llama" && n_expert != 8 && n_head != n_head_kv);
 }
 
-GgufMixState gguf_mix_state(const std::vector<std::string>& gguf_names, int n_layer, bool is_70b) {
+GgufMixState gguf_mix_state(const std::vector<std::string>& gguf_names, int n_layer, int n_expert, bool is_70b) {
   GgufMixState state;
   state.n_layer = n_layer;
+  state.n_expert = n_expert;
   state.is_70b = is_70b;
   for (const auto& name : gguf_names) {
     if (is_attention_v(name)) ++state.n_attention_wv;

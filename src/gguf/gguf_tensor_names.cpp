@@ -1,8 +1,10 @@
 #include "finetune/gguf/gguf_tensor_names.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "finetune/model/architecture.h"
+#include "finetune/model/moe_names.h"
 #include "finetune/util/errors.h"
 #include "finetune/util/text.h"
 
@@ -41,6 +43,44 @@ std::string table_tensor_name(const Architecture& architecture, const std::strin
   return module ? "blk." + layer + "." + module->gguf_name + suffix : "";
 }
 
+// The last (in sorted order) of the checkpoint tensors holding the expert stacks of the layer
+// whose stacks live under `experts_prefix` ("model.layers.3.mlp.experts"): where the converter
+// has a layer's experts all read and writes their stacks.
+std::string last_expert_checkpoint_name(const Architecture& architecture, const ModelConfig& config,
+                                        const std::string& experts_prefix) {
+  std::string last;
+  for (const char* stack : {".gate_up_proj", ".down_proj"})
+    for (const auto& piece : checkpoint_pieces(architecture, config, experts_prefix + stack))
+      last = std::max(last, piece.name);
+  return last;
+}
+
+// The GGUF tensors of a MoE layer's router or expert stack; empty for any other tensor.
+std::vector<GgufTensorPart> moe_tensor_parts(const Architecture& architecture, const ModelConfig& config,
+                                             const std::string& hf_name) {
+  if (!architecture.moe || !config.moe || !starts_with(hf_name, architecture.layer_prefix)) return {};
+  const MoeLayout& moe = *architecture.moe;
+  const size_t dot = hf_name.find('.', architecture.layer_prefix.size());
+  if (dot == std::string::npos) return {};
+  const std::string layer_path = hf_name.substr(0, dot + 1);  // "model.layers.3."
+  const std::string block = "blk." + hf_name.substr(architecture.layer_prefix.size(), dot + 1 - architecture.layer_prefix.size());
+  if (hf_name == layer_path + moe.router + ".weight") {
+    return {{block + "ffn_gate_inp.weight", 0, 0, checkpoint_pieces(architecture, config, hf_name).front().name, ""}};
+  }
+  const std::string experts_prefix = layer_path + moe.experts;
+  const int64_t width = config.moe->moe_intermediate_size;
+  if (hf_name == experts_prefix + ".gate_up_proj") {
+    const auto position = last_expert_checkpoint_name(architecture, config, experts_prefix);
+    return {{block + "ffn_gate_exps.weight", 0, width, position, moe.checkpoint_gate},
+            {block + "ffn_up_exps.weight", width, width, position, moe.checkpoint_up}};
+  }
+  if (hf_name == experts_prefix + ".down_proj") {
+    const auto position = last_expert_checkpoint_name(architecture, config, experts_prefix);
+    return {{block + "ffn_down_exps.weight", 0, 0, position, moe.checkpoint_down}};
+  }
+  return {};
+}
+
 }  // namespace
 
 std::string gguf_architecture(const ModelConfig& config, const std::string& source) {
@@ -63,6 +103,13 @@ std::string gguf_tensor_name(const Architecture& architecture, const std::string
   auto name = table_tensor_name(architecture, hf_name);
   if (name.empty()) throw Error("GGUF export: tensor '" + hf_name + "' has no GGUF name");
   return name;
+}
+
+std::vector<GgufTensorPart> gguf_tensor_parts(const Architecture& architecture, const ModelConfig& config,
+                                              const std::string& hf_name) {
+  auto parts = moe_tensor_parts(architecture, config, hf_name);
+  if (parts.empty()) parts.push_back({gguf_tensor_name(architecture, hf_name), 0, 0, hf_name, ""});
+  return parts;
 }
 
 at::Tensor gguf_permute_qk(const at::Tensor& weight, int64_t n_head) {

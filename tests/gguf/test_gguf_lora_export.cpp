@@ -27,6 +27,9 @@ TEST(GgufLoraExport, FileNameAndRefusals) {
   EXPECT_THROW(export_gguf_lora(config, lora, {}, "unused", "m", "out", {"q3_k"}), UsageError);
   lora.use_dora = true;
   EXPECT_THROW(export_gguf_lora(config, lora, {}, "unused", "m", "out", {"f16"}), UsageError);
+  lora.use_dora = false;
+  lora.target_parameters = {"mlp.experts.gate_up_proj"};  // expert stacks: no lora_a/lora_b form
+  EXPECT_THROW(export_gguf_lora(config, lora, {}, "unused", "m", "out", {"f16"}), UsageError);
 }
 
 }  // namespace

@@ -45,6 +45,39 @@ TEST(GgufModelKeys, ConfigsLlamaCppWouldRunDifferentlyAreRefused) {
   EXPECT_NE(layer_message.find("layer 0 is a full-attention layer"), std::string::npos) << layer_message;
 }
 
+nlohmann::json qwen3_moe_json() {
+  return {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"vocab_size", 256},
+          {"hidden_size", 64}, {"intermediate_size", 96}, {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+          {"num_key_value_heads", 2}, {"head_dim", 16}, {"num_experts", 4}, {"num_experts_per_tok", 2},
+          {"moe_intermediate_size", 32}, {"norm_topk_prob", true}};
+}
+
+// llama.cpp's qwen3moe and llama (Mixtral) run experts in every layer, renormalise the top-k
+// weights and attend to every position: a config that says otherwise has no GGUF form.
+TEST(GgufModelKeys, MoeConfigsLlamaCppWouldRunDifferentlyAreRefused) {
+  EXPECT_NO_THROW(check_gguf_model_representable(model_config_from_json(qwen3_moe_json(), "m"), "qwen3moe", "m"));
+  auto dense = qwen3_moe_json();
+  dense["mlp_only_layers"] = {1};
+  auto message = refusal(dense, "qwen3moe");
+  EXPECT_NE(message.find("layer 1 is a dense MLP layer"), std::string::npos) << message;
+  auto step = qwen3_moe_json();
+  step["decoder_sparse_step"] = 2;
+  message = refusal(step, "qwen3moe");
+  EXPECT_NE(message.find("layer 0 is a dense MLP layer"), std::string::npos) << message;
+  auto unnormalised = qwen3_moe_json();
+  unnormalised["norm_topk_prob"] = false;
+  message = refusal(unnormalised, "qwen3moe");
+  EXPECT_NE(message.find("norm_topk_prob is false"), std::string::npos) << message;
+  nlohmann::json mixtral = {{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"},
+                            {"vocab_size", 256}, {"hidden_size", 64}, {"intermediate_size", 64},
+                            {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                            {"num_local_experts", 8}, {"num_experts_per_tok", 2}};
+  EXPECT_NO_THROW(check_gguf_model_representable(model_config_from_json(mixtral, "m"), "llama", "m"));
+  mixtral["sliding_window"] = 5;
+  message = refusal(mixtral, "llama");
+  EXPECT_NE(message.find("sliding_window 5 is set"), std::string::npos) << message;
+}
+
 // A RoPE scaling the export writes no keys for (yarn, dynamic) is refused, not dropped.
 TEST(GgufModelKeys, RopeScalingWithoutKeysIsRefused) {
   const nlohmann::json llama = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", 256},

@@ -30,7 +30,7 @@ std::vector<std::pair<std::string, GgmlType>> types_of(const std::string& mix_na
                                                        int64_t row_length) {
   const auto mix = *gguf_quant_mix(mix_name);
   const auto names = model_names(layers, tied);
-  auto state = gguf_mix_state(names, layers, false);
+  auto state = gguf_mix_state(names, layers, 0, false);
   std::vector<std::pair<std::string, GgmlType>> out;
   for (const auto& name : names) {
     const bool norm = name.find("_norm") != std::string::npos;
@@ -69,7 +69,7 @@ TEST(GgufQuantMix, FusedQkvIsTreatedAsAttentionV) {
   }
   std::sort(names.begin(), names.end(), gguf_quantizer_order);
   const auto mix = *gguf_quant_mix("q4_k_m");
-  auto state = gguf_mix_state(names, 16, false);
+  auto state = gguf_mix_state(names, 16, 0, false);
   EXPECT_EQ(state.n_attention_wv, 16);
   for (const auto& name : names) {
     const auto type = gguf_mix_tensor_type(mix, state, name, 256, 2, GgmlType::kF16);
@@ -118,7 +118,7 @@ TEST(GgufQuantMix, RowsNotMultipleOf256FallBack) {
 TEST(GgufQuantMix, SeventyBModelsGetQ5_KAttnV) {
   const auto mix = *gguf_quant_mix("q4_k_m");
   const auto names = model_names(80, false);
-  auto state = gguf_mix_state(names, 80, gguf_is_70b("llama", 80, 64, 8));
+  auto state = gguf_mix_state(names, 80, 0, gguf_is_70b("llama", 80, 64, 8, 0));
   std::vector<GgmlType> attn_v;
   for (const auto& name : names) {
     const auto type = gguf_mix_tensor_type(mix, state, name, 8192, name.find("_norm") != std::string::npos ? 1 : 2,
@@ -128,9 +128,47 @@ TEST(GgufQuantMix, SeventyBModelsGetQ5_KAttnV) {
   ASSERT_EQ(attn_v.size(), 80u);
   EXPECT_EQ(attn_v[0], GgmlType::kQ6_K);   // use_more_bits(0, 80)
   EXPECT_EQ(attn_v[10], GgmlType::kQ5_K);  // (10 - 10) % 3 == 0: not more bits, Q4_K -> Q5_K
-  EXPECT_FALSE(gguf_is_70b("llama", 80, 64, 64));  // MHA: LLM_TYPE_65B
-  EXPECT_TRUE(gguf_is_70b("qwen2", 80, 64, 8));
-  EXPECT_FALSE(gguf_is_70b("qwen3", 80, 64, 8));
+  EXPECT_FALSE(gguf_is_70b("llama", 80, 64, 64, 0));  // MHA: LLM_TYPE_65B
+  EXPECT_TRUE(gguf_is_70b("qwen2", 80, 64, 8, 0));
+  EXPECT_FALSE(gguf_is_70b("qwen3", 80, 64, 8, 0));
+}
+
+// An 8-expert model (Mixtral-8x7B's count): attn_v and attn_k Q8_0 in every mix, Q4_K_M's
+// attn_output Q5_K; the experts' ffn_down_exps take use_more_bits by their layer; the router is
+// never quantized; 8 experts never make a "llama" 70B.
+TEST(GgufQuantMix, EightExpertRules) {
+  std::vector<std::string> names = {"token_embd.weight", "output.weight"};
+  for (int i = 0; i < 3; ++i) {
+    for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate_exps", "ffn_up_exps",
+                          "ffn_down_exps", "ffn_gate_inp"}) {
+      names.push_back("blk." + std::to_string(i) + "." + t + ".weight");
+    }
+  }
+  std::sort(names.begin(), names.end(), gguf_quantizer_order);
+  for (const char* mix_name : {"q4_0", "q6_k", "q4_k_m", "q5_k_m"}) {
+    const auto mix = *gguf_quant_mix(mix_name);
+    auto state = gguf_mix_state(names, 3, 8, false);
+    for (const auto& name : names) {
+      const auto type = gguf_mix_tensor_type(mix, state, name, 256, name.find("exps") != std::string::npos ? 3 : 2,
+                                             name.find("gate_inp") != std::string::npos ? GgmlType::kF32 : GgmlType::kF16);
+      const std::string what = std::string(mix_name) + " " + name;
+      if (name.find("attn_v") != std::string::npos || name.find("attn_k") != std::string::npos) {
+        EXPECT_EQ(type, GgmlType::kQ8_0) << what;
+      }
+      if (name.find("gate_inp") != std::string::npos) {
+        EXPECT_EQ(type, GgmlType::kF32) << what;
+      }
+      if (name.find("attn_output") != std::string::npos) {
+        EXPECT_EQ(type, mix.file_type == 15 ? GgmlType::kQ5_K : mix.default_type) << what;
+      }
+      if (name.find("ffn_down_exps") != std::string::npos && (mix.file_type == 15 || mix.file_type == 17)) {
+        // use_more_bits(i, 3) picks layer 2 only
+        EXPECT_EQ(type, name == "blk.2.ffn_down_exps.weight" ? GgmlType::kQ6_K : mix.default_type) << what;
+      }
+    }
+  }
+  EXPECT_FALSE(gguf_is_70b("llama", 80, 64, 8, 8));  // Mixtral's shape: an 8x model, not 70B
+  EXPECT_TRUE(gguf_is_70b("llama", 80, 64, 8, 4));
 }
 
 TEST(GgufQuantMix, NamesAndFileTypes) {

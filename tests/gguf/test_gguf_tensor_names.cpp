@@ -28,6 +28,48 @@ TEST(GgufTensorNames, ArchitectureNamesOfTheExportedFamilies) {
   EXPECT_EQ(gguf_architecture(config_of("Gemma3ForConditionalGeneration"), "m/config.json"), "gemma3");
 }
 
+// Note [GGUF expert tensors]: the router and the expert stacks' GGUF tensors (gate and up rows of
+// gate_up_proj), placed where the converter stacks a layer's experts from the checkpoint's
+// per-expert tensors, in its checkpoint leaf names' order.
+TEST(GgufTensorNames, ExpertTensorsOfQwen3MoeAndMixtral) {
+  EXPECT_EQ(gguf_architecture(config_of("Qwen3MoeForCausalLM"), "m/config.json"), "qwen3moe");
+  EXPECT_EQ(gguf_architecture(config_of("MixtralForCausalLM"), "m/config.json"), "llama");
+  auto config = config_of("Qwen3MoeForCausalLM");
+  config.hidden_size = 64;
+  config.moe = MoeConfig{};
+  config.moe->num_experts = 12;
+  config.moe->moe_intermediate_size = 32;
+  const auto& qwen = architecture_of(config);
+  const auto router = gguf_tensor_parts(qwen, config, "model.layers.3.mlp.gate.weight");
+  ASSERT_EQ(router.size(), 1u);
+  EXPECT_EQ(router[0].gguf_name, "blk.3.ffn_gate_inp.weight");
+  EXPECT_EQ(router[0].converter_position, "model.layers.3.mlp.gate.weight");
+  const auto gate_up = gguf_tensor_parts(qwen, config, "model.layers.3.mlp.experts.gate_up_proj");
+  ASSERT_EQ(gate_up.size(), 2u);
+  EXPECT_EQ(gate_up[0].gguf_name, "blk.3.ffn_gate_exps.weight");
+  EXPECT_EQ(gate_up[1].gguf_name, "blk.3.ffn_up_exps.weight");
+  EXPECT_EQ(gate_up[1].row_begin, 32);
+  EXPECT_EQ(gate_up[1].rows, 32);
+  // experts.9 sorts after experts.11: the converter has all 12 once experts.9.up_proj arrives.
+  EXPECT_EQ(gate_up[0].converter_position, "model.layers.3.mlp.experts.9.up_proj.weight");
+  const auto down = gguf_tensor_parts(qwen, config, "model.layers.3.mlp.experts.down_proj");
+  EXPECT_EQ(down[0].converter_position, gate_up[0].converter_position);
+  EXPECT_LT(down[0].converter_rank, gate_up[0].converter_rank);  // down_proj, gate_proj, up_proj
+  auto mixtral_config = config;
+  mixtral_config.architecture = "MixtralForCausalLM";
+  const auto& mixtral = architecture_of(mixtral_config);
+  const auto mixtral_router = gguf_tensor_parts(mixtral, mixtral_config, "model.layers.0.mlp.gate.weight");
+  EXPECT_EQ(mixtral_router[0].converter_position, "model.layers.0.block_sparse_moe.gate.weight");
+  const auto mixtral_down = gguf_tensor_parts(mixtral, mixtral_config, "model.layers.0.mlp.experts.down_proj");
+  const auto mixtral_gate_up = gguf_tensor_parts(mixtral, mixtral_config, "model.layers.0.mlp.experts.gate_up_proj");
+  EXPECT_EQ(mixtral_down[0].converter_rank, "w2");
+  EXPECT_LT(mixtral_gate_up[0].converter_rank, mixtral_down[0].converter_rank);  // w1 (gate), w2, w3 (up)
+  EXPECT_LT(mixtral_down[0].converter_rank, mixtral_gate_up[1].converter_rank);
+  const auto attention = gguf_tensor_parts(mixtral, mixtral_config, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(attention[0].gguf_name, "blk.0.attn_q.weight");
+  EXPECT_EQ(gguf_permute_heads("llama", mixtral_config, "model.layers.0.mlp.experts.gate_up_proj"), 0);
+}
+
 TEST(GgufTensorNames, AnUnknownArchitectureIsRefusedByName) {
   const std::string message = testing::error_message([&] { gguf_architecture(config_of("GPTNeoXForCausalLM"), "m/config.json"); });
   EXPECT_NE(message.find("m/config.json: architecture 'GPTNeoXForCausalLM' has no GGUF export"), std::string::npos)

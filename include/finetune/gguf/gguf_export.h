@@ -1,7 +1,8 @@
 // --save_method gguf: the model's tensors with its adapters merged written as one GGUF v3 file per
 // --quantization type, with the metadata, tensor names, types and bytes that llama.cpp's
 // convert_hf_to_gguf.py writes for the merged_16bit directory of the same model (LlamaModel /
-// Qwen2Model / Qwen3Model): 1-D tensors and norms F32, the rest in the chosen type (Q8_0 rows
+// Qwen2Model / Qwen3Model / Qwen3MoeModel, Mixtral as LlamaModel with experts: Note [GGUF expert
+// tensors] in gguf_tensor_names.h): 1-D tensors, norms and a MoE router F32, the rest in the chosen type (Q8_0 rows
 // that are not a multiple of 32 fall back to F16, as the converter does), or for
 // q4_0/q5_0/q6_k/q4_k_m/q5_k_m the file llama-quantize makes of the F16 one (gguf_quant_mix.h),
 // Llama's q/k rows permuted, rope_freqs for Llama-3 rope scaling. general.name is the model

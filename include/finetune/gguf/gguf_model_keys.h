@@ -2,7 +2,9 @@
 // convert_hf_to_gguf.py writes them for each architecture (its writer keeps a key where it was
 // first added, even when a later call sets it again):
 //  - llama / qwen2 / qwen3: TextModel.set_gguf_parameters (+ LlamaModel's vocab_size and rope
-//    dimension count);
+//    dimension count); for Mixtral (llama) and qwen3moe also TextModel's expert_count and
+//    expert_used_count, and for qwen3moe Qwen2MoeModel's expert_feed_forward_length
+//    (moe_intermediate_size);
 //  - phi3 (Phi3MiniModel): its own list: context length, the longrope original context, rope
 //    dimension count int(partial_rotary_factor * hidden) / heads, sliding_window (0 when null);
 //    and, when longrope factors exist, rope.scaling.attn_factor, which its generate_extra_tensors
@@ -36,7 +38,10 @@ nlohmann::json gguf_converter_hparams(const ModelConfig& config);
 // finetune trains (and the converter writes no key that could say otherwise): an untied Gemma-2
 // lm_head (llama.cpp's gemma2 reads no output tensor), a Gemma attention scale other than llama.cpp's
 // (head_dim^-0.5, or (hidden / heads)^-0.5 for the 27B shapes), Gemma's sliding layers elsewhere
-// than llama.cpp's fixed pattern (Gemma-2 every other layer from 0; Gemma-3 all but every 6th).
+// than llama.cpp's fixed pattern (Gemma-2 every other layer from 0; Gemma-3 all but every 6th); a
+// MoE config with dense layers (Qwen3-MoE's mlp_only_layers, decoder_sparse_step > 1), top-k
+// weights left unnormalised (norm_topk_prob false) or a sliding window (Mixtral): llama.cpp's
+// qwen3moe and llama builders run experts in every layer, renormalise, and attend to every position.
 void check_gguf_model_representable(const ModelConfig& config, const std::string& arch, const std::string& source);
 
 }  // namespace finetune

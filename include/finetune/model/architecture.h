@@ -215,7 +215,7 @@ inline std::vector<LayerModule> moe_layer_modules(bool qk_norm) {
 // Qwen3MoeConfig defaults), dense layers where mlp_only_layers / decoder_sparse_step say.
 inline Architecture qwen3_moe_architecture() {
   Architecture architecture{ArchitectureId::kQwen3Moe, {"Qwen3MoeForCausalLM"}, "qwen3_moe",
-                            {4, 0, 32768, std::nullopt, std::nullopt}, moe_layer_modules(true), "", false};
+                            {4, 0, 32768, std::nullopt, std::nullopt}, moe_layer_modules(true), "qwen3moe", false};
   MoeLayout moe;
   moe.checkpoint_block = "mlp";
   moe.checkpoint_gate = "gate_proj";
@@ -231,9 +231,10 @@ inline Architecture qwen3_moe_architecture() {
 }
 
 // MixtralForCausalLM: Mistral's attention, every layer sparse (experts of intermediate_size).
+// llama.cpp's converter writes it as "llama" with expert tensors (q/k rows permuted as Llama's).
 inline Architecture mixtral_architecture() {
   Architecture architecture{ArchitectureId::kMixtral, {"MixtralForCausalLM"}, "mixtral",
-                            {8, 0, 131072, 1, 2, 1000000.0, 1e-5}, moe_layer_modules(false), "", false};
+                            {8, 0, 131072, 1, 2, 1000000.0, 1e-5}, moe_layer_modules(false), "llama", true};
   MoeLayout moe;
   moe.checkpoint_block = "block_sparse_moe";
   moe.checkpoint_gate = "w1";
@@ -256,7 +257,6 @@ inline const std::vector<Architecture>& architectures() {
       gemma_architecture(A::kGemma2, {"Gemma2ForCausalLM"}, "gemma2", 8192, false),
       gemma_architecture(A::kGemma3, {"Gemma3ForCausalLM"}, "gemma3_text", 131072, true),
       gemma3_multimodal_architecture(),
-      // GGUF: none yet (llama.cpp's qwen3moe / llama-with-experts layouts: ffn_gate_inp, ffn_*_exps).
       qwen3_moe_architecture(),
       mixtral_architecture(),
   };
