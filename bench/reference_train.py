@@ -8,7 +8,6 @@ loss comes from the model's forward (sum over tokens / num_items_in_batch, the s
 torchrun (or plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
 tokens), optimizer steps/s and peak GPU memory, measured after `--warmup_steps` steps.
 """
-import argparse
 import json
 import os
 import time
@@ -17,6 +16,8 @@ import peft
 import torch
 import torch.distributed as dist
 import transformers
+
+from peer_common import lora_config, run_arguments
 
 
 def apply_liger(model_dir):
@@ -28,13 +29,7 @@ def apply_liger(model_dir):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--accum", type=int, default=4)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup_steps", type=int, default=5)
+    p = run_arguments(steps=30, warmup_steps=5)
     p.add_argument("--lr", type=float, default=2e-4)
     p.add_argument("--max_seq_length", type=int, default=2048)
     p.add_argument("--load_in_4bit", action="store_true")
@@ -63,9 +58,7 @@ def main():
         model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
-    config = peft.LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    model = peft.get_peft_model(model, config)
+    model = peft.get_peft_model(model, lora_config())
     # from_pretrained returns eval mode, where transformers skips checkpointing: train() makes the
     # checkpointed layers recompute (dropout is 0, so nothing else changes).
     model.train()

@@ -3,16 +3,16 @@ projection), bf16 base, gradient checkpointing, as a user runs it. Launch with t
 python for one GPU). Prints one JSON line (rank 0): tokens/s per GPU (chosen + rejected tokens
 without padding, as finetune counts them), optimizer steps/s and peak GPU memory, measured over
 the steps after --warmup_steps. Data: bench/dpo_bench.py's rows and tokenizer."""
-import argparse
 import json
 import os
 import time
 
 import datasets
-import peft
 import torch
 import transformers
 from trl import DPOConfig, DPOTrainer
+
+from peer_common import lora_config, run_arguments
 
 
 class Clock(transformers.TrainerCallback):
@@ -50,28 +50,20 @@ class CountingDPOTrainer(DPOTrainer):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", required=True)
-    p.add_argument("--data", required=True)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--accum", type=int, default=4)
-    p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--warmup_steps", type=int, default=3)
+    p = run_arguments(steps=10, warmup_steps=3)
     p.add_argument("--max_length", type=int, default=2048)
     p.add_argument("--out", default="/tmp/trl_dpo")
     args = p.parse_args()
     world = int(os.environ.get("WORLD_SIZE", 1))
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16)
-    lora = peft.LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     config = DPOConfig(output_dir=args.out, per_device_train_batch_size=args.batch, gradient_accumulation_steps=args.accum,
                        max_steps=args.warmup_steps + args.steps, learning_rate=2e-4, warmup_steps=5, logging_steps=1,
                        bf16=True, gradient_checkpointing=True, max_length=args.max_length, report_to=[],
                        save_strategy="no", dataloader_num_workers=0, optim="adamw_torch_fused")
     clock = Clock(args.warmup_steps)
     trainer = CountingDPOTrainer(model=model, args=config, train_dataset=datasets.load_dataset("json", data_files=args.data)["train"],
-                                 processing_class=tokenizer, peft_config=lora, callbacks=[clock])
+                                 processing_class=tokenizer, peft_config=lora_config(), callbacks=[clock])
     trainer.clock = clock
     trainer.train()
     torch.cuda.synchronize()

@@ -113,7 +113,7 @@ TrainingObjective training_objective_for(Action action, const Options& options, 
     return out;
   }
   if (action != Action::Dpo) {
-    out.objective = std::make_unique<CausalLmObjective>();
+    out.objective = std::make_unique<CausalLmObjective>(model.config());
     out.description = "causal_lm";
     return out;
   }

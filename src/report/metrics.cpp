@@ -15,7 +15,6 @@ nlohmann::json metrics_json(const StepMetrics& m) {
                          {"rank_imbalance", m.rank_imbalance}};
   for (const auto& [name, value] : m.objective_metrics) json[name] = value;
   if (m.eval_loss) json["eval_loss"] = *m.eval_loss;
-  if (m.aux_loss) json["aux_loss"] = *m.aux_loss;
   return json;
 }
 

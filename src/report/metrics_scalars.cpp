@@ -25,7 +25,6 @@ std::vector<ScalarValue> step_scalars(const StepMetrics& m) {
   // The objective's metrics as HF's TensorBoardCallback writes TRL's logs: train/rewards/chosen, ...
   for (const auto& [name, value] : m.objective_metrics) scalars.push_back({tensorboard_tag(name), value});
   if (m.eval_loss) scalars.push_back({tensorboard_tag("eval_loss"), *m.eval_loss});
-  if (m.aux_loss) scalars.push_back({tensorboard_tag("aux_loss"), *m.aux_loss});
   return scalars;
 }
 

@@ -7,7 +7,7 @@
 #include "finetune/data/rank_assignment.h"
 #include "finetune/weights/tensor_io.h"
 #include "finetune/train/device_batch.h"
-#include "finetune/train/loss.h"
+#include "finetune/train/objective.h"
 
 namespace finetune {
 
@@ -30,9 +30,11 @@ EvalResult evaluate(const CausalLM& model, const std::vector<Sample>& samples, c
     // Dumped logits are read per padded row, so dumping keeps the padded layout.
     const auto batch = to_device(host, model.device(),
                                  dump_logits_path.empty() ? batch_layout_for(model.kernel_policy()) : BatchLayout::kPaddedRows);
-    ForwardOptions options;
-    auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, options);
-    loss_sum += causal_lm_loss_sum(model, hidden, batch.target_positions, batch.target_ids).to(at::kDouble);
+    // The token loss, with the router term of a MoE model that adds one (transformers' forward adds
+    // it whenever it gets labels: Note [Router load-balancing loss] in train/objective.h).
+    const CausalLmLoss loss = causal_lm_forward_loss(model, micro_batch_inputs(batch), ForwardOptions{});
+    const auto& hidden = loss.hidden;  // (B, T, C)
+    loss_sum += loss.loss_sum.to(at::kDouble);
     result.tokens += host.trainable_tokens;
     if (!dump_logits_path.empty()) {
       for (size_t row = 0; row < batch_indices.size(); ++row) {

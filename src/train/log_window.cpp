@@ -24,8 +24,6 @@ void LogWindow::add_step(const at::Tensor& loss, const at::Tensor& tokens, const
   last_rank_tokens_ = rank_tokens;
 }
 
-void LogWindow::add_auxiliary_loss(const at::Tensor& aux_loss) { window_aux_losses_.push_back(aux_loss); }
-
 void LogWindow::restart_clock() { window_start_ = std::chrono::steady_clock::now(); }
 
 StepMetrics LogWindow::close(StepMetrics line) {
@@ -49,10 +47,8 @@ StepMetrics LogWindow::close(StepMetrics line) {
     }
   }
   for (int64_t i = 0; i < losses.size(0); ++i) logged_losses_.push_back(losses[i].item<double>());
-  if (!window_aux_losses_.empty()) line.aux_loss = at::stack(window_aux_losses_).mean().item<double>();
   history_.push_back(metrics_json(line));
   window_losses_.clear();
-  window_aux_losses_.clear();
   window_metrics_.clear();
   window_tokens_.zero_();
   restart_clock();

@@ -1,6 +1,7 @@
 #include "finetune/train/objective.h"
 
 #include "finetune/model/moe_block.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 
@@ -8,23 +9,17 @@ MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch) {
   return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.real_token_mask, batch.group_ids};
 }
 
-namespace {
-
-bool adds_router_loss(const ModelConfig& config, const ForwardOptions& forward) {
-  return forward.training && config.moe && config.moe->output_router_logits && config.moe->router_aux_loss_coef > 0;
+bool adds_router_loss(const ModelConfig& config) {
+  return config.moe && config.moe->output_router_logits && config.moe->router_aux_loss_coef > 0;
 }
 
-}  // namespace
-
-double CausalLmObjective::normaliser_share(const HostBatch& batch) const {
-  return static_cast<double>(batch.trainable_tokens);
-}
-
-at::Tensor CausalLmObjective::loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
-                                       const ForwardOptions& forward) const {
-  if (!adds_router_loss(model.config(), forward)) {
-    const auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (B, T, C)
-    return causal_lm_loss_sum(model, hidden, batch.targets);
+CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInputs& batch,
+                                    const ForwardOptions& forward) {
+  CausalLmLoss out;
+  if (!adds_router_loss(model.config())) {
+    out.hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (B, T, C)
+    out.loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets);
+    return out;
   }
   // Note [Router load-balancing loss]
   std::vector<at::Tensor> router_logits;
@@ -33,23 +28,39 @@ at::Tensor CausalLmObjective::loss_sum(const CausalLM& model, const MicroBatchIn
   // A recompute would run the routers again in backward, after their logits were read: the
   // layers of a model with this loss keep their activations (README, mixture-of-experts).
   with_router.gradient_checkpointing = false;
-  const auto hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, with_router);
+  out.hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, with_router);  // (B, T, C)
   const auto& moe = *model.config().moe;
   const auto aux = load_balancing_loss(router_logits, moe.num_experts, moe.num_experts_per_tok, batch.token_mask);
   const auto trained = static_cast<double>(batch.targets.positions.numel());
-  const auto term = aux.detach().to(at::kDouble) * trained;
-  auxiliary_loss_sum_ = auxiliary_loss_sum_.defined() ? auxiliary_loss_sum_ + term : term;
-  return causal_lm_loss_sum(model, hidden, batch.targets) + aux * (moe.router_aux_loss_coef * trained);
+  out.aux_loss_sum = aux.detach().to(at::kDouble) * trained;
+  out.loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets) + aux * (moe.router_aux_loss_coef * trained);
+  return out;
 }
 
-bool CausalLmObjective::adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const {
-  return adds_router_loss(model.config(), forward);
+CausalLmObjective::CausalLmObjective(const ModelConfig& config) : router_loss_(adds_router_loss(config)) {}
+
+double CausalLmObjective::normaliser_share(const HostBatch& batch) const {
+  return static_cast<double>(batch.trainable_tokens);
 }
 
-at::Tensor CausalLmObjective::take_auxiliary_loss_sum() const {
-  auto sum = auxiliary_loss_sum_;
-  auxiliary_loss_sum_ = at::Tensor();
-  return sum;
+at::Tensor CausalLmObjective::loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
+                                       const ForwardOptions& forward) const {
+  return causal_lm_forward_loss(model, batch, forward).loss_sum;
+}
+
+std::vector<std::string> CausalLmObjective::metric_names() const {
+  if (router_loss_) return {"aux_loss"};
+  return {};
+}
+
+LossAndMetrics CausalLmObjective::loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,
+                                                       const ForwardOptions& forward) const {
+  const CausalLmLoss loss = causal_lm_forward_loss(model, batch, forward);
+  if (router_loss_ != loss.aux_loss_sum.defined()) {
+    throw Error("causal_lm objective: built for a model " + std::string(router_loss_ ? "with" : "without") +
+                " the router load-balancing loss, run on one " + (router_loss_ ? "without" : "with"));
+  }
+  return {loss.loss_sum, router_loss_ ? loss.aux_loss_sum.reshape({1}) : at::Tensor()};
 }
 
 }  // namespace finetune

@@ -206,12 +206,6 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   const auto means = sums / counts[0];
   window_.add_step(means[0], counts[1], counts.narrow(0, kRankTokensOffset, communicator_.world_size()),
                    metrics > 0 ? means.narrow(0, 1, metrics) : at::Tensor());
-  if (objective_.adds_auxiliary_loss(model_, forward_options_)) {  // Note [Router load-balancing loss]
-    auto aux_sum = objective_.take_auxiliary_loss_sum();
-    if (!aux_sum.defined()) aux_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(model_.device()));
-    communicator_.all_reduce(aux_sum, "auxiliary loss of " + step_name(step));
-    window_.add_auxiliary_loss(aux_sum / counts[0]);
-  }
   return outcome;
 }
 
@@ -372,7 +366,7 @@ void Trainer::finish(const TrainerHooks& hooks, TrainResult& result) {
 TrainResult train(CausalLM& model, const NamedTensors& trainable, MicroBatchStream& stream,
                   Communicator& communicator, const TrainerConfig& config, const TrainerHooks& hooks,
                   const TrainingState* resume) {
-  const CausalLmObjective objective;
+  const CausalLmObjective objective(model.config());
   return train(model, trainable, stream, communicator, config, hooks, resume, objective);
 }
 

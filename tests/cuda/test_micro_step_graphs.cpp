@@ -88,7 +88,7 @@ Trace train(int mode) {
   ForwardOptions forward;
   forward.training = true;
   forward.gradient_checkpointing = true;
-  const CausalLmObjective objective;
+  const CausalLmObjective objective(model->config());
   std::unique_ptr<MicroStepGraphs> graphs;
   if (mode > 0) {
     MicroStepGraphsConfig config;

@@ -21,26 +21,11 @@ from safetensors.torch import load_file
 
 from conftest import run_finetune
 from numerics import relative_error
+import lora_parity
 import reference_loop
-import test_train_parity as parity
 import tiny_models
 
 TARGETS = ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # not k_proj
-
-
-def make_bias_adapter(base, out_dir, bias):
-    """make_init_adapter's random non-zero adapter, saved with PEFT's `bias` (its biases included)."""
-    torch.manual_seed(0)
-    model = tiny_models.load_reference_model(base)
-    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias=bias, task_type="CAUSAL_LM",
-                             target_modules=TARGETS)
-    model = peft.get_peft_model(model, config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.05 * torch.randn_like(p))
-    model.save_pretrained(out_dir)
-    return out_dir
 
 
 @pytest.fixture(scope="module")
@@ -61,19 +46,10 @@ def bias_keys(tensors):
 @pytest.mark.parametrize("bias", ["all", "lora_only"])
 def test_training_biases_matches_peft(setup, bias):
     root, base, rows, data = setup
-    adapter = make_bias_adapter(base, root / f"init_{bias}", bias)
+    adapter = reference_loop.make_init_adapter(base, root / f"init_{bias}", target_modules=TARGETS, bias=bias)
     out = root / f"ours_{bias}"
-    run_finetune(parity.finetune_args(base, adapter, data, out))
-    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=parity.STEPS,
-                                                           **parity.SETTINGS)
-    ours = parity.step_losses(out)
-    assert len(ours) == parity.STEPS
-    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
-        assert abs(got - want) <= 1e-4 * abs(want), f"step {step}: loss {got} vs reference {want}"
-    worst_loss = max(abs(got - want) / abs(want) for got, want in zip(ours, ref_losses))
-    saved = load_file(str(out / "adapter_model.safetensors"))
-    reference = reference_loop.lora_state(ref_model)
-    assert set(saved) == set(reference)
+    lora_parity.train_ours(base, adapter, data, out)
+    _, saved, _ = lora_parity.steps_match_peft(out.name, base, adapter, rows, out)
     layers = range(2)
     expected = [f"base_model.model.model.layers.{i}.self_attn.{p}.base_layer.bias" for i in layers
                 for p in ("q_proj", "v_proj")]
@@ -81,10 +57,6 @@ def test_training_biases_matches_peft(setup, bias):
         expected += [f"base_model.model.model.layers.{i}.self_attn.k_proj.bias" for i in layers]
     assert bias_keys(saved) == sorted(expected)
     initial = load_file(str(adapter / "adapter_model.safetensors"))
-    for name, ref in reference.items():
-        assert relative_error(saved[name], ref) <= 1e-4, name
-    worst_tensor = max(relative_error(saved[name], ref) for name, ref in reference.items())
-    print(f"{out.name}: worst loss error {worst_loss:.2e}, worst saved tensor error {worst_tensor:.2e} (relative)")
     for name in expected:  # the biases did train
         assert relative_error(saved[name], initial[name]) > 1e-3, name
     assert json.load(open(out / "adapter_config.json"))["bias"] == bias

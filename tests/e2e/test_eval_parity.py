@@ -1,6 +1,4 @@
 """`finetune eval` reproduces transformers' logits and loss on every supported model variant."""
-import os
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -39,17 +37,14 @@ def reference(model, rows):
     return logits_per_row, loss_sum / tokens, tokens
 
 
-@pytest.mark.parametrize("case", list(tiny_models.model_cases()))
-def test_eval_matches_transformers(case, tmp_path, eval_rows):
-    data_path, rows = eval_rows
-    model_dir = tmp_path / case
-    model = tiny_models.make_model(case, model_dir)
-    model.eval()
-    dump = tmp_path / "logits.safetensors"
+def eval_matches_reference(model, rows, model_dir, data_path, dump, extra=()):
+    """`finetune eval` in batches of BATCH (fp32, CPU, `extra` options) against reference(): every
+    row's logits 1e-5 relative, the token count, and the loss 1e-5 relative. Returns (our result
+    line, the reference loss)."""
     proc = run_finetune(["eval", "--model_name", model_dir, "--dataset", data_path, "--dtype", "float32",
-                         "--device", "cpu", "--per_device_eval_batch_size", BATCH, "--dump_logits", dump])
+                         "--device", "cpu", "--per_device_eval_batch_size", BATCH] + list(extra) +
+                        ["--dump_logits", dump])
     result = last_json_line(proc.stdout)
-
     expected_logits, expected_loss, expected_tokens = reference(model, rows)
     ours = load_file(str(dump))
     assert len(ours) == len(rows)
@@ -57,7 +52,17 @@ def test_eval_matches_transformers(case, tmp_path, eval_rows):
         got = ours[f"logits.{i}"]
         assert got.shape == ref.shape
         rel = (got - ref).norm() / ref.norm()
-        assert rel <= 1e-5, f"{case} row {i}: relative logits error {rel:.3e}"
+        assert rel <= 1e-5, f"{model_dir.name} row {i}: relative logits error {rel:.3e}"
     assert result["tokens"] == expected_tokens
     assert abs(result["loss"] - expected_loss) <= 1e-5 * abs(expected_loss)
+    return result, expected_loss
+
+
+@pytest.mark.parametrize("case", list(tiny_models.model_cases()))
+def test_eval_matches_transformers(case, tmp_path, eval_rows):
+    data_path, rows = eval_rows
+    model_dir = tmp_path / case
+    model = tiny_models.make_model(case, model_dir)
+    model.eval()
+    result, expected_loss = eval_matches_reference(model, rows, model_dir, data_path, tmp_path / "logits.safetensors")
     assert abs(result["perplexity"] - torch.exp(torch.tensor(expected_loss)).item()) <= 1e-4 * result["perplexity"]

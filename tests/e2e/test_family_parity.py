@@ -16,19 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import run_finetune
-from numerics import relative_error
 import generation_assets as assets
+import lora_parity
 import reference_loop
 import tiny_models
-from test_train_parity import SETTINGS, STEPS, finetune_args, step_losses
 
 CASES = ["mistral_window", "gemma2", "gemma2_mha_untied", "gemma3", "gemma3_mqa_untied", "gemma3_multimodal"]
 TEXT_ONLY = [case for case in CASES if case != "gemma3_multimodal"]  # generation_assets builds text models
-PROMPTS = ["Reverse the order of the words: red blue green and the sun", "The",
-           "Below is an instruction that describes a task. caf\u00e9", "sun moon"]
-NEW_TOKENS = 12
-BATCH = 3
 
 
 @pytest.fixture(scope="module", params=CASES)
@@ -45,8 +39,7 @@ def trained(request, tmp_path_factory):
     data = root / "train.jsonl"
     tiny_models.write_jsonl(data, rows)
     out = root / "ours"
-    run_finetune(finetune_args(base, adapter, data, out) +
-                 ["--save_model", "--save_method", "merged_16bit", "--save_path", root / "merged"])
+    lora_parity.train_ours(base, adapter, data, out, merged=root / "merged")
     return case, root, base, adapter, rows, data, out
 
 
@@ -70,32 +63,14 @@ def peft_model(base, adapter_dir):
 
 def test_lora_steps_match_peft(trained):
     case, root, base, adapter, rows, data, out = trained
-    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=STEPS, **SETTINGS)
-    ours = step_losses(out)
-    assert len(ours) == STEPS
-    worst_loss = max(abs(got - want) / abs(want) for got, want in zip(ours, ref_losses))
-    ours_adapter = load_file(str(out / "adapter_model.safetensors"))
-    ref_adapter = {k: v for k, v in reference_loop.lora_state(ref_model).items() if not is_vision_tower(k)}
-    assert set(ours_adapter) == set(ref_adapter)
-    worst_adapter = max(relative_error(ours_adapter[name], ref) for name, ref in ref_adapter.items())
-    print(f"{case}: 20 LoRA steps vs PEFT: loss {worst_loss:.3g}, adapter {worst_adapter:.3g} (relative)")
-    assert worst_loss <= 1e-4, (ours, ref_losses)
-    assert worst_adapter <= 1e-4
+    ours, _, _ = lora_parity.steps_match_peft(case, base, adapter, rows, out, keep=lambda k: not is_vision_tower(k))
     assert ours[-1] < ours[0]
 
 
 def test_peft_loads_our_adapter_and_logits_match(trained, tmp_path):
     case, root, base, adapter, rows, data, out = trained
-    dump = tmp_path / "logits.safetensors"
-    run_finetune(["eval", "--model_name", base, "--dataset", data, "--init_adapter", out, "--dtype", "float32",
-                  "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", dump])
-    model = peft_model(base, out)
-    ours = load_file(str(dump))
-    worst = 0.0
-    for i, row in enumerate(rows[:6]):
-        with torch.no_grad():
-            ref = model(input_ids=torch.tensor([row["input_ids"]])).logits[0].float()
-        worst = max(worst, relative_error(ours[f"logits.{i}"], ref))
+    ours = lora_parity.eval_logits(base, data, tmp_path / "logits.safetensors", init_adapter=out)
+    worst = lora_parity.dumped_logits_error(ours, peft_model(base, out), rows[:6])
     print(f"{case}: PEFT-loaded adapter logits {worst:.3g} (relative)")
     assert worst <= 1e-5
 
@@ -103,12 +78,7 @@ def test_peft_loads_our_adapter_and_logits_match(trained, tmp_path):
 def test_merged_export_equals_merge_and_unload(trained):
     case, root, base, adapter, rows, data, out = trained
     merged = tiny_models.load_reference_model(root / "merged", dtype=torch.float32).eval()
-    reference = peft_model(base, out).merge_and_unload().eval()
-    worst = 0.0
-    for row in rows[:4]:
-        ids = torch.tensor([row["input_ids"]])
-        with torch.no_grad():
-            worst = max(worst, relative_error(merged(input_ids=ids).logits, reference(input_ids=ids).logits))
+    worst = lora_parity.logits_error(merged, peft_model(base, out).merge_and_unload().eval(), rows[:4])
     print(f"{case}: merged export vs merge_and_unload logits {worst:.3g} (relative)")
     assert worst <= 1e-5
 
@@ -117,15 +87,6 @@ def test_merged_export_equals_merge_and_unload(trained):
 def test_greedy_generate_equals_transformers(case, tmp_path):
     tokenizer = assets.make_tokenizer()
     model = assets.make_model(case, tmp_path / "model", tokenizer)
-    prompts = tmp_path / "prompts.jsonl"
-    assets.write_jsonl(prompts, [{"prompt": p} for p in PROMPTS])
-    proc = run_finetune(["generate", "--model_name", tmp_path / "model", "--prompts", prompts,
-                         "--generation_batch_size", BATCH, "--max_new_tokens", NEW_TOKENS,
-                         "--device", "cpu", "--dtype", "float32"])
-    results = assets.read_jsonl_lines(proc.stdout)
-    ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
-    assert max(len(i) for i in ids) + NEW_TOKENS > model.config.sliding_window  # decoding crosses the window
-    expected = assets.reference_generate(model, [ids[i:i + BATCH] for i in range(0, len(ids), BATCH)],
-                                         {tokenizer.eos_token_id}, tokenizer.pad_token_id, do_sample=False,
-                                         max_new_tokens=NEW_TOKENS)
-    assert [r["token_ids"] for r in results] == expected
+    ids = lora_parity.greedy_generate_matches(model, tokenizer, tmp_path / "model", tmp_path)
+    # decoding crosses the window
+    assert max(len(i) for i in ids) + lora_parity.NEW_TOKENS > model.config.sliding_window

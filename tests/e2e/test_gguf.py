@@ -53,6 +53,33 @@ def export_gguf(model_dir, out_dir, quantization):
     return last_json_line(proc.stdout)["gguf_files"]
 
 
+def export_gguf_files(model_dir, out_dir, quantization):
+    """export_gguf's files by weight type: {"F16": path, "Q8_0": path, ...}."""
+    return {os.path.basename(f).split(".")[-2]: f for f in export_gguf(model_dir, out_dir, quantization)}
+
+
+def exported_cases(tmp_path_factory, quantizations, make_model):
+    """case -> (model dir, transformers model, {TYPE: our gguf path}) for each case of
+    `quantizations` (case -> export_gguf's quantization list), the model made by make_model(case, dir)."""
+    out = {}
+    for case, quantization in quantizations.items():
+        root = tmp_path_factory.mktemp(case)
+        model_dir = root / case
+        model = make_model(case, model_dir)
+        out[case] = (model_dir, model, export_gguf_files(model_dir, root / "gguf", quantization))
+    return out
+
+
+def llama_cpp_logits_against(model, path):
+    """llama.cpp's logits of TOKENS from the file at `path`, transformers' (`model`, fp32), and the
+    relative Frobenius error of llama.cpp's."""
+    with torch.no_grad():
+        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
+    got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
+    assert got.shape == expected.shape
+    return got, expected, np.linalg.norm(got - expected) / np.linalg.norm(expected)
+
+
 def assert_same_gguf(ours_path, reference_path):
     ours, ours_tensors, ours_order = gguf_reference.read_gguf(ours_path)
     ref, ref_tensors, ref_order = gguf_reference.read_gguf(reference_path)
@@ -69,14 +96,9 @@ def assert_same_gguf(ours_path, reference_path):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """case -> (model dir, transformers model, {TYPE: our gguf path})."""
-    out = {}
-    for case, quantization in (("llama3_rope", "f32,f16,bf16,q8_0"), ("qwen2", "f16,q8_0"), ("qwen3", "f16,q8_0")):
-        root = tmp_path_factory.mktemp(case)
-        model_dir = root / case
-        model = gguf_models.make_gguf_model(case, model_dir, TOKENIZERS)
-        files = export_gguf(model_dir, root / "gguf", quantization)
-        out[case] = (model_dir, model, {os.path.basename(f).split(".")[-2]: f for f in files})
-    return out
+    quantizations = {"llama3_rope": "f32,f16,bf16,q8_0", "qwen2": "f16,q8_0", "qwen3": "f16,q8_0"}
+    return exported_cases(tmp_path_factory, quantizations,
+                          lambda case, model_dir: gguf_models.make_gguf_model(case, model_dir, TOKENIZERS))
 
 
 @pytest.mark.parametrize("case,qtype", [("llama3_rope", "F32"), ("llama3_rope", "F16"), ("llama3_rope", "BF16"),
@@ -99,12 +121,8 @@ def test_matches_llama_cpp_converter(exported, tmp_path, case, qtype):
 @pytest.mark.parametrize("case", ["llama3_rope", "qwen2", "qwen3"])
 def test_llama_cpp_logits_match_transformers(exported, case):
     _, model, files = exported[case]
-    with torch.no_grad():
-        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
     for qtype, path in sorted(files.items()):
-        got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
-        assert got.shape == expected.shape
-        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        got, expected, rel = llama_cpp_logits_against(model, path)
         print(f"{case} {qtype}: relative logits error {rel:.3e}")
         assert rel <= LOGIT_BOUNDS[qtype], f"{case} {qtype}: relative logits error {rel:.3e}"
         assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} {qtype}: greedy tokens differ"
@@ -154,10 +172,7 @@ def test_other_vocabularies_match_converter_and_llama_cpp(vocab_exported, tmp_pa
         from tokenizers import Tokenizer
         expected_ids = Tokenizer.from_file(str(model_dir / "tokenizer.json")).encode(TEXT, add_special_tokens=False).ids
         assert llama_cpp_reference.llama_cpp_tokenize(path, TEXT, add_special=False) == expected_ids
-    with torch.no_grad():
-        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
-    got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
-    rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+    got, expected, rel = llama_cpp_logits_against(model, path)
     print(f"{case} F16: relative logits error {rel:.3e}")
     assert rel <= LOGIT_BOUNDS["F16"], f"{case} F16: relative logits error {rel:.3e}"
     assert (got.argmax(-1) == expected.argmax(-1)).all(), f"{case} F16: greedy tokens differ"
@@ -241,17 +256,12 @@ QUANTIZATIONS = "f16,q4_0,q5_0,q6_k,q4_k_m,q5_k_m"
 @pytest.fixture(scope="module")
 def quant_exported(tmp_path_factory):
     """case -> (model dir, transformers model, {label: our gguf path})."""
-    out = {}
-    for case in ("llama3_rope", "wide_llama", "wide_qwen2"):
-        root = tmp_path_factory.mktemp(case)
-        model_dir = root / case
+    def make_model(case, model_dir):
         if case in gguf_quant_models.WIDE_CASES:
-            model = gguf_quant_models.make_wide_model(case, model_dir, TOKENIZERS)
-        else:
-            model = gguf_models.make_gguf_model(case, model_dir, TOKENIZERS)
-        files = export_gguf(model_dir, root / "gguf", QUANTIZATIONS)
-        out[case] = (model_dir, model, {os.path.basename(f).split(".")[-2]: f for f in files})
-    return out
+            return gguf_quant_models.make_wide_model(case, model_dir, TOKENIZERS)
+        return gguf_models.make_gguf_model(case, model_dir, TOKENIZERS)
+    return exported_cases(tmp_path_factory, dict.fromkeys(("llama3_rope", "wide_llama", "wide_qwen2"), QUANTIZATIONS),
+                          make_model)
 
 
 @pytest.mark.parametrize("case", ["llama3_rope", "wide_llama", "wide_qwen2"])
@@ -281,11 +291,8 @@ QUANT_LOGIT_BOUNDS = {"Q4_0": 0.4, "Q5_0": 0.2, "Q6_K": 0.1, "Q4_K_M": 0.4, "Q5_
 @pytest.mark.parametrize("case", ["llama3_rope", "wide_llama", "wide_qwen2"])
 def test_llama_cpp_runs_quantized_files(quant_exported, case):
     _, model, files = quant_exported[case]
-    with torch.no_grad():
-        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
     for label in QUANT_LABELS:
-        got = llama_cpp_reference.llama_cpp_logits(files[label], TOKENS)
-        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        got, expected, rel = llama_cpp_logits_against(model, files[label])
         agree = int((got.argmax(-1) == expected.argmax(-1)).sum())
         print(f"{case} {label}: relative logits error {rel:.3e}, greedy agreement {agree}/{len(TOKENS)}")
         assert rel <= QUANT_LOGIT_BOUNDS[label], f"{case} {label}: relative logits error {rel:.3e}"

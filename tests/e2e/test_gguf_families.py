@@ -13,17 +13,15 @@
 (d) configs llama.cpp would run differently (an untied Gemma-2, Gemma sliding layers off
     llama.cpp's fixed pattern, a query_pre_attn_scalar it ignores) are refused with the reason.
 """
-import os
-
 import numpy as np
 import pytest
-import torch
 
 from conftest import run_finetune
 import gguf_family_models
 import gguf_reference
 import llama_cpp_reference
-from test_gguf import LOGIT_BOUNDS, NAME_KEYS, QUANT_LOGIT_BOUNDS, TOKENS, assert_same_gguf, export_gguf
+from test_gguf import (LOGIT_BOUNDS, NAME_KEYS, QUANT_LOGIT_BOUNDS, assert_same_gguf, export_gguf_files,
+                       exported_cases, llama_cpp_logits_against)
 
 CASES = list(gguf_family_models.CASES)
 # test_gguf.py's LOGIT_BOUNDS, but Gemma's F32 and F16 files: llama.cpp's CPU GELU rounds its input
@@ -57,14 +55,7 @@ def key_order(path):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """case -> (model dir, transformers model, {TYPE: our gguf path})."""
-    out = {}
-    for case in CASES:
-        root = tmp_path_factory.mktemp(case)
-        model_dir = root / case
-        model = gguf_family_models.make_family_model(case, model_dir)
-        files = export_gguf(model_dir, root / "gguf", "f32,f16,q8_0")
-        out[case] = (model_dir, model, {os.path.basename(f).split(".")[-2]: f for f in files})
-    return out
+    return exported_cases(tmp_path_factory, dict.fromkeys(CASES, "f32,f16,q8_0"), gguf_family_models.make_family_model)
 
 
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0"])
@@ -93,12 +84,8 @@ def test_matches_llama_cpp_converter(exported, tmp_path, case, qtype):
 @pytest.mark.parametrize("case", CASES)
 def test_llama_cpp_logits_match_transformers(exported, case):
     _, model, files = exported[case]
-    with torch.no_grad():
-        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
     for qtype, path in sorted(files.items()):
-        got = llama_cpp_reference.llama_cpp_logits(path, TOKENS)
-        assert got.shape == expected.shape
-        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        got, expected, rel = llama_cpp_logits_against(model, path)
         print(f"{case} {qtype}: relative logits error {rel:.3e}")
         assert rel <= logit_bound(case, qtype), f"{case} {qtype}: relative logits error {rel:.3e}"
         assert_greedy_agrees_where_decided(got, expected, f"{case} {qtype}")
@@ -144,8 +131,8 @@ def quant_exported(exported, tmp_path_factory):
     out = {}
     for case in ("phi3_longrope", "gemma2", "gemma3"):
         model_dir, model, _ = exported[case]
-        files = export_gguf(model_dir, tmp_path_factory.mktemp(case + "_quant"), "f16,q4_0,q5_0,q6_k,q4_k_m,q5_k_m")
-        out[case] = (model, {os.path.basename(f).split(".")[-2]: f for f in files})
+        out[case] = (model, export_gguf_files(model_dir, tmp_path_factory.mktemp(case + "_quant"),
+                                              "f16,q4_0,q5_0,q6_k,q4_k_m,q5_k_m"))
     return out
 
 
@@ -162,11 +149,8 @@ def test_quantized_matches_llama_quantize(quant_exported, tmp_path, case, label)
 @pytest.mark.parametrize("case", ["phi3_longrope", "gemma2", "gemma3"])
 def test_llama_cpp_runs_quantized_files(quant_exported, case):
     model, files = quant_exported[case]
-    with torch.no_grad():
-        expected = model(torch.tensor([TOKENS])).logits[0].numpy()
     for label in QUANT_LABELS:
-        got = llama_cpp_reference.llama_cpp_logits(files[label], TOKENS)
-        rel = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+        _, _, rel = llama_cpp_logits_against(model, files[label])
         print(f"{case} {label}: relative logits error {rel:.3e}")
         bounds = GEMMA_QUANT_LOGIT_BOUNDS if case.startswith("gemma") else QUANT_LOGIT_BOUNDS
         assert rel <= bounds[label], f"{case} {label}: relative logits error {rel:.3e}"

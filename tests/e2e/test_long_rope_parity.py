@@ -4,12 +4,10 @@ for every rope type a Llama config may name (default, linear, llama3, yarn and i
 factor variants, dynamic NTK). The cases are tests/reference/make_long_rope_fixtures.py's."""
 import pytest
 import torch
-from safetensors.torch import load_file
 
-from conftest import last_json_line, run_finetune
 import make_long_rope_fixtures as long_rope
 import tiny_models
-from test_eval_parity import BATCH, reference
+from test_eval_parity import eval_matches_reference
 
 
 @pytest.fixture(scope="module")
@@ -26,21 +24,8 @@ def long_rows(tmp_path_factory):
 def test_eval_past_original_context_matches_transformers(case, tmp_path, long_rows):
     data_path, rows = long_rows
     model = long_rope.make_case(case, tmp_path / case)
-    dump = tmp_path / "logits.safetensors"
-    proc = run_finetune(["eval", "--model_name", tmp_path / case, "--dataset", data_path, "--dtype", "float32",
-                         "--device", "cpu", "--per_device_eval_batch_size", BATCH, "--max_seq_length", 128,
-                         "--dump_logits", dump])
-    result = last_json_line(proc.stdout)
-    expected_logits, expected_loss, expected_tokens = reference(model, rows)
-    ours = load_file(str(dump))
-    assert len(ours) == len(rows)
-    for i, ref in enumerate(expected_logits):
-        got = ours[f"logits.{i}"]
-        assert got.shape == ref.shape
-        rel = (got - ref).norm() / ref.norm()
-        assert rel <= 1e-5, f"{case} row {i}: relative logits error {rel:.3e}"
-    assert result["tokens"] == expected_tokens
-    assert abs(result["loss"] - expected_loss) <= 1e-5 * abs(expected_loss)
+    eval_matches_reference(model, rows, tmp_path / case, data_path, tmp_path / "logits.safetensors",
+                           extra=["--max_seq_length", 128])
 
 
 def test_cases_scale_differently():

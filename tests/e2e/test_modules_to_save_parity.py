@@ -20,28 +20,11 @@ from safetensors.torch import load_file
 
 from conftest import run_finetune
 from numerics import relative_error
+import lora_parity
 import reference_loop
-import test_train_parity as parity
 import tiny_models
 
 EMBED = "base_model.model.model.embed_tokens.weight"
-
-
-def make_adapter_with_embedding(base, out_dir):
-    """make_init_adapter's random non-zero adapter with PEFT's modules_to_save=["embed_tokens"]."""
-    torch.manual_seed(0)
-    model = tiny_models.load_reference_model(base)
-    config = peft.LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                             target_modules=reference_loop.LLAMA_TARGETS, modules_to_save=["embed_tokens"])
-    model = peft.get_peft_model(model, config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.05 * torch.randn_like(p))
-            elif "modules_to_save" in name and "embed_tokens" in name:
-                p.add_(0.01 * torch.randn_like(p))
-    model.save_pretrained(out_dir)
-    return out_dir
 
 
 def test_training_the_embedding_matches_peft(tmp_path):
@@ -50,26 +33,12 @@ def test_training_the_embedding_matches_peft(tmp_path):
     rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
     data = tmp_path / "train.jsonl"
     tiny_models.write_jsonl(data, rows)
-    adapter = make_adapter_with_embedding(base, tmp_path / "init")
+    adapter = reference_loop.make_init_adapter(base, tmp_path / "init", modules_to_save=["embed_tokens"])
     initial = load_file(str(adapter / "adapter_model.safetensors"))
     assert EMBED in initial
     out = tmp_path / "ours"
-    run_finetune(parity.finetune_args(base, adapter, data, out, gradient_checkpointing="false") +
-                 ["--save_model", "--save_method", "merged_16bit", "--save_path", tmp_path / "merged"])
-    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=parity.STEPS,
-                                                           **parity.SETTINGS)
-    ours = parity.step_losses(out)
-    assert len(ours) == parity.STEPS
-    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
-        assert abs(got - want) <= 1e-4 * abs(want), f"step {step}: loss {got} vs reference {want}"
-    worst_loss = max(abs(got - want) / abs(want) for got, want in zip(ours, ref_losses))
-    saved = load_file(str(out / "adapter_model.safetensors"))
-    reference = reference_loop.lora_state(ref_model)
-    assert set(saved) == set(reference)
-    for name, ref in reference.items():
-        assert relative_error(saved[name], ref) <= 1e-4, name
-    worst_tensor = max(relative_error(saved[name], ref) for name, ref in reference.items())
-    print(f"{out.name}: worst loss error {worst_loss:.2e}, worst saved tensor error {worst_tensor:.2e} (relative)")
+    lora_parity.train_ours(base, adapter, data, out, merged=tmp_path / "merged", gradient_checkpointing="false")
+    _, saved, _ = lora_parity.steps_match_peft(out.name, base, adapter, rows, out)
     assert relative_error(saved[EMBED], initial[EMBED]) > 1e-4  # it trained
     assert json.load(open(out / "adapter_config.json"))["modules_to_save"] == ["embed_tokens"]
     # PEFT loads our adapter to the same tensors, and merges what we merged.

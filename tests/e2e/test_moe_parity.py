@@ -11,7 +11,7 @@ train, load and generate as transformers 5.17 + PEFT 0.21 do (fp32, CPU):
   * our merged export (per-expert tensors, as the checkpoint stores them), loaded by transformers,
     gives PEFT's merge_and_unload() logits (1e-5);
   * with output_router_logits, the router's load-balancing loss trains as transformers adds it and
-    metrics.jsonl reports it (aux_loss);
+    metrics.jsonl reports it (aux_loss); `finetune eval` adds it as transformers' Trainer.evaluate();
   * 2 ranks train like one process with twice the batch, experts unreached on a rank included;
   * greedy `finetune generate` on left-padded batches gives transformers' generate() ids."""
 import json
@@ -21,19 +21,16 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import run_finetune
+from conftest import last_json_line, run_finetune
 from numerics import relative_error
 import generation_assets as assets
+import lora_parity
 import make_moe_fixtures as moe
 import reference_loop
 import tiny_models
-from test_train_parity import SETTINGS, STEPS, finetune_args, step_losses
+from test_train_parity import SETTINGS, finetune_args
 
 CASES = list(moe.model_cases())
-PROMPTS = ["Reverse the order of the words: red blue green and the sun", "The",
-           "Below is an instruction that describes a task. caf\u00e9", "sun moon"]
-NEW_TOKENS = 12
-BATCH = 3
 
 
 @pytest.fixture(scope="module", params=CASES)
@@ -57,19 +54,12 @@ def router_hits(model, ids):
 
 def test_logits_match_transformers(base, tmp_path):
     case, root, model_dir, rows, data = base
-    dump = tmp_path / "logits.safetensors"
-    run_finetune(["eval", "--model_name", model_dir, "--dataset", data, "--dtype", "float32", "--device", "cpu",
-                  "--per_device_eval_batch_size", 4, "--dump_logits", dump])
-    ours = load_file(str(dump))
+    ours = lora_parity.eval_logits(model_dir, data, tmp_path / "logits.safetensors")
     model = moe.load_reference_model(model_dir, dtype=torch.float32).eval()
     experts = model.config.num_experts if hasattr(model.config, "num_experts") else model.config.num_local_experts
-    worst, unreached = 0.0, 0
-    for i, row in enumerate(rows[:8]):
-        ids = torch.tensor([row["input_ids"]])
-        with torch.no_grad():
-            ref = model(input_ids=ids).logits[0].float()
-        worst = max(worst, relative_error(ours[f"logits.{i}"], ref))
-        unreached += sum(experts - len(hit) for hit in router_hits(model, ids))
+    worst = lora_parity.dumped_logits_error(ours, model, rows[:8])
+    unreached = sum(experts - len(hit) for row in rows[:8]
+                    for hit in router_hits(model, torch.tensor([row["input_ids"]])))
     print(f"{case}: logits vs transformers {worst:.3g} (relative); {unreached} (layer, expert) pairs unreached")
     assert unreached > 0  # some expert of some sparse layer saw no token of its row
     assert worst <= 1e-5
@@ -81,26 +71,15 @@ def trained(request, base):
     targets = request.param
     adapter = moe.make_init_adapter(model_dir, root / f"init_{targets}", experts=targets == "experts")
     out = root / f"ours_{targets}"
-    run_finetune(finetune_args(model_dir, adapter, data, out) +
-                 ["--save_model", "--save_method", "merged_16bit", "--save_path", root / f"merged_{targets}"])
+    lora_parity.train_ours(model_dir, adapter, data, out, merged=root / f"merged_{targets}")
     return case, targets, model_dir, adapter, rows, data, out
 
 
 def test_lora_steps_match_peft(trained):
     case, targets, model_dir, adapter, rows, data, out = trained
-    ref_losses, ref_model = reference_loop.train_reference(model_dir, adapter, rows, steps=STEPS, **SETTINGS)
-    ours = step_losses(out)
-    assert len(ours) == STEPS
-    worst_loss = max(abs(got - want) / abs(want) for got, want in zip(ours, ref_losses))
-    ours_adapter = load_file(str(out / "adapter_model.safetensors"))
-    ref_adapter = reference_loop.lora_state(ref_model)
-    assert set(ours_adapter) == set(ref_adapter)
+    ours, ours_adapter, _ = lora_parity.steps_match_peft(f"{case} ({targets})", model_dir, adapter, rows, out)
     if targets == "experts":
         assert any(".experts." in name for name in ours_adapter)
-    worst_adapter = max(relative_error(ours_adapter[name], ref) for name, ref in ref_adapter.items())
-    print(f"{case} ({targets}): 20 LoRA steps vs PEFT: loss {worst_loss:.3g}, adapter {worst_adapter:.3g} (relative)")
-    assert worst_loss <= 1e-4, (ours, ref_losses)
-    assert worst_adapter <= 1e-4
     assert ours[-1] < ours[0]
 
 
@@ -108,16 +87,9 @@ def test_peft_loads_our_adapter_and_logits_match(trained, tmp_path):
     case, targets, model_dir, adapter, rows, data, out = trained
     config = json.loads((out / "adapter_config.json").read_text())
     assert bool(config.get("target_parameters")) == (targets == "experts")
-    dump = tmp_path / "logits.safetensors"
-    run_finetune(["eval", "--model_name", model_dir, "--dataset", data, "--init_adapter", out, "--dtype", "float32",
-                  "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", dump])
+    ours = lora_parity.eval_logits(model_dir, data, tmp_path / "logits.safetensors", init_adapter=out)
     model = peft.PeftModel.from_pretrained(moe.load_reference_model(model_dir, dtype=torch.float32), out).eval()
-    ours = load_file(str(dump))
-    worst = 0.0
-    for i, row in enumerate(rows[:6]):
-        with torch.no_grad():
-            ref = model(input_ids=torch.tensor([row["input_ids"]])).logits[0].float()
-        worst = max(worst, relative_error(ours[f"logits.{i}"], ref))
+    worst = lora_parity.dumped_logits_error(ours, model, rows[:6])
     print(f"{case} ({targets}): PEFT-loaded adapter logits {worst:.3g} (relative)")
     assert worst <= 1e-5
 
@@ -135,13 +107,9 @@ def test_merged_export_equals_merge_and_unload(trained):
         moved = [name for name in base_state if ".experts." in name and
                  relative_error(merged_state[name], base_state[name]) > 1e-4]
         assert moved, "no expert stack carries its adapter: the comparison would be vacuous"
-    worst = 0.0
+    worst = lora_parity.logits_error(merged, reference, rows[:4])
     for row in rows[:4]:
-        ids = torch.tensor([row["input_ids"]])
-        with torch.no_grad():
-            logits = merged(input_ids=ids).logits
-            worst = max(worst, relative_error(logits, reference(input_ids=ids).logits))
-            assert relative_error(logits, base(input_ids=ids).logits) > 1e-4  # the adapter changed the model
+        assert lora_parity.logits_error(merged, base, [row]) > 1e-4  # the adapter changed the model
     print(f"{case} ({targets}): merged export vs merge_and_unload logits {worst:.3g} (relative)")
     assert worst <= 1e-5
 
@@ -153,17 +121,7 @@ def test_greedy_generate_equals_transformers(case, tmp_path):
                            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                            pad_token_id=tokenizer.pad_token_id)
     tokenizer.save_pretrained(tmp_path / "model")
-    prompts = tmp_path / "prompts.jsonl"
-    assets.write_jsonl(prompts, [{"prompt": p} for p in PROMPTS])
-    proc = run_finetune(["generate", "--model_name", tmp_path / "model", "--prompts", prompts,
-                         "--generation_batch_size", BATCH, "--max_new_tokens", NEW_TOKENS,
-                         "--device", "cpu", "--dtype", "float32"])
-    results = assets.read_jsonl_lines(proc.stdout)
-    ids = [tokenizer(p)["input_ids"] for p in PROMPTS]
-    expected = assets.reference_generate(model, [ids[i:i + BATCH] for i in range(0, len(ids), BATCH)],
-                                         {tokenizer.eos_token_id}, tokenizer.pad_token_id, do_sample=False,
-                                         max_new_tokens=NEW_TOKENS)
-    assert [r["token_ids"] for r in results] == expected
+    lora_parity.greedy_generate_matches(model, tokenizer, tmp_path / "model", tmp_path)
 
 
 AUX_COEF = 0.05  # large enough that the load-balancing term moves the adapters measurably
@@ -240,6 +198,65 @@ def test_router_aux_loss_trains_as_transformers(case, tmp_path):
     plain_losses, plain_model = reference_loop.train_reference(model_dir, adapter, rows, steps=AUX_STEPS, **SETTINGS)
     plain_adapter = reference_loop.lora_state(plain_model)
     assert max(relative_error(plain_adapter[n], ref) for n, ref in ref_adapter.items()) > 1e-3
+
+
+def router_eval_reference(model, rows, batch_size):
+    """The evaluation loss finetune reports: every batch's token loss sum plus router_aux_loss_coef
+    x its aux_loss (load_balancing_loss_func with the attention_mask) x its trained tokens, over all
+    trained tokens; with one batch, transformers' loss (token mean + coef x aux_loss) itself.
+    Returns (that loss, the token loss alone)."""
+    coef = model.config.router_aux_loss_coef
+    loss_sum = token_sum = tokens = 0.0
+    for start in range(0, len(rows), batch_size):
+        ids, mask, labels = reference_loop.collate(rows[start:start + batch_size])
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, output_router_logits=True)
+        shifted = torch.nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
+        batch_sum = torch.nn.functional.cross_entropy(out.logits.float().reshape(-1, out.logits.shape[-1]),
+                                                      shifted.reshape(-1), ignore_index=-100, reduction="sum").item()
+        count = int((shifted != -100).sum())
+        token_sum += batch_sum
+        loss_sum += batch_sum + coef * out.aux_loss.item() * count
+        tokens += count
+    return loss_sum / tokens, token_sum / tokens
+
+
+def trainer_eval_loss(model, rows, work):
+    """transformers' Trainer.evaluate() over `rows` in one batch (right-padded as reference_loop)."""
+    import transformers
+
+    def collator(features):
+        ids, mask, labels = reference_loop.collate(features)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    args = transformers.TrainingArguments(output_dir=str(work), per_device_eval_batch_size=len(rows), report_to=[],
+                                          use_cpu=True)
+    trainer = transformers.Trainer(model=model, args=args, data_collator=collator, eval_dataset=rows)
+    return trainer.evaluate()["eval_loss"]
+
+
+@pytest.mark.parametrize("case", ["qwen3_moe_top2", "mixtral_top1_window"])
+def test_eval_loss_adds_the_router_term_as_transformers(case, tmp_path):
+    """output_router_logits in config.json: transformers' MoE forward adds router_aux_loss_coef x
+    aux_loss to the loss whenever it gets labels, in evaluation too; `finetune eval` reports
+    Trainer.evaluate()'s eval_loss on one batch, and each batch's term weighted by its trained
+    tokens on several (the token loss is token-weighted across batches)."""
+    model_dir = tmp_path / "base"
+    model = moe.make_model(case, model_dir, output_router_logits=True, router_aux_loss_coef=AUX_COEF)
+    rows = tiny_models.make_tokenized_rows(7, seed=3, completion_only=True)  # rows of different lengths: padding
+    data = tmp_path / "eval.jsonl"
+    tiny_models.write_jsonl(data, rows)
+    for batch_size in (len(rows), 3):
+        proc = run_finetune(["eval", "--model_name", model_dir, "--dataset", data, "--dtype", "float32",
+                             "--device", "cpu", "--per_device_eval_batch_size", batch_size])
+        ours = last_json_line(proc.stdout)["loss"]
+        want, token_loss = router_eval_reference(model, rows, batch_size)
+        if batch_size == len(rows):
+            hf = trainer_eval_loss(model, rows, tmp_path / "hf")
+            print(f"{case}: eval loss {ours:.8g}, Trainer.evaluate {hf:.8g}, token loss alone {token_loss:.8g}")
+            assert abs(hf - want) <= 1e-5 * abs(want)  # the reference is transformers' own
+        assert abs(ours - want) <= 1e-5 * abs(want), (batch_size, ours, want)
+        assert abs(want - token_loss) > 1e-3 * abs(want)  # the router term is there to see
 
 
 def test_two_ranks_train_like_one_process(tmp_path):

@@ -343,3 +343,30 @@ def test_a_failed_final_save_keeps_the_last_checkpoint(setup, uninterrupted, tmp
     assert proc.returncode == 1, proc.stderr
     assert "final save failed" in proc.stderr and "checkpoint-10, is intact" in proc.stderr
     checkpoint_loads(out / "checkpoint-10")
+
+
+def test_moe_router_loss_window_resumes_bitwise(tmp_path):
+    """A MoE model with output_router_logits, logged every 3 steps and resumed from step 4: the
+    router loss is the objective's metric aux_loss, so the checkpoint keeps the aux_loss of the open
+    window's step 4 and the resumed run logs every metrics.jsonl line, aux_loss included, as the
+    uninterrupted run does."""
+    import make_moe_fixtures as moe
+    moe.make_model("qwen3_moe_top2", tmp_path / "base", output_router_logits=True, router_aux_loss_coef=0.05)
+    tiny_models.write_jsonl(tmp_path / "train.jsonl",
+                            tiny_models.make_tokenized_rows(24, seed=3, completion_only=True))
+    setup = (tmp_path, tmp_path / "base")
+    extra = ["--max_steps", 8, "--save_steps", 4]
+    full = tmp_path / "full"
+    check_ok(run_launched("single", 1, train_args(setup, full, extra)), "uninterrupted")
+    resumed = tmp_path / "resumed"
+    shutil.copytree(full, resumed)
+    shutil.rmtree(resumed / "checkpoint-8")
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        (resumed / name).unlink()
+    check_ok(run_launched("single", 1, train_args(setup, resumed, extra + ["--resume_from_checkpoint",
+                                                                           resumed / "checkpoint-4"])), "resume")
+    got, want = metrics(resumed), metrics(full)
+    assert [m["step"] for m in want] == [3, 6, 8]
+    assert all(m["aux_loss"] > 0 for m in want)
+    assert_same_run(resumed, full)
+    assert [m["aux_loss"] for m in got] == [m["aux_loss"] for m in want]  # bit for bit

@@ -140,15 +140,16 @@ PHI3_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]  # Phi-3's fu
 
 
 def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False, use_dora=False,
-                      dtype=torch.float32, target_modules=None):
+                      dtype=torch.float32, target_modules=None, bias="none", modules_to_save=None):
     """A PEFT adapter with random (non-zero) A and B so every gradient path is exercised; with DoRA
-    the magnitude is moved off ||W|| too, so every term counts. `dtype`: the base model's;
-    `target_modules`: Llama's projections unless given."""
+    the magnitude is moved off ||W|| too, and the copies of `modules_to_save` off the base's, so
+    every term counts. `dtype`: the base model's; `target_modules`: Llama's projections unless
+    given; `bias`: PEFT's (the trained biases saved with the adapter)."""
     torch.manual_seed(seed)
     model = tiny_models.load_reference_model(base_dir, dtype=dtype)
-    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
+    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, bias=bias, task_type="CAUSAL_LM",
                              use_rslora=use_rslora, use_dora=use_dora,
-                             target_modules=target_modules or LLAMA_TARGETS)
+                             target_modules=target_modules or LLAMA_TARGETS, modules_to_save=modules_to_save)
     model = peft.get_peft_model(model, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -156,5 +157,7 @@ def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, use_rslora=False,
                 p.copy_(0.05 * torch.randn_like(p))
             elif "lora_magnitude_vector" in name:
                 p.mul_(1 + 0.05 * torch.randn_like(p))
+            elif "modules_to_save" in name:
+                p.add_(0.01 * torch.randn_like(p))
     model.save_pretrained(out_dir)
     return out_dir

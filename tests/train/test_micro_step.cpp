@@ -10,19 +10,16 @@
 namespace finetune {
 namespace {
 
-ForwardOptions training() {
-  ForwardOptions forward;
-  forward.training = true;
-  return forward;
-}
+using testing::training_forward;
 
 TEST(MicroStep, ForwardBackwardPropagatesTheScaledNormalisedLoss) {
   const HostBatch host = collate(testing::tiny_samples(3), {0, 1, 2}, 0);
-  const CausalLmObjective objective;
   auto grads_of = [&](const at::Tensor& normaliser, const at::Tensor& scale, double* loss) {
     auto model = testing::tiny_lora_model();
+    const CausalLmObjective objective(model->config());
     const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
-    *loss = forward_backward(*model, micro_batch_inputs(batch), training(), objective, normaliser, scale).item<double>();
+    const auto inputs = micro_batch_inputs(batch);
+    *loss = forward_backward(*model, inputs, training_forward(), objective, normaliser, scale).item<double>();
     std::vector<at::Tensor> grads;
     for (const auto& [name, tensor] : lora_parameters(*model)) grads.push_back(tensor.grad().clone());
     return grads;

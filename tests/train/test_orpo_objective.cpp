@@ -16,17 +16,14 @@
 #include "finetune/train/orpo_objective.h"
 #include "finetune/train/sequence_log_probs.h"
 #include "preference_test_model.h"
+#include "trainer_test_model.h"
 
 namespace finetune {
 namespace {
 
-constexpr double kRelative = 1e-5;
+using testing::training_forward;
 
-ForwardOptions training() {
-  ForwardOptions forward;
-  forward.training = true;
-  return forward;
-}
+constexpr double kRelative = 1e-5;
 
 double relative_difference(double actual, double expected) {
   return std::abs(actual - expected) / std::max(std::abs(expected), 1e-30);
@@ -41,7 +38,7 @@ TEST(OrpoObjective, LossAndMetricsMatchTrlOrpoTrainerOnAPeftModel) {
   double worst = 0;
   for (const auto& c : cases) {
     const OrpoObjective objective(c["beta"].get<double>());
-    const PreferenceLoss loss = objective.evaluate(*model, micro_batch_inputs(batch), training());
+    const PreferenceLoss loss = objective.evaluate(*model, micro_batch_inputs(batch), training_forward());
     const double expected_loss = c["loss"].get<double>();
     const double loss_difference = relative_difference(loss.loss.item<double>(), expected_loss);
     EXPECT_LE(loss_difference, kRelative) << "loss " << loss.loss.item<double>() << " vs " << expected_loss;
@@ -57,7 +54,7 @@ TEST(OrpoObjective, LossAndMetricsMatchTrlOrpoTrainerOnAPeftModel) {
     }
     const double pairs = objective.normaliser_share(host);
     EXPECT_EQ(pairs, static_cast<double>(host.rows / 2));
-    const at::Tensor loss_sum = objective.loss_sum(*model, micro_batch_inputs(batch), training());
+    const at::Tensor loss_sum = objective.loss_sum(*model, micro_batch_inputs(batch), training_forward());
     EXPECT_LE(relative_difference(loss_sum.item<double>() / pairs, expected_loss), kRelative);
   }
   std::printf("[ parity   ] OrpoObjective vs TRL ORPOTrainer.get_batch_loss_metrics: %zu cases, worst relative %.3g\n",
@@ -81,7 +78,7 @@ TEST(OrpoObjective, NllTargetsAreEveryRealNextTokenOfTheChosenRows) {
 TEST(OrpoObjective, GradientReachesTheAdapters) {
   auto model = testing::preference_model_with_peft_adapter();
   const DeviceBatch batch = to_device(testing::preference_pairs_batch(), at::kCPU, BatchLayout::kPaddedRows);
-  OrpoObjective(0.1).loss_sum(*model, micro_batch_inputs(batch), training()).backward();
+  OrpoObjective(0.1).loss_sum(*model, micro_batch_inputs(batch), training_forward()).backward();
   double gradient_norm = 0;
   for (const auto& [name, tensor] : lora_parameters(*model)) {
     ASSERT_TRUE(tensor.grad().defined()) << name;

@@ -17,19 +17,16 @@
 #include "finetune/train/orpo_objective.h"
 #include "finetune/train/reference_adapters.h"
 #include "preference_test_model.h"
+#include "trainer_test_model.h"
 
 namespace finetune {
 namespace {
 
+using testing::training_forward;
+
 using testing::preference_model_with_peft_adapter;
 using testing::preference_objective_dir;
 using testing::preference_pairs_batch;
-
-ForwardOptions training() {
-  ForwardOptions forward;
-  forward.training = true;
-  return forward;
-}
 
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, double relative, const std::string& what) {
   const double scale = expected.abs().max().item<double>();
@@ -38,8 +35,8 @@ void expect_close(const at::Tensor& actual, const at::Tensor& expected, double r
 
 void expect_same_loss_and_metrics(const PairObjective& objective, const CausalLM& model, const DeviceBatch& a,
                                   const DeviceBatch& b, double relative) {
-  const LossAndMetrics first = objective.loss_and_metric_sums(model, micro_batch_inputs(a), training());
-  const LossAndMetrics second = objective.loss_and_metric_sums(model, micro_batch_inputs(b), training());
+  const LossAndMetrics first = objective.loss_and_metric_sums(model, micro_batch_inputs(a), training_forward());
+  const LossAndMetrics second = objective.loss_and_metric_sums(model, micro_batch_inputs(b), training_forward());
   expect_close(second.loss_sum, first.loss_sum, relative, objective.name() + " loss");
   expect_close(second.metric_sums, first.metric_sums, relative, objective.name() + " metrics");
 }
@@ -65,8 +62,8 @@ TEST(PairObjective, MetricSumsAreTrlsMicroBatchValuesTimesPairs) {
   const OrpoObjective orpo(0.25);
   const DpoObjective dpo(DpoLossConfig{}, *model);
   for (const PairObjective* objective : std::vector<const PairObjective*>{&orpo, &dpo}) {
-    const PreferenceLoss loss = objective->evaluate(*model, micro_batch_inputs(batch), training());
-    const LossAndMetrics sums = objective->loss_and_metric_sums(*model, micro_batch_inputs(batch), training());
+    const PreferenceLoss loss = objective->evaluate(*model, micro_batch_inputs(batch), training_forward());
+    const LossAndMetrics sums = objective->loss_and_metric_sums(*model, micro_batch_inputs(batch), training_forward());
     EXPECT_NEAR(sums.loss_sum.item<double>(), loss.loss.item<double>() * pairs, 1e-5);
     std::map<std::string, double> means;
     for (const auto& [name, value] : metric_means(loss)) means[name] = value;
@@ -93,7 +90,7 @@ TEST(PairObjective, AFrozenCopyOfTheAdapterIsTheReferenceAndPrecomputedValuesMat
                                                     preference_objective_dir("adapter"));
   DpoObjective objective(DpoLossConfig{}, *model, reference);
   const MicroBatchInputs inputs = micro_batch_inputs(batch);
-  const PreferenceLoss loss = objective.evaluate(*model, inputs, training());
+  const PreferenceLoss loss = objective.evaluate(*model, inputs, training_forward());
   for (const auto& [name, value] : loss.metrics) {
     if (name.rfind("rewards/", 0) == 0 && name != "rewards/accuracies") {
       EXPECT_EQ(value.abs().max().item<float>(), 0.0f) << name;

@@ -48,7 +48,7 @@ struct TrainingRun {
   std::vector<Sample> samples = testing::tiny_samples(10);
   std::unique_ptr<Communicator> communicator = make_communicator(LaunchEnv{}, at::kCPU, CommunicatorOptions{});
   MicroBatchStream stream;
-  CausalLmObjective objective;
+  CausalLmObjective objective{model->config()};
   TrainerConfig config = trainer_config(output.str());
 };
 

@@ -42,6 +42,13 @@ inline std::unique_ptr<CausalLM> tiny_lora_model(double lora_dropout = 0.0, uint
   return model;
 }
 
+// A training forward (ForwardOptions::training set), as the trainer runs an objective.
+inline ForwardOptions training_forward() {
+  ForwardOptions forward;
+  forward.training = true;
+  return forward;
+}
+
 // `count` samples of 3..9 tokens, the first third of each prompt (not trained on).
 inline std::vector<Sample> tiny_samples(int count) {
   std::vector<Sample> samples;

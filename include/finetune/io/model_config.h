@@ -61,7 +61,7 @@ struct MoeConfig {
   int64_t decoder_sparse_step = 1;     // layer i is sparse when (i + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;  // ... and i is not listed here (those run a dense MLP of intermediate_size)
   double router_aux_loss_coef = 0.001;
-  bool output_router_logits = false;  // add router_aux_loss_coef * load-balancing loss to the training loss
+  bool output_router_logits = false;  // add router_aux_loss_coef * load-balancing loss to the loss (train and eval)
 };
 
 struct ModelConfig {

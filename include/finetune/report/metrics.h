@@ -13,8 +13,10 @@
 //   rank_imbalance float the logged step's largest per-rank token count over the ranks' mean
 //                         (non-padding tokens; 1.0 on one process)
 //   eval_loss    float   only on lines where an evaluation ran
-//   <objective metrics>  float  the objective's own (dpo, orpo: TRL's names, e.g. rewards/chosen,
-//                         logps/rejected; train/objective.h metric_names), the window's mean
+//   <objective metrics>  float  the objective's own (train/objective.h metric_names), the window's
+//                         mean: dpo, orpo: TRL's names, e.g. rewards/chosen, logps/rejected; train
+//                         on a MoE model with the router loss: aux_loss (Note [Router
+//                         load-balancing loss])
 #pragma once
 
 #include <cstdint>
@@ -39,9 +41,6 @@ struct StepMetrics {
   double elapsed_s = 0;
   double rank_imbalance = 1.0;
   std::optional<double> eval_loss;
-  // A MoE router's load-balancing loss over the window (Note [Router load-balancing loss] in
-  // train/objective.h), without its coefficient; loss includes coefficient x this.
-  std::optional<double> aux_loss;
   std::vector<std::pair<std::string, double>> objective_metrics;  // name -> value, in the objective's order
 };
 

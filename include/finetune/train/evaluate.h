@@ -1,6 +1,10 @@
 // Mean per-token loss and perplexity of a model over samples (eval loop shared by `finetune eval`
-// and the trainer's periodic evaluation, which shards it over the ranks). Optionally writes every sample's logits (its real
-// tokens only) to a safetensors file as `logits.<index>` (len, vocab) fp32, for parity checks.
+// and the trainer's periodic evaluation, which shards it over the ranks). The loss is the token
+// cross-entropy summed over every batch's trained tokens, plus, for a MoE model with
+// output_router_logits, each batch's router term weighted by its trained tokens (Note [Router
+// load-balancing loss] in train/objective.h: with one batch, transformers' eval loss exactly).
+// Optionally writes every sample's logits (its real tokens only) to a safetensors file as
+// `logits.<index>` (len, vocab) fp32, for parity checks.
 #pragma once
 
 #include <cstdint>

@@ -35,9 +35,6 @@ class LogWindow {
   // metrics ((M) fp64 device tensor, M = metric_names().size()), undefined when there are none.
   void add_step(const at::Tensor& loss, const at::Tensor& tokens, const at::Tensor& rank_tokens,
                 const at::Tensor& metrics = {});
-  // The step's auxiliary loss (a device scalar: a MoE router's load-balancing loss), when the
-  // objective adds one; close() reports the window's mean as aux_loss.
-  void add_auxiliary_loss(const at::Tensor& aux_loss);
   // The open window's throughput counts from now (when training starts).
   void restart_clock();
   const at::Tensor& last_loss() const { return window_losses_.back(); }
@@ -67,7 +64,6 @@ class LogWindow {
   std::vector<at::Tensor> window_losses_;  // per-step global mean loss (fp64 device scalars) since the last log
   at::Tensor window_tokens_;               // fp64 device scalar: non-padding tokens since the last log, all ranks
   at::Tensor last_rank_tokens_;            // (world) fp64: each rank's non-padding tokens in the last step
-  std::vector<at::Tensor> window_aux_losses_;  // per-step auxiliary loss since the last log (may stay empty)
   std::chrono::steady_clock::time_point window_start_;
   std::vector<double> logged_losses_;
   int64_t logged_tokens_ = 0;

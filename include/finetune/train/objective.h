@@ -50,12 +50,6 @@ class Objective {
   // Whether loss_sum may be captured into a CUDA graph and replayed: no host synchronisation and
   // no host-side decision on device values inside it.
   virtual bool graph_capturable() const = 0;
-  // The auxiliary terms loss_sum added since the last call (a MoE router's load-balancing loss,
-  // Note [Router load-balancing loss]), detached fp64 device scalar summed like loss_sum;
-  // undefined when the objective adds none. Reading it starts the next sum.
-  virtual at::Tensor take_auxiliary_loss_sum() const { return {}; }
-  // Whether loss_sum adds auxiliary terms for this model and forward (the same on every rank).
-  virtual bool adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const { return false; }
   // The metrics the objective logs beside the loss (metrics.jsonl, TensorBoard), in this order;
   // none by default. A step's value of each is the sum of its metric sums over the step's
   // micro-batches on all ranks divided by the step's normaliser, as the loss.
@@ -67,30 +61,49 @@ class Objective {
   }
 };
 
-// Supervised fine-tuning: token cross-entropy over the trained positions (transformers'
-// ForCausalLMLoss through the fused LM head, train/loss.h), normalised by the step's global count
-// of trained tokens. Row weights in the targets (a graph's filler rows) are honoured.
-//
 // Note [Router load-balancing loss]
-// A mixture-of-experts model whose config.json sets output_router_logits adds, in training,
-// router_aux_loss_coef x transformers' load_balancing_loss_func over the micro-batch's sparse
-// layers (model/moe_block.h; padding excluded, as transformers with the attention_mask). Each
-// micro-batch's term is weighted by its trained tokens before the step's token normalisation, so
-// the step adds the token-weighted mean of its micro-batches' terms (with one micro-batch per
-// step, transformers' loss + coef * aux_loss exactly). metrics.jsonl reports that mean, without
-// the coefficient, as aux_loss; loss includes coef x aux_loss, as transformers' loss does.
+// A mixture-of-experts model whose config.json sets output_router_logits (with a non-zero
+// router_aux_loss_coef) adds router_aux_loss_coef x transformers' load_balancing_loss_func over the
+// micro-batch's sparse layers (model/moe_block.h; padding excluded, as transformers with the
+// attention_mask) to its loss, in training and in evaluation, as transformers' MoE forward does
+// whenever it is given labels. Each micro-batch's term is weighted by its trained tokens before the
+// token normalisation, so a step (or an evaluation) adds the token-weighted mean of its
+// micro-batches' terms (with one micro-batch, transformers' loss + coef * aux_loss exactly).
+// CausalLmObjective reports that mean, without the coefficient, as its metric aux_loss; loss
+// includes coef x aux_loss, as transformers' loss does.
+bool adds_router_loss(const ModelConfig& config);
+
+// A micro-batch's causal-LM forward and loss.
+struct CausalLmLoss {
+  at::Tensor hidden;        // (B, T, C) the final hidden states
+  at::Tensor loss_sum;      // fp32 scalar: the token loss sum, plus coef x aux_loss x trained tokens
+  at::Tensor aux_loss_sum;  // detached fp64 scalar: aux_loss x trained tokens; undefined without a router loss
+};
+// The token cross-entropy over the trained positions (transformers' ForCausalLMLoss through the
+// LM head, train/loss.h) with the router term when `config` adds one (Note [Router load-balancing
+// loss]); the training objective and the evaluation (train/evaluate.h) both compute it here.
+CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInputs& batch,
+                                    const ForwardOptions& forward);
+
+// Supervised fine-tuning: causal_lm_forward_loss, normalised by the step's global count of
+// trained tokens. Row weights in the targets (a graph's filler rows) are honoured. Metrics: aux_loss
+// when the model adds the router loss (Note [Router load-balancing loss]), else none.
 class CausalLmObjective final : public Objective {
  public:
+  // The objective for a model of this config (whether it adds the router loss).
+  explicit CausalLmObjective(const ModelConfig& config);
   std::string name() const override { return "causal_lm"; }
   double normaliser_share(const HostBatch& batch) const override;
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                       const ForwardOptions& forward) const override;
-  bool graph_capturable() const override { return true; }
-  at::Tensor take_auxiliary_loss_sum() const override;
-  bool adds_auxiliary_loss(const CausalLM& model, const ForwardOptions& forward) const override;
+  // A captured graph returns the loss sum alone: graphed only without metrics.
+  bool graph_capturable() const override { return !router_loss_; }
+  std::vector<std::string> metric_names() const override;
+  LossAndMetrics loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,
+                                      const ForwardOptions& forward) const override;
 
  private:
-  mutable at::Tensor auxiliary_loss_sum_;  // the load-balancing terms x trained tokens since the last take
+  bool router_loss_;  // adds_router_loss(config)
 };
 
 }  // namespace finetune

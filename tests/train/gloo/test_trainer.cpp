@@ -62,7 +62,7 @@ Trained train_once(Communicator& communicator, const std::vector<Sample>& sample
   auto model = testing::tiny_lora_model(/*lora_dropout=*/0.0);
   const NamedTensors trainable = lora_parameters(*model);
   MicroBatchStream stream(samples, stream_config(communicator.world_size(), communicator.rank(), batch_size));
-  const CausalLmObjective objective;
+  const CausalLmObjective objective(model->config());
   Trainer trainer(*model, trainable, stream, communicator, trainer_config(output.str()), objective);
   Trained trained;
   trained.losses = trainer.train({}).step_losses;
