@@ -1,4 +1,4 @@
-"""Peak host memory of `finetune export --save_method gguf` on a random-init 8B-shaped model.
+"""Peak host memory of `finetune export --save_method gguf` (or merged_16bit) on a random-init 8B-shaped model.
 
 Writes a model with Llama-3-8B's shapes (--shape llama3_8b: hidden 4096, 32 heads / 8 kv heads,
 intermediate 14336, vocab 128256, untied lm_head) or Qwen3-8B's (--shape qwen3_8b: intermediate
@@ -8,12 +8,15 @@ weights, the test tokenizer padded to the vocabulary), then runs the export once
 --quantization entry under /usr/bin/time -v on the CPU in bfloat16 (each type alone, its file
 deleted before the next) and prints one JSON line per type: the model's bytes, the process's peak
 RSS (time -v: loading included), the wall time, and, sampled from /proc every 50 ms, the RSS when
-the first GGUF file appears (the model loaded, the export starting) and the highest RSS from then
-on: their difference is what the export itself holds on top of the loaded model. WORK_DIR is
-removed at the end.
+the first output file appears (the model loaded, the export starting) and the highest RSS from then
+on: their difference is what the export itself holds on top of the loaded model. With
+--adapter_rank R a random PEFT LoRA adapter of rank R on every projection (lora_B non-zero, so
+every projection is merged) is exported with the model; --save_method merged_16bit measures the
+merged safetensors export instead (one run; --quantization is not used). WORK_DIR is removed at
+the end.
 
 usage: gguf_export_memory.py FINETUNE_BIN WORK_DIR TOKENIZER_DIR [--shape qwen3_8b] --layers N
-                             [--quantization f16,q8_0]
+                             [--quantization f16,q8_0] [--save_method merged_16bit] [--adapter_rank 16]
 """
 import argparse
 import json
@@ -37,18 +40,22 @@ SHAPES = {  # shape -> (intermediate_size, vocab_size, config.json keys of its o
 }
 
 
-def layer_tensors(i, shape):
+def projection_shapes(shape):
+    """Each layer's projections (HF module name relative to the layer) -> weight shape (out, in)."""
     intermediate = SHAPES[shape][0]
-    head_dim = HEAD_DIM
-    shapes = {
-        "self_attn.q_proj.weight": (HIDDEN, HIDDEN),
-        "self_attn.k_proj.weight": (KV_HEADS * head_dim, HIDDEN),
-        "self_attn.v_proj.weight": (KV_HEADS * head_dim, HIDDEN),
-        "self_attn.o_proj.weight": (HIDDEN, HIDDEN),
-        "mlp.gate_proj.weight": (intermediate, HIDDEN),
-        "mlp.up_proj.weight": (intermediate, HIDDEN),
-        "mlp.down_proj.weight": (HIDDEN, intermediate),
+    return {
+        "self_attn.q_proj": (HIDDEN, HIDDEN),
+        "self_attn.k_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.v_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
+        "self_attn.o_proj": (HIDDEN, HIDDEN),
+        "mlp.gate_proj": (intermediate, HIDDEN),
+        "mlp.up_proj": (intermediate, HIDDEN),
+        "mlp.down_proj": (HIDDEN, intermediate),
     }
+
+
+def layer_tensors(i, shape):
+    shapes = {f"{name}.weight": size for name, size in projection_shapes(shape).items()}
     out = {f"model.layers.{i}.{name}": torch.randn(shape, dtype=torch.bfloat16) * 0.02 for name, shape in shapes.items()}
     out[f"model.layers.{i}.input_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
     out[f"model.layers.{i}.post_attention_layernorm.weight"] = torch.ones(HIDDEN, dtype=torch.bfloat16)
@@ -86,6 +93,24 @@ def write_model(model_dir, layers, tokenizer_dir, shape):
     return total
 
 
+def write_adapter(adapter_dir, model_dir, layers, shape, rank):
+    """A PEFT LoRA adapter (fp32, lora_alpha 2r) on every projection of every layer, random A and B."""
+    os.makedirs(adapter_dir, exist_ok=True)
+    tensors = {}
+    for i in range(layers):
+        for projection, (out_features, in_features) in projection_shapes(shape).items():
+            prefix = f"base_model.model.model.layers.{i}.{projection}"
+            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, in_features) * 0.01
+            tensors[f"{prefix}.lora_B.weight"] = torch.randn(out_features, rank) * 0.01
+    save_file(tensors, os.path.join(adapter_dir, "adapter_model.safetensors"), metadata={"format": "pt"})
+    config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+              "bias": "none", "use_rslora": False, "use_dora": False, "fan_in_fan_out": False,
+              "base_model_name_or_path": model_dir,
+              "target_modules": sorted(name.split(".")[1] for name in projection_shapes(shape))}
+    with open(os.path.join(adapter_dir, "adapter_config.json"), "w") as f:
+        json.dump(config, f)
+
+
 def child_rss_bytes(time_pid):
     """VmRSS of finetune, the child of /usr/bin/time `time_pid` (0 until it has started)."""
     try:
@@ -97,12 +122,16 @@ def child_rss_bytes(time_pid):
         return 0
 
 
-def measure_export(finetune_bin, model_dir, out_dir, quantization):
-    """One `finetune export` of `quantization` under /usr/bin/time -v: its figures, then its files removed."""
-    proc = subprocess.Popen(["/usr/bin/time", "-v", finetune_bin, "export", "--model_name", model_dir,
-                             "--save_method", "gguf", "--quantization", quantization, "--save_path", out_dir,
-                             "--device", "cpu", "--dtype", "bfloat16"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def measure_export(finetune_bin, model_dir, out_dir, save_method, quantization, adapter_dir):
+    """One `finetune export` (of `quantization` for gguf) under /usr/bin/time -v: its figures, then its files removed."""
+    command = [finetune_bin, "export", "--model_name", model_dir, "--save_method", save_method, "--save_path", out_dir,
+               "--device", "cpu", "--dtype", "bfloat16"]
+    if save_method == "gguf":
+        command += ["--quantization", quantization]
+    if adapter_dir:
+        command += ["--adapter", adapter_dir]
+    proc = subprocess.Popen(["/usr/bin/time", "-v", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
     rss_at_export_start, export_peak = None, 0
     while proc.poll() is None:
         rss = child_rss_bytes(proc.pid)
@@ -118,7 +147,8 @@ def measure_export(finetune_bin, model_dir, out_dir, quantization):
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", stderr).group(1)
     files = {name: os.path.getsize(os.path.join(out_dir, name)) for name in sorted(os.listdir(out_dir))}
     shutil.rmtree(out_dir)
-    return {"quantization": quantization, "gguf_bytes": files, "peak_rss_bytes": peak_kib * 1024,
+    return {"save_method": save_method, "quantization": quantization if save_method == "gguf" else None,
+            "adapter": bool(adapter_dir), "file_bytes": files, "peak_rss_bytes": peak_kib * 1024,
             "rss_at_export_start_bytes": rss_at_export_start, "rss_peak_during_export_bytes": export_peak,
             "export_increase_bytes": export_peak - (rss_at_export_start or 0), "wall": wall}
 
@@ -131,15 +161,23 @@ def main():
     parser.add_argument("--shape", choices=sorted(SHAPES), default="llama3_8b")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--quantization", default="f16", help="comma-separated; one export per entry")
+    parser.add_argument("--save_method", choices=("gguf", "merged_16bit"), default="gguf")
+    parser.add_argument("--adapter_rank", type=int, default=0, help="0: no adapter")
     args = parser.parse_args()
     try:
         model_dir = os.path.join(args.work_dir, f"{args.shape}_shape_{args.layers}layers")
         started = time.time()
         model_bytes = write_model(model_dir, args.layers, args.tokenizer_dir, args.shape)
+        adapter_dir = None
+        if args.adapter_rank > 0:
+            adapter_dir = os.path.join(args.work_dir, f"adapter_r{args.adapter_rank}")
+            write_adapter(adapter_dir, model_dir, args.layers, args.shape, args.adapter_rank)
         print(json.dumps({"shape": args.shape, "layers": args.layers, "model_bytes": model_bytes,
                           "write_model_s": round(time.time() - started, 1)}), flush=True)
-        for quantization in args.quantization.split(","):
-            result = measure_export(args.finetune_bin, model_dir, os.path.join(args.work_dir, "gguf"), quantization)
+        quantizations = args.quantization.split(",") if args.save_method == "gguf" else [None]
+        for quantization in quantizations:
+            result = measure_export(args.finetune_bin, model_dir, os.path.join(args.work_dir, "out"), args.save_method,
+                                    quantization, adapter_dir)
             print(json.dumps({"shape": args.shape, "layers": args.layers, "model_bytes": model_bytes, **result}),
                   flush=True)
     finally:

@@ -47,46 +47,88 @@ nlohmann::json quantization_config_4bit(const std::string& compute_dtype) {
           {"quant_method", "bitsandbytes"}};
 }
 
+// A tensor whose values are already made.
+TensorToSave made(const std::string& name, const at::Tensor& tensor) {
+  return {name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor; }};
+}
+
+// The projection's weight with its adapter folded in (a 4-bit base dequantized first), and its dtype.
+at::Tensor merged_projection(const Linear& linear) {
+  return linear.adapter ? linear.adapter->merged_weight(linear) : linear.dense_weight();  // (out, in)
+}
+at::ScalarType merged_projection_dtype(const Linear& linear) {
+  return linear.is_4bit() ? linear.compute_dtype : linear.weight.scalar_type();
+}
+
+// A MoE parameter's merged value, shared by the checkpoint tensors cut from it: merged when the
+// first of them is written, let go after the last, so an export holds one stack's merge at a time.
+class SharedStackMerge {
+ public:
+  SharedStackMerge(at::Tensor parameter, const ExpertStack* stack, size_t pieces)
+      : parameter_(std::move(parameter)), stack_(stack), pieces_left_(pieces) {}
+
+  at::Tensor piece(const CheckpointPiece& piece) {
+    if (!merged_.defined()) merged_ = stack_ ? stack_->merged_weight() : parameter_;  // (E, out, in) for a stack
+    auto rows = piece.expert < 0 ? merged_ : merged_[piece.expert].narrow(0, piece.row_begin, piece.rows);
+    if (--pieces_left_ == 0) merged_ = at::Tensor();
+    return rows;
+  }
+
+ private:
+  at::Tensor parameter_;
+  const ExpertStack* stack_;
+  size_t pieces_left_;
+  at::Tensor merged_;
+};
+
 // A MoE model's router and expert stacks as the checkpoint stores them (Note [Expert tensors]):
 // each stack with its adapter folded in, split into one tensor per expert and projection. False
 // for every other tensor.
 bool add_moe_checkpoint_tensors(const CausalLM& model, const std::string& name, const at::Tensor& parameter,
                                 const std::map<std::string, const ExpertStack*>& stacks,
-                                std::vector<std::pair<std::string, at::Tensor>>& out) {
+                                std::vector<TensorToSave>& out) {
   const auto pieces = checkpoint_pieces(model.architecture(), model.config(), name);
   if (pieces.size() == 1 && pieces.front().expert < 0 && pieces.front().name == name) return false;
   auto it = stacks.find(name);
-  const at::Tensor merged = it == stacks.end() ? parameter : it->second->merged_weight();
+  auto merge = std::make_shared<SharedStackMerge>(parameter, it == stacks.end() ? nullptr : it->second, pieces.size());
   for (const auto& piece : pieces) {
-    const auto rows = piece.expert < 0 ? merged : merged[piece.expert].narrow(0, piece.row_begin, piece.rows);
-    out.emplace_back(piece.name, rows);
+    auto shape = piece.expert < 0 ? parameter.sizes().vec() : std::vector<int64_t>{piece.rows, parameter.size(2)};
+    out.push_back({piece.name, parameter.scalar_type(), std::move(shape), [merge, piece] { return merge->piece(piece); }});
   }
   return true;
 }
 
+int64_t byte_count(const TensorToSave& tensor) {
+  int64_t count = static_cast<int64_t>(c10::elementSize(tensor.dtype));
+  for (int64_t size : tensor.shape) count *= size;
+  return count;
+}
+
 }  // namespace
 
-std::vector<std::pair<std::string, at::Tensor>> merged_named_tensors(const CausalLM& model, bool quantize_4bit) {
+std::vector<TensorToSave> merged_tensors_to_save(const CausalLM& model, bool quantize_4bit) {
   std::map<std::string, const ExpertStack*> expert_stacks;
   for (const auto& [name, stack] : model.named_expert_stacks()) expert_stacks[name] = stack;
   std::map<std::string, const Linear*> projection_of_weight;
   for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::vector<TensorToSave> out;
   auto add_projection = [&](const std::string& name, const Linear& linear) {
-    auto merged = linear.adapter ? linear.adapter->merged_weight(linear) : linear.dense_weight();  // (out, in)
     if (!quantize_4bit) {
-      out.emplace_back(name, merged);
+      out.push_back({name, merged_projection_dtype(linear), {linear.out_features(), linear.in_features()},
+                     [&linear] { return merged_projection(linear); }});
       return;
     }
-    const auto weight = quantize_nf4(merged, /*compress_statistics=*/true);
-    for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.emplace_back(name + suffix, tensor);
+    // Quantized now: the quant_state's length depends on the values, and the shards are planned
+    // from every tensor's size. The 4-bit tensors are about a quarter of the 16-bit weight.
+    const auto weight = quantize_nf4(merged_projection(linear), /*compress_statistics=*/true);
+    for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.push_back(made(name + suffix, tensor));
   };
   for (const auto& [name, parameter] : model.named_parameters()) {
     // Expert stacks stay 16-bit in a 4-bit export: bitsandbytes quantizes nn.Linear layers only.
     if (add_moe_checkpoint_tensors(model, name, parameter, expert_stacks, out)) continue;
     auto it = projection_of_weight.find(name);
     if (it == projection_of_weight.end()) {
-      out.emplace_back(name, parameter);
+      out.push_back(made(name, parameter));
     } else {
       add_projection(name, *it->second);
       projection_of_weight.erase(it);
@@ -101,30 +143,31 @@ void export_merged(const CausalLM& model, const std::string& base_model_dir, con
   at::NoGradGuard no_grad;
   std::filesystem::create_directories(out_dir);
 
-  // Merge on the device, keep CPU copies, split into shards in parameter order.
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> shards(1);
+  // Split into shards in parameter order by the tensors' sizes; each tensor is merged (on the
+  // model's device) and copied to the CPU only when its shard's writer reaches it.
+  std::vector<std::vector<TensorToSave>> shards(1);
   int64_t shard_bytes = 0;
-  for (const auto& [name, tensor] : merged_named_tensors(model, quantize_4bit)) {
-    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+  for (auto& tensor : merged_tensors_to_save(model, quantize_4bit)) {
+    const int64_t bytes = byte_count(tensor);
     if (shard_bytes > 0 && shard_bytes + bytes > kMaxShardBytes) {
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().emplace_back(name, tensor.cpu());
+    shards.back().push_back(std::move(tensor));
     shard_bytes += bytes;
   }
   if (shards.size() == 1) {
-    save_tensors(out_dir + "/model.safetensors", shards[0], {{"format", "pt"}});
+    save_tensors_streamed(out_dir + "/model.safetensors", shards[0], {{"format", "pt"}});
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     int64_t total_size = 0;
     for (size_t i = 0; i < shards.size(); ++i) {
       const auto file = shard_name(i, shards.size());
-      for (const auto& [name, tensor] : shards[i]) {
-        weight_map[name] = file;
-        total_size += tensor.numel() * static_cast<int64_t>(tensor.element_size());
+      for (const auto& tensor : shards[i]) {
+        weight_map[tensor.name] = file;
+        total_size += byte_count(tensor);
       }
-      save_tensors(out_dir + "/" + file, shards[i], {{"format", "pt"}});
+      save_tensors_streamed(out_dir + "/" + file, shards[i], {{"format", "pt"}});
     }
     nlohmann::json index = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
     write_file_atomically(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");

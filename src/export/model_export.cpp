@@ -15,7 +15,7 @@
 namespace finetune {
 namespace {
 
-// The tensors merged_named_tensors lists (without 4-bit re-quantization), each merged only when
+// The tensors merged_tensors_to_save lists (without 4-bit re-quantization), each merged only when
 // the GGUF export asks for it (Note [Streamed GGUF export]): the model's parameters, the
 // projections' weights with their adapters folded in (a 4-bit base dequantized first).
 GgufTensorSource merged_tensor_source(const CausalLM& model) {

@@ -298,4 +298,17 @@ const void* SafetensorsFile::data(const TensorInfo& info) const {
   return data_section_ + info.begin;
 }
 
+void SafetensorsFile::release_pages(const void* data, size_t size) const {
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const auto mapping_begin = reinterpret_cast<uintptr_t>(mapping_);
+  if (size == 0) return;
+  if (mapping_ == nullptr || begin < mapping_begin || begin + size < begin || begin + size > mapping_begin + mapping_size_) {
+    throw Error(file_context(path_) + ": releasing " + std::to_string(size) + " bytes outside the mapped file");
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = begin / page * page;  // the mapping starts on a page boundary
+  const uintptr_t last = (begin + size + page - 1) / page * page;  // its last page is whole
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 }  // namespace finetune

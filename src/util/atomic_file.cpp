@@ -44,20 +44,26 @@ void sync_parent_dir(const std::string& path) {
 
 }  // namespace
 
-void write_parts_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts) {
+void write_atomically(const std::string& path, const std::function<void(const AppendBytes&)>& write_contents) {
   const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(path + ": cannot create '" + tmp_path + "': " + std::strerror(errno));
   bool closed = false;
+  const auto discard = [&] {
+    if (!closed) ::close(fd);
+    ::unlink(tmp_path.c_str());
+  };
   try {
-    for (const auto& [data, size] : parts) write_all(fd, data, size, tmp_path);
+    write_contents([&](const void* data, size_t size) { write_all(fd, data, size, tmp_path); });
     if (::fsync(fd) != 0) throw Error("cannot fsync '" + tmp_path + "': " + std::strerror(errno));
     closed = true;  // even a failed close releases the descriptor
     if (::close(fd) != 0) throw Error("cannot close '" + tmp_path + "': " + std::strerror(errno));
   } catch (const Error& e) {
-    if (!closed) ::close(fd);
-    ::unlink(tmp_path.c_str());
+    discard();
     throw Error(path + ": " + e.what());
+  } catch (...) {
+    discard();
+    throw;
   }
   if (::rename(tmp_path.c_str(), path.c_str()) != 0) {
     const std::string reason = std::strerror(errno);
@@ -65,6 +71,12 @@ void write_parts_atomically(const std::string& path, const std::vector<std::pair
     throw Error(path + ": cannot rename '" + tmp_path + "' into place: " + reason);
   }
   sync_parent_dir(path);
+}
+
+void write_parts_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts) {
+  write_atomically(path, [&](const AppendBytes& append) {
+    for (const auto& [data, size] : parts) append(data, size);
+  });
 }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {

@@ -42,7 +42,7 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
       const std::string stored = checkpoint_tensor_name(architecture, files, piece.name);
       expected.insert(stored);
       auto target = piece.expert < 0 ? parameter : parameter[piece.expert].narrow(0, piece.row_begin, piece.rows);
-      target.copy_(weight_view(files, stored, target.sizes()));
+      copy_weight(target, files, stored);
     }
   }
   if (model.projections_4bit()) load_projections_4bit(model, files, expected);

@@ -1,5 +1,8 @@
 #include "finetune/weights/tensor_io.h"
 
+#include <algorithm>
+#include <memory>
+
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -66,6 +69,25 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
   write_safetensors(path, views, metadata);
 }
 
+void save_tensors_streamed(const std::string& path, const std::vector<TensorToSave>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorSource> sources;
+  sources.reserve(tensors.size());
+  for (const auto& tensor : tensors) {
+    const auto context = path + ": " + tensor.name;
+    sources.push_back({tensor.name, dtype_of(tensor.dtype, context), tensor.shape, [&tensor, context] {
+                         auto cpu = std::make_shared<at::Tensor>(tensor.values().detach().to(at::kCPU).contiguous());
+                         if (cpu->scalar_type() != tensor.dtype || cpu->sizes().vec() != tensor.shape) {
+                           throw Error(context + ": made as " + std::string(c10::toString(cpu->scalar_type())) + " " +
+                                       shape_to_string(cpu->sizes().vec()) + ", declared " +
+                                       std::string(c10::toString(tensor.dtype)) + " " + shape_to_string(tensor.shape));
+                         }
+                         return std::shared_ptr<const void>(cpu, cpu->data_ptr());
+                       }});
+  }
+  write_safetensors_streamed(path, sources, metadata);
+}
+
 std::map<std::string, at::Tensor> load_tensors(const std::string& path) {
   auto file = SafetensorsFile::open(path);
   std::map<std::string, at::Tensor> out;
@@ -88,6 +110,31 @@ at::Tensor weight_view(const CheckpointFiles& files, const std::string& name, at
     throw Error(file.path() + ": tensor '" + name + "' is not a floating-point tensor");
   }
   return source;
+}
+
+void copy_weight(at::Tensor target, const CheckpointFiles& files, const std::string& name, int64_t block_bytes) {
+  const auto source = weight_view(files, name, target.sizes());
+  const auto& file = files.file_of(name);
+  if (source.dim() == 0 || source.numel() == 0) {
+    target.copy_(source);
+    release_weight(files, name);
+    return;
+  }
+  const int64_t rows = source.size(0);
+  const int64_t row_bytes = source.numel() / rows * static_cast<int64_t>(source.element_size());
+  const int64_t block_rows = std::max<int64_t>(1, block_bytes / row_bytes);
+  for (int64_t first = 0; first < rows; first += block_rows) {
+    const int64_t count = std::min(block_rows, rows - first);
+    const auto block = source.narrow(0, first, count);  // a contiguous run of the mapped bytes
+    target.narrow(0, first, count).copy_(block);  // synchronous: the block is read when this returns
+    file.release_pages(block.data_ptr(), static_cast<size_t>(count * row_bytes));
+  }
+}
+
+void release_weight(const CheckpointFiles& files, const std::string& name) {
+  const auto& info = files.info(name);
+  const auto& file = files.file_of(name);
+  file.release_pages(file.data(info), info.end - info.begin);
 }
 
 }  // namespace finetune

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <random>
 
 #include "finetune/io/safetensors.h"
@@ -269,6 +272,48 @@ TEST(SafetensorsWriter, MissingDirectoryNamesThePath) {
   EXPECT_NE(message.find(path), std::string::npos) << message;
 }
 
+// A streamed write makes each tensor's bytes when the writer reaches it, in the data section's
+// order, and lets them go before making the next.
+TEST(SafetensorsWriter, StreamedWriteIsTheSameFileMadeOneTensorAtATime) {
+  TempDir dir;
+  const std::vector<OwnedTensor> tensors = {make_tensor("b", DType::F16, {3, 2}, 1), make_tensor("a", DType::F32, {4}, 2),
+                                            make_tensor("c", DType::U8, {5}, 3), make_tensor("e", DType::F32, {0}, 4)};
+  write_safetensors(dir.file("whole.safetensors"), views_of(tensors), {{"format", "pt"}});
+  std::vector<std::string> made;
+  int alive = 0;
+  std::vector<TensorSource> sources;
+  for (const OwnedTensor& tensor : tensors) {
+    sources.push_back({tensor.name, tensor.dtype, tensor.shape, [&tensor, &made, &alive] {
+                         EXPECT_EQ(alive, 0) << "the previous tensor's bytes are still held making " << tensor.name;
+                         made.push_back(tensor.name);
+                         auto copy = std::make_shared<Bytes>(tensor.bytes);
+                         ++alive;
+                         return std::shared_ptr<const void>(copy->data(), [copy, &alive](const void*) { --alive; });
+                       }});
+  }
+  write_safetensors_streamed(dir.file("streamed.safetensors"), sources, {{"format", "pt"}});
+  EXPECT_EQ(read_bytes(dir.file("streamed.safetensors")), read_bytes(dir.file("whole.safetensors")));
+  EXPECT_EQ(made, (std::vector<std::string>{"a", "e", "b", "c"}));  // F32 before F16 before U8, then by name
+  EXPECT_EQ(alive, 0);
+}
+
+TEST(SafetensorsWriter, StreamedWriteThatFailsLeavesNoFile) {
+  TempDir dir;
+  const OwnedTensor tensor = make_tensor("w", DType::F32, {2}, 5);
+  const std::string path = dir.file("failed.safetensors");
+  const auto bytes = [&tensor] { return std::shared_ptr<const void>(std::shared_ptr<void>(), tensor.bytes.data()); };
+  const std::vector<TensorSource> failing = {{"v", DType::F32, {2}, bytes},
+                                             {"w", DType::F32, {2}, []() -> std::shared_ptr<const void> {
+                                                throw std::runtime_error("merge failed");
+                                              }}};
+  EXPECT_THROW(write_safetensors_streamed(path, failing), std::runtime_error);
+  const std::vector<TensorSource> null_data = {{"w", DType::F32, {2}, [] { return std::shared_ptr<const void>(); }}};
+  const std::string message = error_message([&] { write_safetensors_streamed(path, null_data); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_NE(message.find("'w'"), std::string::npos) << message;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
 // ---------------------------------------------------------------------------- reader API
 
 TEST(SafetensorsFile, MoveKeepsTheMappingAlive) {
@@ -289,6 +334,41 @@ TEST(SafetensorsFile, MoveKeepsTheMappingAlive) {
   EXPECT_EQ(tensor_bytes(other, other.at("w")), tensor.bytes);
   other = SafetensorsFile::open(path);  // unmaps the previous mapping
   EXPECT_EQ(tensor_bytes(other, other.at("w")), tensor.bytes);
+}
+
+// This process's file-backed resident memory (RssFile of /proc/self/status), in bytes.
+int64_t resident_file_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("RssFile:", 0) == 0) return std::stoll(line.substr(8)) * 1024;
+  }
+  return -1;
+}
+
+TEST(SafetensorsFile, ReleasedPagesLeaveTheProcessAndReadBackTheSame) {
+  TempDir dir;
+  const OwnedTensor tensor = make_tensor("w", DType::U8, {int64_t{32} << 20}, 9);
+  const std::string path = dir.file("big.safetensors");
+  write_safetensors(path, views_of({tensor}));
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  const TensorInfo& info = file.at("w");
+  const auto* data = static_cast<const uint8_t*>(file.data(info));
+  const size_t size = info.end - info.begin;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < size; i += 4096) sum += data[i];  // maps every page in
+  const int64_t mapped = resident_file_bytes();
+  file.release_pages(data, size);
+  const int64_t released = resident_file_bytes();
+  if (mapped >= 0) EXPECT_GE(mapped - released, int64_t{30} << 20) << "RssFile " << mapped << " -> " << released;
+  EXPECT_EQ(tensor_bytes(file, info), tensor.bytes);  // read again from the file
+  EXPECT_GT(sum, 0u);
+  EXPECT_NO_THROW(file.release_pages(data + 1, 10));  // rounded out to whole pages
+  EXPECT_EQ(tensor_bytes(file, info), tensor.bytes);
+  const Bytes outside(8);
+  const std::string message = error_message([&] { file.release_pages(outside.data(), outside.size()); });
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+  EXPECT_THROW(file.release_pages(data, size + 4096), Error);
 }
 
 TEST(SafetensorsFile, LookupErrorsNameFileAndTensor) {

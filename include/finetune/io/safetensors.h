@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +55,13 @@ class SafetensorsFile {
   // Start of the tensor's bytes (end - begin of them), valid while this file lives. Throws if
   // `info` is not one of this file's tensors.
   const void* data(const TensorInfo& info) const;
+  // Gives back the memory of this process's mapped pages under [data, data + size), a range
+  // within the mapping (say a tensor's bytes, once copied): rounded out to whole pages, so a
+  // neighbour's pages may go too. The bytes stay readable; a later read maps them in again from
+  // the file. Loading a model through the mapping would otherwise hold every tensor's pages
+  // besides the model's own copy until the file closes. Best effort: a refused madvise changes
+  // nothing. Throws if the range is not within this file.
+  void release_pages(const void* data, size_t size) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
@@ -75,6 +83,16 @@ struct TensorView {
   const void* data;
 };
 
+// A tensor to write whose bytes are made when the writer reaches it, so that writing a file holds
+// one tensor's bytes at a time: `data` returns dtype x shape bytes (kept alive by the returned
+// pointer's owner until written; null only when there are none). Called once.
+struct TensorSource {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::function<std::shared_ptr<const void>()> data;
+};
+
 // Writes atomically: to `path + ".tmp.<pid>"`, fsync, then rename, so a crash never leaves a
 // half-written file at `path`. The header lists tensors in name order; in the data section they
 // are laid out like the Python library does (larger dtypes first, then by name, no gaps), which
@@ -82,6 +100,10 @@ struct TensorView {
 // duplicate or reserved names, negative dimensions, or null data with a nonzero size.
 void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same file from tensors whose bytes are made one at a time, in the data section's order.
+void write_safetensors_streamed(const std::string& path, const std::vector<TensorSource>& tensors,
+                                const std::map<std::string, std::string>& metadata = {});
 
 // The weights of a model directory: `model.safetensors`, or the shards listed by
 // `model.safetensors.index.json` ("weight_map": {tensor name: shard file}).

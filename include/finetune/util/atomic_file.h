@@ -4,11 +4,20 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace finetune {
+
+// Appends `size` bytes from `data` to the file being written.
+using AppendBytes = std::function<void(const void* data, size_t size)>;
+
+// Writes to `path` what `write_contents` appends, in order, through the AppendBytes it is given
+// (which writes straight to the temporary file: the contents need not all be in memory at once).
+// An exception from `write_contents` leaves no file behind; errors name `path`.
+void write_atomically(const std::string& path, const std::function<void(const AppendBytes&)>& write_contents);
 
 // Writes the concatenation of `parts` (pointer, byte count) to `path`. Errors name `path`.
 void write_parts_atomically(const std::string& path, const std::vector<std::pair<const void*, size_t>>& parts);

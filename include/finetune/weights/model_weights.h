@@ -3,7 +3,9 @@
 // present with the model's shape (errors name the file and the tensor); unexpected tensors are an
 // error too, except known non-parameter buffers (rotary inv_freq) and what the table says is not
 // the text model's (a multimodal checkpoint's vision tower). Tensors are converted to the
-// model dtype and copied straight onto its device. A model built with 4-bit projections gets them
+// model dtype and copied straight onto its device a block at a time, each block's mapped pages
+// given back once copied (tensor_io.h copy_weight), so host memory holds the model (when on the
+// CPU) and one block of the checkpoint, not the model and the whole checkpoint. A model built with 4-bit projections gets them
 // from projection_weights_4bit.h (quantized at load, or read as a 4-bit checkpoint stores them).
 #pragma once
 
