@@ -17,10 +17,13 @@ namespace {
 
 // The tensors merged_tensors_to_save lists (without 4-bit re-quantization), each merged only when
 // the GGUF export asks for it (Note [Streamed GGUF export]): the model's parameters, the
-// projections' weights with their adapters folded in (a 4-bit base dequantized first).
+// projections' weights and the expert stacks with their adapters folded in (a 4-bit base
+// dequantized first).
 GgufTensorSource merged_tensor_source(const CausalLM& model) {
   std::map<std::string, const Linear*> projection_of_weight;
   for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
+  std::map<std::string, const ExpertStack*> expert_stacks;
+  for (const auto& [name, stack] : model.named_expert_stacks()) expert_stacks[name] = stack;
   GgufTensorSource source;
   auto add_projection = [&](const std::string& name, const Linear* linear) {
     source.push_back({name, {linear->out_features(), linear->in_features()}, [linear] {
@@ -29,7 +32,10 @@ GgufTensorSource merged_tensor_source(const CausalLM& model) {
   };
   for (const auto& [name, parameter] : model.named_parameters()) {
     auto it = projection_of_weight.find(name);
-    if (it == projection_of_weight.end()) {
+    auto stack = expert_stacks.find(name);
+    if (stack != expert_stacks.end()) {
+      source.push_back({name, parameter.sizes().vec(), [stack = stack->second] { return stack->merged_weight(); }});
+    } else if (it == projection_of_weight.end()) {
       source.push_back({name, parameter.sizes().vec(), [parameter = parameter] { return parameter; }});
     } else {
       add_projection(name, it->second);

@@ -159,12 +159,14 @@ def test_llama_cpp_runs_quantized_files(quant_exported, case):
         assert rel <= MOE_QUANT_LOGIT_BOUNDS[label], f"{case} {label}: relative logits error {rel:.3e}"
 
 
+@pytest.mark.parametrize("experts", [False, True], ids=["attention", "attention_and_experts"])
 @pytest.mark.parametrize("case", CASES)
-def test_trained_model_gguf_is_the_converters_of_its_merged_export(exported, tmp_path, case):
-    """LoRA on the attention projections, 3 steps; --save_method merged_16bit --save_gguf: the GGUF
-    equals the converter's file of the merged directory written beside it."""
+def test_trained_model_gguf_is_the_converters_of_its_merged_export(exported, tmp_path, case, experts):
+    """LoRA on the attention projections (and the expert stacks), 3 steps; --save_method merged_16bit
+    --save_gguf: the GGUF equals the converter's file of the merged directory written beside it, and
+    holds the adapters' updates."""
     model_dir, _, pre, _ = exported[case]
-    adapter = make_moe_fixtures.make_init_adapter(model_dir, tmp_path / "init")
+    adapter = make_moe_fixtures.make_init_adapter(model_dir, tmp_path / "init", experts=experts)
     data = tmp_path / "train.jsonl"
     tiny_models.write_jsonl(data, tiny_models.make_tokenized_rows(8, seed=3))
     merged = tmp_path / "merged"
@@ -181,6 +183,9 @@ def test_trained_model_gguf_is_the_converters_of_its_merged_export(exported, tmp
     _, trained, _ = gguf_reference.read_gguf(ours)
     _, untouched, _ = gguf_reference.read_gguf(base)
     assert trained["blk.0.attn_q.weight"][2] != untouched["blk.0.attn_q.weight"][2]  # the adapter is in it
+    for expert_tensor in ("blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"):
+        changed = trained[expert_tensor][2] != untouched[expert_tensor][2]
+        assert changed == experts, f"{expert_tensor}: changed {changed}, expert adapters {experts}"
 
 
 # case -> (config overrides, the refusal's words)
