@@ -249,7 +249,7 @@ std::vector<std::string> option_file_seeds() {
     const std::string& value = spec.default_value;
     if (spec.type == "int") {
       all[spec.name] = std::stoll(value);
-    } else if (spec.type == "float") {
+    } else if (spec.type == "float" && value != "None") {  // None (TRL's unset float) stays text
       all[spec.name] = std::stod(value);
     } else if (spec.type == "bool") {
       all[spec.name] = value == "true";
