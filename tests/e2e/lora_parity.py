@@ -1,7 +1,9 @@
-"""What the parity tests of a model family against transformers + PEFT share (fp32, CPU): our
-20-step LoRA run beside reference_loop's loop within test_train_parity.py's bounds, the logits of
+"""What the LoRA parity tests against transformers + PEFT share (fp32, CPU): the settings and
+command line of a 20-step LoRA run, that run beside reference_loop's loop (1e-4 relative), the logits of
 `finetune eval --dump_logits` and of a merged export against a reference model, and greedy
 `finetune generate` against transformers' generate()."""
+import json
+
 import torch
 from safetensors.torch import load_file
 
@@ -9,7 +11,25 @@ from conftest import run_finetune
 from numerics import relative_error
 import generation_assets as assets
 import reference_loop
-from test_train_parity import SETTINGS, STEPS, finetune_args, step_losses
+
+STEPS = 20
+SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="cosine", max_grad_norm=0.5)
+
+
+def finetune_args(base, adapter, data, out, **overrides):
+    s = dict(SETTINGS, **overrides)
+    return ["--model_name", base, "--dataset", data, "--init_adapter", adapter, "--output_dir", out,
+            "--max_steps", s.get("steps", STEPS), "--per_device_train_batch_size", s["batch_size"],
+            "--gradient_accumulation_steps", s["accumulation"], "--learning_rate", s["lr"],
+            "--warmup_steps", s["warmup"], "--lr_scheduler_type", s["scheduler"], "--max_grad_norm", s["max_grad_norm"],
+            "--weight_decay", 0.01, "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu",
+            "--shuffle", "false", "--logging_steps", 1,
+            "--use_gradient_checkpointing", s.get("gradient_checkpointing", "true")]
+
+
+def step_losses(out):
+    return [json.loads(line)["loss"] for line in open(out / "metrics.jsonl")]
+
 
 PROMPTS = ["Reverse the order of the words: red blue green and the sun", "The",
            "Below is an instruction that describes a task. caf\u00e9", "sun moon"]
@@ -18,7 +38,7 @@ BATCH = 3
 
 
 def train_ours(base, adapter, data, out, merged=None, **overrides):
-    """Our STEPS steps with test_train_parity's settings (`overrides` of them) from `adapter`, and
+    """Our STEPS steps with SETTINGS (`overrides` of them) from `adapter`, and
     the merged export at `merged` when given."""
     export = ["--save_model", "--save_method", "merged_16bit", "--save_path", merged] if merged else []
     run_finetune(finetune_args(base, adapter, data, out, **overrides) + export)

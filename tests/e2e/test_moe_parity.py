@@ -28,7 +28,7 @@ import lora_parity
 import make_moe_fixtures as moe
 import reference_loop
 import tiny_models
-from test_train_parity import SETTINGS, finetune_args
+from lora_parity import SETTINGS, finetune_args
 
 CASES = list(moe.model_cases())
 

@@ -24,7 +24,7 @@ from conftest import last_json_line, run_finetune
 from numerics import relative_error
 import neftune_reference
 import reference_loop
-import test_train_parity as parity
+import lora_parity as parity
 import tiny_models
 
 ALPHA = 5.0

@@ -18,7 +18,7 @@ from numerics import relative_error
 import bnb_cpu
 import reference_loop
 import tiny_models
-from test_train_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, step_losses
+from lora_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, step_losses
 
 bnb_cpu.use_portable_cpu_kernels()  # bitsandbytes' own arithmetic on every host (bnb_cpu.py)
 

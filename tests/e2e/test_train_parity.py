@@ -1,19 +1,15 @@
 """Single-device LoRA SFT matches a transformers + PEFT loop step for step (fp32, CPU), with torch's
 AdamW and with bitsandbytes' 8-bit AdamW."""
-import json
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from conftest import last_json_line, run_finetune
+from lora_parity import SETTINGS, STEPS, finetune_args, step_losses, steps_match_peft
 from numerics import relative_error
 import reference_loop
 import tiny_models
-
-STEPS = 20
-SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="cosine", max_grad_norm=0.5)
-
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
@@ -27,21 +23,6 @@ def setup(tmp_path_factory):
     return root, base, adapter, rows, data
 
 
-def finetune_args(base, adapter, data, out, **overrides):
-    s = dict(SETTINGS, **overrides)
-    return ["--model_name", base, "--dataset", data, "--init_adapter", adapter, "--output_dir", out,
-            "--max_steps", s.get("steps", STEPS), "--per_device_train_batch_size", s["batch_size"],
-            "--gradient_accumulation_steps", s["accumulation"], "--learning_rate", s["lr"],
-            "--warmup_steps", s["warmup"], "--lr_scheduler_type", s["scheduler"], "--max_grad_norm", s["max_grad_norm"],
-            "--weight_decay", 0.01, "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu",
-            "--shuffle", "false", "--logging_steps", 1,
-            "--use_gradient_checkpointing", s.get("gradient_checkpointing", "true")]
-
-
-def step_losses(out):
-    return [json.loads(line)["loss"] for line in open(out / "metrics.jsonl")]
-
-
 @pytest.fixture(scope="module")
 def trained(setup):
     root, base, adapter, rows, data = setup
@@ -53,16 +34,7 @@ def trained(setup):
 
 def test_losses_and_adapter_match_reference(setup, trained):
     root, base, adapter, rows, data = setup
-    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=STEPS, **SETTINGS)
-    ours = step_losses(trained)
-    assert len(ours) == STEPS
-    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
-        assert abs(got - want) <= 1e-4 * abs(want), f"step {step}: loss {got} vs reference {want}"
-    ours_adapter = load_file(str(trained / "adapter_model.safetensors"))
-    ref_adapter = reference_loop.lora_state(ref_model)
-    assert set(ours_adapter) == set(ref_adapter)
-    for name, ref in ref_adapter.items():
-        assert relative_error(ours_adapter[name], ref) <= 1e-4, name
+    ours, _, _ = steps_match_peft("llama", base, adapter, rows, trained)
     assert ours[-1] < ours[0]  # it learns
 
 
