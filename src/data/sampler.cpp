@@ -8,18 +8,10 @@
 
 #include "finetune/data/rank_assignment.h"
 #include "finetune/util/errors.h"
+#include "finetune/util/splitmix64.h"
 
 namespace finetune {
 namespace {
-
-// SplitMix64 finaliser: spreads (seed, epoch) over the 64-bit seed space so that neighbouring
-// seeds or epochs give unrelated generator states.
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 // Uniform integer in [0, range) by rejection: values below 2^64 mod range are redrawn, so every
 // residue is equally likely. std::uniform_int_distribution is avoided because its algorithm

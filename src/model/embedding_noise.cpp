@@ -5,18 +5,9 @@
 #include <ATen/Context.h>
 
 #include "finetune/util/errors.h"
+#include "finetune/util/splitmix64.h"
 
 namespace finetune {
-namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 double embedding_noise_magnitude(double alpha, int64_t padded_length, int64_t hidden_size) {
   const auto dims = at::scalar_tensor(padded_length * hidden_size, at::TensorOptions().dtype(at::kLong));

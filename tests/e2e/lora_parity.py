@@ -11,6 +11,7 @@ from conftest import run_finetune
 from numerics import relative_error
 import generation_assets as assets
 import reference_loop
+import tiny_models
 
 STEPS = 20
 SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="cosine", max_grad_norm=0.5)
@@ -25,6 +26,18 @@ def finetune_args(base, adapter, data, out, **overrides):
             "--weight_decay", 0.01, "--lora_dropout", 0.0, "--dtype", "float32", "--device", "cpu",
             "--shuffle", "false", "--logging_steps", 1,
             "--use_gradient_checkpointing", s.get("gradient_checkpointing", "true")]
+
+
+def make_llama_run(root):
+    """The inputs of that run under `root`: a tiny Llama `base`, a PEFT `adapter` to start from and
+    27 completion-only `rows` (14 micro-batches: epochs wrap) written to `data`."""
+    base = root / "base"
+    tiny_models.make_model("llama", base)
+    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
+    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
+    data = root / "train.jsonl"
+    tiny_models.write_jsonl(data, rows)
+    return base, adapter, rows, data
 
 
 def step_losses(out):

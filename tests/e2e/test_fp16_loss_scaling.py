@@ -24,10 +24,10 @@ from safetensors.torch import load_file
 
 from conftest import run_finetune
 from ddp_launch import check_ok, run_launched
+from lora_parity import make_llama_run
 from numerics import relative_error
 import fp16_reference_loop
 import reference_loop
-import tiny_models
 
 STEPS = 8
 FORCED_SCALE = 2.0 ** 21
@@ -37,13 +37,7 @@ SETTINGS = dict(batch_size=2, accumulation=2, lr=5e-3, warmup=3, scheduler="line
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("fp16")
-    base = root / "base"
-    tiny_models.make_model("llama", base)
-    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
-    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
-    data = root / "train.jsonl"
-    tiny_models.write_jsonl(data, rows)
-    return root, base, adapter, rows, data
+    return (root, *make_llama_run(root))
 
 
 def finetune_args(base, adapter, data, out, dtype="float16", steps=STEPS):

@@ -37,12 +37,7 @@ CASES = {"batch2_accumulation2": dict(batch_size=2, accumulation=2),
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("neftune")
-    base = root / "base"
-    tiny_models.make_model("llama", base)
-    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
-    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
-    data = root / "train.jsonl"
-    tiny_models.write_jsonl(data, rows)
+    base, adapter, rows, data = parity.make_llama_run(root)
     eval_rows = tiny_models.make_tokenized_rows(7, seed=11, completion_only=True)
     eval_data = root / "eval.jsonl"
     tiny_models.write_jsonl(eval_data, eval_rows)

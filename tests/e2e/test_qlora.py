@@ -18,7 +18,7 @@ from numerics import relative_error
 import bnb_cpu
 import reference_loop
 import tiny_models
-from lora_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, step_losses
+from lora_parity import SETTINGS, STEPS, finetune_args as lora_finetune_args, make_llama_run, step_losses
 
 bnb_cpu.use_portable_cpu_kernels()  # bitsandbytes' own arithmetic on every host (bnb_cpu.py)
 
@@ -41,12 +41,7 @@ def bnb_model(path):
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("qlora")
-    base = root / "base"
-    tiny_models.make_model("llama", base)
-    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
-    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)
-    data = root / "train.jsonl"
-    tiny_models.write_jsonl(data, rows)
+    base, adapter, rows, data = make_llama_run(root)
     bnb_model(base).save_pretrained(root / "base_4bit")  # the layout of the hub's *-bnb-4bit repos
     return root, base, adapter, rows, data
 

@@ -6,21 +6,14 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import last_json_line, run_finetune
-from lora_parity import SETTINGS, STEPS, finetune_args, step_losses, steps_match_peft
+from lora_parity import SETTINGS, STEPS, finetune_args, make_llama_run, step_losses, steps_match_peft
 from numerics import relative_error
 import reference_loop
-import tiny_models
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("train")
-    base = root / "base"
-    tiny_models.make_model("llama", base)
-    adapter = reference_loop.make_init_adapter(base, root / "init_adapter")
-    rows = tiny_models.make_tokenized_rows(27, seed=5, completion_only=True)  # 14 micro-batches: epochs wrap
-    data = root / "train.jsonl"
-    tiny_models.write_jsonl(data, rows)
-    return root, base, adapter, rows, data
+    return (root, *make_llama_run(root))
 
 
 @pytest.fixture(scope="module")

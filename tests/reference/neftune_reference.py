@@ -9,16 +9,10 @@ the hook's noise is exactly what finetune adds on the CPU.
 import torch
 from transformers.integrations.neftune import activate_neftune, deactivate_neftune
 
+from make_data_fixtures import splitmix64  # the sampler's, as src/data/sampler.cpp
 import reference_loop
 
 MASK = (1 << 64) - 1
-
-
-def splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & MASK
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
 
 
 def noise_seed(run_seed, step, rank, micro_batch):
