@@ -34,3 +34,14 @@ def last_json_line(text):
         if line.startswith("{"):
             return json.loads(line)
     raise AssertionError(f"no JSON line in output:\n{text}")
+
+
+def fixture_json(module, generator):
+    """$FINETUNE_FIXTURES/<module>/expected.json, which tests/reference/<generator> writes; a missing
+    file fails the test with the command that makes it."""
+    path = os.path.join(os.environ.get("FINETUNE_FIXTURES", ""), module, "expected.json")
+    if not os.path.exists(path):
+        pytest.fail(f"{path} is missing: run tests/reference/{generator} {os.path.dirname(path)} "
+                    "(scripts/test.sh generates every fixture into $FINETUNE_FIXTURES)")
+    with open(path) as f:
+        return json.load(f)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import run_finetune
+from conftest import fixture_json, run_finetune
 from ddp_launch import check_ok, run_launched
 from numerics import relative_error
 
@@ -25,12 +25,7 @@ DDP_TOLERANCE = 1e-6  # relative, fp32: 2 ranks against 1 process, only the summ
 
 @pytest.fixture(scope="module")
 def expected():
-    path = os.path.join(FIXTURES, "expected.json")
-    if not os.path.exists(path):
-        pytest.fail(f"{path} is missing: run tests/reference/make_dpo_run_fixtures.py {FIXTURES} "
-                    "(scripts/test.sh generates every fixture into $FINETUNE_FIXTURES)")
-    with open(path) as f:
-        return json.load(f)
+    return fixture_json("dpo_run", "make_dpo_run_fixtures.py")
 
 
 def case_of(expected, name):

@@ -21,7 +21,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import run_finetune
+from conftest import fixture_json, run_finetune
 from numerics import relative_error
 from test_dpo import TOLERANCE, case_of, metrics
 from test_gguf import LOGIT_BOUNDS, PRE_TOKENIZER, TOKENIZERS, assert_same_gguf
@@ -37,12 +37,7 @@ MERGE_BOUND = 1e-6   # test_export.py's: W + B A scaling summed in fp32 by both
 
 @pytest.fixture(scope="module")
 def expected():
-    path = os.path.join(FIXTURES, "expected.json")
-    if not os.path.exists(path):
-        pytest.fail(f"{path} is missing: run tests/reference/make_dpo_variants_fixtures.py {FIXTURES} "
-                    "(scripts/test.sh generates every fixture into $FINETUNE_FIXTURES)")
-    with open(path) as f:
-        return json.load(f)
+    return fixture_json("dpo_variants", "make_dpo_variants_fixtures.py")
 
 
 def scale_of(key, want):
