@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "finetune/util/atomic_file.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -27,18 +28,6 @@ void put_string(std::string& out, const std::string& value) {
 }
 
 uint64_t aligned(uint64_t offset) { return (offset + kGgufAlignment - 1) / kGgufAlignment * kGgufAlignment; }
-
-// Makes the rename durable; best effort, as some filesystems refuse fsync on directories (as
-// util/atomic_file.cpp does for whole-file writes).
-void sync_parent_dir(const std::string& path) {
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (parent.empty()) parent = ".";
-  const int fd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 
 }  // namespace
 

@@ -31,7 +31,8 @@ void write_all(int fd, const void* data, size_t size, const std::string& tmp_pat
   }
 }
 
-// Makes the rename itself durable; best effort, as some filesystems refuse fsync on directories.
+}  // namespace
+
 void sync_parent_dir(const std::string& path) {
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (parent.empty()) parent = ".";
@@ -41,8 +42,6 @@ void sync_parent_dir(const std::string& path) {
     ::close(fd);
   }
 }
-
-}  // namespace
 
 void write_atomically(const std::string& path, const std::function<void(const AppendBytes&)>& write_contents) {
   const std::string tmp_path = path + ".tmp." + std::to_string(::getpid());

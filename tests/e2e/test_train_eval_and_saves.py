@@ -5,27 +5,13 @@ import pytest
 from safetensors.torch import load_file
 
 from conftest import last_json_line, run_finetune
-import reference_loop
-import tiny_models
+from train_eval_run import common, make_train_eval_run
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("evalsaves")
-    base = root / "base"
-    tiny_models.make_model("qwen2", base)
-    adapter = reference_loop.make_init_adapter(base, root / "adapter")
-    train = root / "train.jsonl"
-    evalset = root / "eval.jsonl"
-    tiny_models.write_jsonl(train, tiny_models.make_tokenized_rows(20, seed=1, completion_only=True))
-    tiny_models.write_jsonl(evalset, tiny_models.make_tokenized_rows(7, seed=2, completion_only=True))
-    return root, base, adapter, train, evalset
-
-
-def common(base, adapter, train, out, max_steps=6):
-    return ["--model_name", base, "--dataset", train, "--init_adapter", adapter, "--output_dir", out,
-            "--max_steps", max_steps, "--per_device_train_batch_size", 2, "--gradient_accumulation_steps", 1,
-            "--learning_rate", 5e-3, "--dtype", "float32", "--device", "cpu", "--logging_steps", 1]
+    return (root, *make_train_eval_run(root))
 
 
 def test_eval_steps_report_the_loss_finetune_eval_gives_for_the_saved_checkpoint(setup):

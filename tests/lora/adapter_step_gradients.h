@@ -7,6 +7,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <mutex>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "finetune/lora/attach_lora.h"
@@ -26,6 +28,16 @@ inline void seed_default_generator(uint64_t seed) {
 inline void randomize_base(CausalLM& model, at::Generator& generator) {
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.named_parameters()) parameter.normal_(0.0, 0.3, generator);
+}
+
+// r 4, alpha 8 and `dropout` on `targets`: the small adapters these tests attach.
+inline LoraConfig small_lora(double dropout, std::vector<std::string> targets) {
+  LoraConfig lora;
+  lora.r = 4;
+  lora.lora_alpha = 8;
+  lora.lora_dropout = dropout;
+  lora.target_modules = std::move(targets);
+  return lora;
 }
 
 // The adapters' gradients (lora_parameters order) of the token-loss sum of one fixed (2, 6)

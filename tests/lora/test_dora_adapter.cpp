@@ -208,12 +208,8 @@ TEST(DoraAdapter, GradientCheckpointingWithDropoutRecomputesTheSameGradients) {
   CausalLM model(tiny_llama_config({16, 32, 48, 3, 4, 2, 8}), at::kFloat, at::kCPU);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(2);
   randomize_base(model, generator);
-  LoraConfig lora;
-  lora.r = 4;
-  lora.lora_alpha = 8;
-  lora.lora_dropout = 0.3;
+  LoraConfig lora = small_lora(0.3, {"q_proj", "v_proj", "up_proj", "down_proj"});
   lora.use_dora = true;
-  lora.target_modules = {"q_proj", "v_proj", "up_proj", "down_proj"};
   const auto trainable = attach_lora(model, lora, 1);
   ASSERT_EQ(trainable.size(), 3u * 4u * 3u);  // layers x targets x (A, B, magnitude)
   for (auto& [name, tensor] : trainable) {

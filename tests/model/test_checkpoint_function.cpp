@@ -16,12 +16,7 @@ TEST(CheckpointFunction, RecomputeWithDropoutGivesIdenticalGradients) {
   CausalLM model(tiny_llama_config({16, 32, 48, 3, 4, 2, 8}), at::kFloat, at::kCPU);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(2);
   randomize_base(model, generator);
-  LoraConfig lora;
-  lora.r = 4;
-  lora.lora_alpha = 8;
-  lora.lora_dropout = 0.3;
-  lora.target_modules = {"q_proj", "v_proj", "up_proj", "down_proj"};
-  attach_lora(model, lora, 1);
+  attach_lora(model, small_lora(0.3, {"q_proj", "v_proj", "up_proj", "down_proj"}), 1);
   for (auto& [name, tensor] : lora_parameters(model)) tensor.detach().normal_(0.0, 0.2, generator);
 
   const auto plain = adapter_step_gradients(model, false);

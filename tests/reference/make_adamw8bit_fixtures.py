@@ -22,6 +22,8 @@ import bitsandbytes as bnb
 import torch
 from safetensors.torch import save_file
 
+from make_train_fixtures import optimizer_trajectory
+
 STEPS = 20
 # name -> shape; 8-bit from 4096 elements (min_8bit_size).
 SHAPES = {
@@ -55,26 +57,24 @@ def state_tensors(optimizer, params, suffix):
 def run_case(index, options):
     g = torch.Generator().manual_seed(200 + index)
     params = [torch.nn.Parameter(torch.randn(shape, generator=g) * 0.1) for shape in SHAPES.values()]
-    tensors = {f"param.{i}.initial": p.detach().clone() for i, p in enumerate(params)}
     optimizer = bnb.optim.AdamW([{"params": params, "weight_decay": options["weight_decay"]}], lr=LRS[0],
                                 betas=options["betas"], eps=options["eps"], optim_bits=8, is_paged=False)
-    for step, lr in enumerate(LRS):
-        for i, (name, p) in enumerate(zip(SHAPES, params)):
-            # Scales from 1e-4 to 1 across parameters and steps, some exact zeros, a few large values.
-            grad = torch.randn(p.shape, generator=g) * (10.0 ** -((i + step) % 5))
-            grad[torch.rand(p.shape, generator=g) < 0.05] = 0.0
-            grad[torch.rand(p.shape, generator=g) < 0.002] *= 30.0
-            if name == "zero_first" and step < ZERO_STEPS:
-                grad.zero_()
-            p.grad = grad
-            tensors[f"grad.{i}.{step}"] = grad.clone()
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-        for i, p in enumerate(params):
-            tensors[f"param.{i}.{step}"] = p.detach().clone()
+    names = list(SHAPES)
+
+    def gradient(step, i, p):
+        # Scales from 1e-4 to 1 across parameters and steps, some exact zeros, a few large values.
+        grad = torch.randn(p.shape, generator=g) * (10.0 ** -((i + step) % 5))
+        grad[torch.rand(p.shape, generator=g) < 0.05] = 0.0
+        grad[torch.rand(p.shape, generator=g) < 0.002] *= 30.0
+        if names[i] == "zero_first" and step < ZERO_STEPS:
+            grad.zero_()
+        return grad
+
+    def after_step(step, tensors):
         if step == 0:
             tensors.update(state_tensors(optimizer, params, "first"))
+
+    tensors = optimizer_trajectory(params, optimizer, LRS, gradient, after_step)
     tensors.update(state_tensors(optimizer, params, "final"))
     eight_bit = [optimizer.state[p]["state1"].dtype == torch.uint8 for p in params]
     return tensors, eight_bit

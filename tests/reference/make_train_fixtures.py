@@ -44,25 +44,40 @@ ADAMW_CASES = {
 }
 
 
+def scaled_gradient(g):
+    """Gradients of very different scales across steps, with some exact zeros."""
+    def draw(step, i, p):
+        grad = torch.randn(p.shape, generator=g) * (10.0 ** (step % 4 - 2))
+        grad[torch.rand(p.shape, generator=g) < 0.1] = 0.0
+        return grad
+    return draw
+
+
+def optimizer_trajectory(params, optimizer, lrs, gradient, after_step=lambda step, tensors: None):
+    """`optimizer` stepped once per learning rate of `lrs` on the gradients `gradient(step, i, p)`
+    draws: the parameters' initial values, each step's gradients and the parameters after each
+    step, by name (and what `after_step` adds)."""
+    tensors = {f"param.{i}.initial": p.detach().clone() for i, p in enumerate(params)}
+    for step, lr in enumerate(lrs):
+        for i, p in enumerate(params):
+            p.grad = gradient(step, i, p)
+            tensors[f"grad.{i}.{step}"] = p.grad.clone()
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        for i, p in enumerate(params):
+            tensors[f"param.{i}.{step}"] = p.detach().clone()
+        after_step(step, tensors)
+    return tensors
+
+
 def adamw_fixtures(out):
     cases = []
     for case_index, (name, options) in enumerate(ADAMW_CASES.items()):
         g = torch.Generator().manual_seed(100 + case_index)
         params = [torch.nn.Parameter(torch.randn(shape, generator=g)) for shape in ADAMW_SHAPES]
-        tensors = {f"param.{i}.initial": p.detach().clone() for i, p in enumerate(params)}
         optimizer = torch.optim.AdamW(params, lr=ADAMW_LRS[0], foreach=False, **options)
-        for step, lr in enumerate(ADAMW_LRS):
-            for i, p in enumerate(params):
-                # Gradients of very different scales across steps, with some exact zeros.
-                grad = torch.randn(p.shape, generator=g) * (10.0 ** (step % 4 - 2))
-                grad[torch.rand(p.shape, generator=g) < 0.1] = 0.0
-                p.grad = grad
-                tensors[f"grad.{i}.{step}"] = grad.clone()
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
-            for i, p in enumerate(params):
-                tensors[f"param.{i}.{step}"] = p.detach().clone()
+        tensors = optimizer_trajectory(params, optimizer, ADAMW_LRS, scaled_gradient(g))
         save_file(tensors, os.path.join(out, f"adamw_{name}.safetensors"))
         cases.append({"name": name, "beta1": options["betas"][0], "beta2": options["betas"][1],
                       "eps": options["eps"], "weight_decay": options["weight_decay"], "lrs": ADAMW_LRS,
@@ -155,19 +170,8 @@ def optimizer_fixtures(out):
                                                        ("adafactor", 0.01), ("paged_adamw_32bit", 0.01)]):
         g = torch.Generator().manual_seed(200 + case_index)
         params = [torch.nn.Parameter(torch.randn(shape, generator=g)) for shape in OPTIMIZER_SHAPES]
-        tensors = {f"param.{i}.initial": p.detach().clone() for i, p in enumerate(params)}
         optimizer = make_reference_optimizer(name, params, weight_decay)
-        for step, lr in enumerate(OPTIMIZER_LRS):
-            for i, p in enumerate(params):
-                grad = torch.randn(p.shape, generator=g) * (10.0 ** (step % 4 - 2))
-                grad[torch.rand(p.shape, generator=g) < 0.1] = 0.0
-                p.grad = grad
-                tensors[f"grad.{i}.{step}"] = grad.clone()
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
-            for i, p in enumerate(params):
-                tensors[f"param.{i}.{step}"] = p.detach().clone()
+        tensors = optimizer_trajectory(params, optimizer, OPTIMIZER_LRS, scaled_gradient(g))
         file = f"optimizer_{name}_{case_index}.safetensors"
         save_file(tensors, os.path.join(out, file))
         cases.append({"optim": name, "weight_decay": weight_decay, "lrs": OPTIMIZER_LRS, "file": file,

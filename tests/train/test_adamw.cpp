@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../reference/tensor_fixtures.h"
+#include "adamw_case.h"
 #include "finetune/lora/half_precision_lora_linear.h"
 #include "finetune/lora/lora_adapter.h"
 #include "finetune/lora/lora_kernels.h"
@@ -39,11 +40,7 @@ TEST(AdamW, CpuStepsMatchTorchAdamWBitForBit) {
     for (int64_t i = 0; i < count; ++i) {
       parameters.push_back(tensors["param." + std::to_string(i) + ".initial"].clone().set_requires_grad(true));
     }
-    AdamWOptions options;
-    options.beta1 = c.at("beta1");
-    options.beta2 = c.at("beta2");
-    options.eps = c.at("eps");
-    options.weight_decay = c.at("weight_decay");
+    const AdamWOptions options = testing::adamw_options_of(c);
     ASSERT_GT(options.weight_decay, 0.0);
     AdamW optimizer(parameters, options, /*fused=*/false);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../reference/tensor_fixtures.h"
+#include "adamw_case.h"
 #include "../test_support.h"
 #include "finetune/weights/tensor_io.h"
 #include "finetune/kernels/dynamic_map_search.h"
@@ -62,11 +63,7 @@ TEST(AdamW8bit, CpuStepsMatchBitsandbytesBitForBit) {
     }
     ASSERT_GE(eight_bit, 4);
     ASSERT_LE(eight_bit, static_cast<int64_t>(parameters.size()) - 2);
-    AdamWOptions options;
-    options.beta1 = c.at("beta1");
-    options.beta2 = c.at("beta2");
-    options.eps = c.at("eps");
-    options.weight_decay = c.at("weight_decay");
+    const AdamWOptions options = testing::adamw_options_of(c);
     ASSERT_GT(options.weight_decay, 0.0);
     AdamW8bit optimizer(parameters, options, /*cuda_kernel=*/false);
 

@@ -58,6 +58,12 @@ std::vector<at::Tensor> adapter_copy(const NamedTensors& trainable) {
   return out;
 }
 
+// A new process: `resumed`'s fresh model and components with the checkpoint's adapter values.
+void load_adapter(TrainingRun& resumed, const std::vector<at::Tensor>& saved_adapter) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
+}
+
 void expect_equal_tensors(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << i;
@@ -90,12 +96,8 @@ TEST(Trainer, ResumingFromItsStateTrainsBitwiseWhatTheUninterruptedRunTrains) {
   EXPECT_EQ(with_save.step_losses, full.step_losses);
   EXPECT_EQ(with_save.last_checkpoint, "memory-4");  // every save_steps, and the last step
 
-  // A new process: fresh model and components, the checkpoint's adapter and state loaded.
   TrainingRun resumed;
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
-  }
+  load_adapter(resumed, saved_adapter);
   Trainer trainer(*resumed.model, resumed.trainable, resumed.stream, *resumed.communicator, resumed.config,
                   resumed.objective);
   trainer.load_state(*saved);
@@ -218,10 +220,7 @@ TEST(Trainer, AStopRequestSavesTheStepsDoneAndStopsAtTheNextBoundary) {
                             *uninterrupted.communicator, uninterrupted.config, uninterrupted.objective)
                         .train({});
   TrainingRun resumed;
-  {
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < saved_adapter.size(); ++i) resumed.trainable[i].second.copy_(saved_adapter[i]);
-  }
+  load_adapter(resumed, saved_adapter);
   Trainer continued(*resumed.model, resumed.trainable, resumed.stream, *resumed.communicator, resumed.config,
                     resumed.objective);
   continued.load_state(*saved);

@@ -27,4 +27,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 // Copies `from` to `to` atomically (same temp + rename discipline).
 void copy_file_atomically(const std::string& from, const std::string& to);
 
+// fsyncs the directory holding `path`, making a rename into it durable; best effort, as some
+// filesystems refuse fsync on directories.
+void sync_parent_dir(const std::string& path);
+
 }  // namespace finetune
