@@ -16,6 +16,7 @@
 #include "finetune/model/causal_lm.h"
 #include "finetune/model/kv_cache.h"
 #include "finetune/weights/model_weights.h"
+#include "logits_against_fixture.h"
 #include "tiny_config.h"
 
 namespace finetune {
@@ -42,18 +43,7 @@ TEST(CausalLM, LogitsEqualTransformersForEveryFamily) {
     load_weights(model, dir);
     architectures.insert(model.config().architecture);
     const TensorFixture expected("model", "weights/" + name + ".logits.safetensors");
-    const auto& input_ids = expected["input_ids"];  // (B, T)
-    const auto position_ids = at::arange(input_ids.size(1), at::kLong).unsqueeze(0).expand_as(input_ids).contiguous();
-    at::NoGradGuard no_grad;
-    const auto hidden = model.forward_hidden(input_ids, position_ids, AttentionMask{}, ForwardOptions{});
-    const auto logits = model.lm_head(hidden);  // (B, T, V)
-    const auto& reference_logits = expected["logits"];
-    ASSERT_TRUE(logits.sizes().equals(reference_logits.sizes()));
-    const double relative =
-        ((logits.to(at::kDouble) - reference_logits.to(at::kDouble)).norm() / reference_logits.to(at::kDouble).norm())
-            .item<double>();
-    std::printf("  %s: fp32 logits relative to transformers %.3g\n", name.c_str(), relative);
-    EXPECT_LE(relative, 1e-5);
+    testing::expect_logits_match(model, expected, name);
   }
   EXPECT_EQ(architectures, (std::set<std::string>{"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
                                                   "MistralForCausalLM", "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM",

@@ -11,6 +11,7 @@
 #include "../reference/tensor_fixtures.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/weights/model_weights.h"
+#include "logits_against_fixture.h"
 
 namespace finetune {
 namespace {
@@ -28,17 +29,7 @@ TEST(LongRope, LogitsPastTheOriginalContextEqualTransformers) {
     types.insert(model.config().rope_scaling.rope_type);
     load_weights(model, dir);
     const TensorFixture expected("long_rope", name + ".logits.safetensors");
-    const auto& input_ids = expected["input_ids"];  // (B, T)
-    const auto position_ids = at::arange(input_ids.size(1), at::kLong).unsqueeze(0).expand_as(input_ids).contiguous();
-    at::NoGradGuard no_grad;
-    const auto logits = model.lm_head(model.forward_hidden(input_ids, position_ids, AttentionMask{}, ForwardOptions{}));
-    const auto& reference_logits = expected["logits"];
-    ASSERT_TRUE(logits.sizes().equals(reference_logits.sizes()));
-    const double relative =
-        ((logits.to(at::kDouble) - reference_logits.to(at::kDouble)).norm() / reference_logits.to(at::kDouble).norm())
-            .item<double>();
-    std::printf("  %s: fp32 logits relative to transformers %.3g\n", name.c_str(), relative);
-    EXPECT_LE(relative, 1e-5);
+    testing::expect_logits_match(model, expected, name);
   }
   EXPECT_EQ(types, (std::set<std::string>{"default", "linear", "llama3", "yarn", "dynamic"}));
 }

@@ -49,13 +49,13 @@ inline ForwardOptions training_forward() {
   return forward;
 }
 
-// `count` samples of 3..9 tokens, the first third of each prompt (not trained on).
-inline std::vector<Sample> tiny_samples(int count) {
+// One sample per length, of pseudo-random ids in [2, 62), the first third of each a prompt (not
+// trained on).
+inline std::vector<Sample> samples_of_lengths(const std::vector<int>& lengths) {
   std::vector<Sample> samples;
   int32_t next = 5;
-  for (int i = 0; i < count; ++i) {
+  for (const int length : lengths) {
     Sample sample;
-    const int length = 3 + (i * 5) % 7;
     for (int t = 0; t < length; ++t) {
       next = (next * 17 + 3) % 60 + 2;
       sample.input_ids.push_back(next);
@@ -64,6 +64,13 @@ inline std::vector<Sample> tiny_samples(int count) {
     samples.push_back(sample);
   }
   return samples;
+}
+
+// `count` samples of 3..9 tokens.
+inline std::vector<Sample> tiny_samples(int count) {
+  std::vector<int> lengths;
+  for (int i = 0; i < count; ++i) lengths.push_back(3 + (i * 5) % 7);
+  return samples_of_lengths(lengths);
 }
 
 }  // namespace finetune::testing

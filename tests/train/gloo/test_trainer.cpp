@@ -18,19 +18,9 @@ namespace {
 // 24 samples: even ones 3-4 tokens, odd ones 26-30, so the literal rule puts only short samples on
 // even ranks of an even world.
 std::vector<Sample> uneven_samples() {
-  std::vector<Sample> samples;
-  int32_t next = 5;
-  for (int i = 0; i < 24; ++i) {
-    Sample sample;
-    const int length = i % 2 == 0 ? 3 + i % 2 + (i / 2) % 2 : 26 + (i * 3) % 5;
-    for (int t = 0; t < length; ++t) {
-      next = (next * 17 + 3) % 60 + 2;
-      sample.input_ids.push_back(next);
-      sample.labels.push_back(t < length / 3 ? kIgnoreIndex : next);
-    }
-    samples.push_back(sample);
-  }
-  return samples;
+  std::vector<int> lengths;
+  for (int i = 0; i < 24; ++i) lengths.push_back(i % 2 == 0 ? 3 + i % 2 + (i / 2) % 2 : 26 + (i * 3) % 5);
+  return testing::samples_of_lengths(lengths);
 }
 
 MicroBatchStreamConfig stream_config(int world, int rank, int64_t batch_size) {
