@@ -117,6 +117,11 @@ run_mode() {
         [ -f "$f" ] || continue
         { echo "== $tag $(basename "$dir") $(basename "$f") | $clocks"; head -9 "$f"; } >> "$OUT/contention-profiles.txt"
       done
+      for trace in "$dir"/profile-rank*.json; do  # the host's side of the window (bench/trace_host_summary.py)
+        [ -f "$trace" ] || continue
+        python3 "$(dirname "${BASH_SOURCE[0]}")/trace_host_summary.py" "$trace" >> "$OUT/trace-summaries.txt" 2>&1
+        [ "${KEEP_TRACES:-0}" = 1 ] && gzip -c "$trace" > "$OUT/$tag-$(basename "$trace").gz"
+      done
     done
     return
   fi
