@@ -24,6 +24,8 @@ MicroStepGraphs::MicroStepGraphs(const CausalLM&, ForwardOptions, MicroStepGraph
 MicroStepGraphs::~MicroStepGraphs() = default;
 bool MicroStepGraphs::accepts(const HostBatch&) const { return false; }
 at::Tensor MicroStepGraphs::run(const HostBatch&, const at::Tensor&, const at::Tensor&, GradReducer&) { return {}; }
+bool MicroStepGraphs::warmed_up() const { return false; }
+void MicroStepGraphs::capture_ahead(const HostBatch&, const at::Tensor&, GradReducer&) {}
 int64_t MicroStepGraphs::graphs_captured() const { return 0; }
 int64_t MicroStepGraphs::replays() const { return 0; }
 

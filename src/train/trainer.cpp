@@ -1,5 +1,7 @@
 #include "finetune/train/trainer.h"
 
+#include <algorithm>
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "finetune/ddp/rank0_agreement.h"
@@ -170,6 +172,7 @@ TrainResult Trainer::train(const TrainerHooks& hooks) {
     if (stop_agreed()) stop_for_preemption(hooks);
     profiler_.before_step(step);
     const StepOutcome outcome = train_step(step);
+    if (graphs_ && !captured_ahead_ && graphs_->warmed_up()) capture_coming_shapes(step);
     // A skipped fp16 step's gradient norm is inf / NaN by construction: overflow, not divergence.
     finite_.record(step, window_.last_loss(), outcome.skipped ? at::Tensor() : outcome.grad_norm);
     profiler_.after_step(step);
@@ -281,6 +284,24 @@ Trainer::StepOutcome Trainer::update_parameters() {
   if (scaler_) scaler_->update();
   reducer_.zero_grad();
   return outcome;
+}
+
+void Trainer::capture_coming_shapes(int64_t step) {
+  captured_ahead_ = true;
+  const int64_t before = graphs_->graphs_captured();
+  const MicroBatchStreamState position = stream_.state();
+  const int64_t last = std::min(config_.total_steps, step + kCudaGraphCaptureAheadSteps);
+  for (int64_t coming = step + 1; coming <= last; ++coming) {
+    for (const auto& micro_batch : stream_.next_step()) {
+      if (micro_batch.rows > 0) graphs_->capture_ahead(micro_batch, loss_scale_, reducer_);
+    }
+  }
+  stream_.load_state(position);  // the coming steps are read again, in order, as they come
+  if (communicator_.rank() == 0) {
+    log::info("CUDA graphs: " + std::to_string(graphs_->graphs_captured() - before) +
+              " micro-step shapes of steps " + std::to_string(step + 1) + "-" + std::to_string(last) +
+              " captured ahead");
+  }
 }
 
 void Trainer::after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result) {

@@ -79,7 +79,8 @@ struct Trace {
 
 // Two optimizer steps of 4 micro-steps each, a plain SGD update in between (the graphs must read
 // the updated adapter in place). mode: 0 eager unpadded (the trainer's path without graphs),
-// 1 padded eagerly, 2 padded through graphs.
+// 1 padded eagerly, 2 padded through graphs, 3 through graphs captured ahead (Note [Capture
+// ahead]) right after the eager warm-up micro-step, in the middle of the first step.
 Trace train(int mode) {
   auto model = random_model();
   const NamedTensors trainable = lora_parameters(*model);
@@ -92,7 +93,7 @@ Trace train(int mode) {
   std::unique_ptr<MicroStepGraphs> graphs;
   if (mode > 0) {
     MicroStepGraphsConfig config;
-    config.capture = mode == 2;
+    config.capture = mode >= 2;
     config.eager_warmup = 1;
     graphs = std::make_unique<MicroStepGraphs>(*model, forward, config, objective);
   }
@@ -116,6 +117,12 @@ Trace train(int mode) {
         loss = loss.detach();
       }
       trace.losses.push_back(loss.to(at::kFloat));
+      if (mode == 3 && step == 0 && i == 0) {
+        EXPECT_TRUE(graphs->warmed_up());
+        for (const HostBatch& coming : batches) graphs->capture_ahead(coming, at::Tensor(), reducer);
+        EXPECT_EQ(graphs->graphs_captured(), 3);
+        EXPECT_EQ(graphs->replays(), 0);
+      }
     }
     reducer.finalize();
     std::vector<at::Tensor> flat;
@@ -147,6 +154,7 @@ TEST(MicroStepGraphs, ReplaysTrainBitwiseWhatThePaddedEagerStepsTrain) {
   const Trace eager_a = train(1);
   const Trace eager_b = train(1);
   const Trace graphed = train(2);
+  const Trace captured_ahead = train(3);
   at::globalContext().setDeterministicAlgorithms(was_deterministic, false);
 
   // Control: the padded eager path repeats itself bit for bit (else the comparison means nothing).
@@ -165,6 +173,19 @@ TEST(MicroStepGraphs, ReplaysTrainBitwiseWhatThePaddedEagerStepsTrain) {
   }
   for (size_t p = 0; p < graphed.final_parameters.size(); ++p) {
     EXPECT_TRUE(graphed.final_parameters[p].equal(eager_a.final_parameters[p])) << "parameter " << p;
+  }
+  // Captured ahead: the same 3 graphs, all before their first replay; the capture ran no kernels,
+  // so the first step's gradients (half accumulated when it happened) are untouched.
+  EXPECT_EQ(captured_ahead.captured, 3);
+  EXPECT_EQ(captured_ahead.replays, 7);
+  for (size_t i = 0; i < captured_ahead.losses.size(); ++i) {
+    EXPECT_TRUE(captured_ahead.losses[i].equal(eager_a.losses[i])) << "micro-step " << i;
+  }
+  for (size_t s = 0; s < captured_ahead.grads.size(); ++s) {
+    EXPECT_TRUE(captured_ahead.grads[s].equal(eager_a.grads[s])) << "step " << s;
+  }
+  for (size_t p = 0; p < captured_ahead.final_parameters.size(); ++p) {
+    EXPECT_TRUE(captured_ahead.final_parameters[p].equal(eager_a.final_parameters[p])) << "parameter " << p;
   }
 }
 

@@ -13,5 +13,8 @@ namespace finetune {
 inline constexpr int64_t kCudaGraphMaxTokens = 2048;
 // Shapes first seen after this many captures run eagerly (memory, capture time).
 inline constexpr int64_t kCudaGraphMaxShapes = 64;
+// Note [Capture ahead] (micro_step_graphs.h): the shapes of this many coming steps are captured
+// together after the warm-up.
+inline constexpr int64_t kCudaGraphCaptureAheadSteps = 1000;
 
 }  // namespace finetune

@@ -18,6 +18,14 @@
 //  - One memory pool for all graphs: they run one at a time, and each keeps only its loss output.
 //  - Warm-up: the first micro-steps run the same code without capture, so libraries initialise
 //    lazily (handles, workspaces) outside any capture.
+//
+// Note [Capture ahead]
+// A capture costs about one eager micro-step of host time plus the graph's instantiation (~110 ms
+// for Llama-3.2-1B on an H100), and a run meets rare shapes (long rows) for hundreds of steps: each
+// stalls the step it first appears in, and under DDP every rank with it. So once the warm-up is
+// over the trainer reads the micro-batches of the coming steps from its stream (and rewinds it) and
+// captures every shape they need at once (capture_ahead); shapes beyond that horizon are still
+// captured when first met. Capturing runs no kernels: gradients and parameters are untouched.
 //  - Exactness: a replay runs the kernels that an eager run of the same padded layout runs, so the
 //    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
@@ -74,6 +82,12 @@ class MicroStepGraphs {
   // for an eager micro-step. Returns the loss sum (fp32 device scalar), valid until the next call.
   at::Tensor run(const HostBatch& batch, const at::Tensor& normaliser, const at::Tensor& loss_scale,
                  GradReducer& reducer);
+
+  // Whether the eager warm-up micro-steps have run (from then on captures are allowed).
+  bool warmed_up() const;
+  // Note [Capture ahead]: captures the graph for `batch`'s shape now, when accepts(batch), the
+  // warm-up is over and the shape has none; otherwise nothing. No kernels run.
+  void capture_ahead(const HostBatch& batch, const at::Tensor& loss_scale, GradReducer& reducer);
 
   int64_t graphs_captured() const;
   int64_t replays() const;

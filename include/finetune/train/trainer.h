@@ -149,6 +149,8 @@ class Trainer {
   // NEFTune noise when the run has it.
   ForwardOptions micro_batch_forward(const HostBatch& micro_batch, int64_t step, int64_t index) const;
   StepOutcome update_parameters();
+  // Note [Capture ahead] (train/micro_step_graphs.h): the graphs of the steps after `step`.
+  void capture_coming_shapes(int64_t step);
   void after_step(int64_t step, const StepOutcome& outcome, const TrainerHooks& hooks, TrainResult& result);
   void log_line(int64_t step, const StepOutcome& outcome, std::optional<double> eval_loss);
   void save_checkpoint(int64_t step, const TrainerHooks& hooks);
@@ -187,6 +189,7 @@ class Trainer {
   int64_t global_step_ = 0;
   std::string last_checkpoint_;
   std::chrono::steady_clock::time_point start_;
+  bool captured_ahead_ = false;  // capture_coming_shapes has run
   std::unique_ptr<MicroStepGraphs> graphs_;  // last: destroyed first, back on the caller's stream
 };
 

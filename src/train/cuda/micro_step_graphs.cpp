@@ -75,6 +75,21 @@ struct MicroStepGraphs::State {
     return forward_backward(model, batch, forward, objective, normaliser, loss_scale);
   }
 
+  // The entry of `padded`'s shape (made on first use), its input buffer holding `padded`.
+  Entry& entry_with_inputs(const GraphBatch& padded) {
+    auto [it, inserted] = entries.try_emplace(padded.shape);
+    Entry& entry = it->second;
+    if (inserted) {
+      entry.shape = padded.shape;
+      entry.inputs = at::empty({static_cast<int64_t>(padded.values.size())},
+                               at::TensorOptions().dtype(at::kLong).device(model.device()));
+    }
+    auto host = at::from_blob(const_cast<int64_t*>(padded.values.data()),
+                              {static_cast<int64_t>(padded.values.size())}, at::TensorOptions().dtype(at::kLong));
+    entry.inputs.copy_(host.pin_memory(), /*non_blocking=*/true);
+    return entry;
+  }
+
   void capture(Entry& entry, const at::Tensor& loss_scale, GradReducer& reducer) {
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
     reducer.begin_recording();
@@ -119,20 +134,21 @@ bool MicroStepGraphs::accepts(const HostBatch& batch) const {
          static_cast<int64_t>(state_->entries.size()) < state_->config.max_graphs;
 }
 
+bool MicroStepGraphs::warmed_up() const { return state_->runs >= state_->config.eager_warmup; }
+
+void MicroStepGraphs::capture_ahead(const HostBatch& batch, const at::Tensor& loss_scale, GradReducer& reducer) {
+  State& state = *state_;
+  if (!state.config.capture || !warmed_up() || !accepts(batch)) return;
+  State::Entry& entry = state.entry_with_inputs(graph_batch(flatten(batch), state.config.filler_token_id));
+  if (entry.graph) return;
+  refresh_derived_tensors(state.adapters, state.model.dtype());  // as before a replay
+  state.capture(entry, loss_scale, reducer);
+}
+
 at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normaliser,
                                 const at::Tensor& loss_scale, GradReducer& reducer) {
   State& state = *state_;
-  const GraphBatch padded = graph_batch(flatten(batch), state.config.filler_token_id);
-  auto [it, inserted] = state.entries.try_emplace(padded.shape);
-  State::Entry& entry = it->second;
-  if (inserted) {
-    entry.shape = padded.shape;
-    entry.inputs = at::empty({static_cast<int64_t>(padded.values.size())},
-                             at::TensorOptions().dtype(at::kLong).device(state.model.device()));
-  }
-  auto host = at::from_blob(const_cast<int64_t*>(padded.values.data()), {static_cast<int64_t>(padded.values.size())},
-                            at::TensorOptions().dtype(at::kLong));
-  entry.inputs.copy_(host.pin_memory(), /*non_blocking=*/true);
+  State::Entry& entry = state.entry_with_inputs(graph_batch(flatten(batch), state.config.filler_token_id));
   state.normaliser.copy_(normaliser);
 
   const bool eager = !state.config.capture || state.runs < state.config.eager_warmup;
