@@ -31,13 +31,17 @@ VARIANT_ARGS_onebucket="--ddp_bucket_cap_mb 4096"
 VARIANT_ENV_ctas4="NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1"
 VARIANT_ENV_omp8="OMP_NUM_THREADS=8"
 mkdir -p "$WORK"
-echo "# warm-up $WARMUP, timed $STEPS two-rank steps (twice as many one-GPU steps)" >> "$OUT/contention.txt"
 
-# finetune's seed-setting command for SHAPE into DIR, STEPS steps logged every LOG steps.
+# The setting's flags: the seed setting unless SETTING_ARGS says otherwise (the 8B shape's best:
+# SETTING_ARGS="--per_device_train_batch_size 1 --gradient_accumulation_steps 1 --packing true").
+SETTING_ARGS=${SETTING_ARGS:---per_device_train_batch_size 1 --gradient_accumulation_steps 4}
+echo "# warm-up $WARMUP, timed $STEPS two-rank steps (twice as many one-GPU steps); $SETTING_ARGS" >> "$OUT/contention.txt"
+
+# finetune's command for SHAPE into DIR, STEPS steps logged every LOG steps.
 command_for() {
   local shape=$1 dir=$2 steps=$3 log=$4
   echo "$FINETUNE --model_name $BENCH/$shape --dataset $BENCH/$shape.jsonl --max_steps $steps" \
-       "--per_device_train_batch_size 1 --gradient_accumulation_steps 4 --learning_rate 2e-4" \
+       "$SETTING_ARGS --learning_rate 2e-4" \
        "--max_seq_length 2048 --warmup_steps 5 --logging_steps $log --output_dir $dir --overwrite_output_dir" \
        "--dtype bfloat16 --use_gradient_checkpointing true --step_planning balanced"
 }
@@ -133,7 +137,9 @@ run_mode() {
   fi
   local graphs
   graphs=$(grep -ho "CUDA graphs: [0-9]* micro-step shapes captured, [0-9]* replays" "$WORK/$tag"*.log | head -1)
-  echo "$shape $mode: $speed tok/s/GPU | ${graphs:-no graphs} | $clocks" | tee -a "$OUT/contention.txt"
+  local peak  # rank 0's peak allocated device memory, from the summary line finetune prints
+  peak=$(grep -ho '"peak_memory_gib":[0-9.]*' "$WORK/$tag"*.log | head -1 | cut -d: -f2)
+  echo "$shape $mode: $speed tok/s/GPU, peak ${peak:-?} GiB | ${graphs:-no graphs} | $clocks" | tee -a "$OUT/contention.txt"
   [[ "$speed" == *FAILED* ]] && tail -c 1500 "$WORK/$tag"*.log | tee -a "$OUT/contention.txt"
 }
 
