@@ -4,7 +4,7 @@ device call (Note [Batched packed attention] in include/finetune/model/attention
   1. with --core_tests: the after tree's finetune_core_tests cases PackedEagerAttention* (the CPU
      equality with the per-sample path, the bf16 CUDA comparison) and the disabled timing case
      PackedEagerAttentionTiming.DISABLED_Gemma2Row (one layer's attention, forward + backward, at
-     Gemma-2-9B's head shapes on a packed row of ten samples: per-sample vs batched, CPU and CUDA);
+     Gemma-2-9B's head shapes on a packed row of ten samples: per-sample vs batched, bf16 on CUDA);
   2. bench/bench.py's "best" setting (packed 2048-token rows) on the gemma-2-9b shape for each
      finetune binary, alternating (--order, default before, after, after, before), tokens/s and
      peak memory per run.
@@ -34,7 +34,7 @@ def core_tests(binary, timeout):
     cmd = [binary, "--gtest_also_run_disabled_tests", "--gtest_filter=PackedEagerAttention*"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     lines = [l for l in proc.stdout.splitlines()
-             if "ms" in l or "relative L2" in l or l.startswith(("[  FAILED", "[  PASSED", "[  SKIPPED"))]
+             if "forward+backward" in l or "relative L2" in l or l.startswith(("[  FAILED", "[  PASSED", "[  SKIPPED"))]
     return {"step": "core_tests", "exit": proc.returncode, "lines": lines,
             "tail": proc.stdout[-2000:] if proc.returncode else ""}
 
