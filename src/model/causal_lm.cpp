@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <utility>
 
 #include "finetune/model/attention_kernels.h"
@@ -151,15 +152,19 @@ AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const Atte
   // The padded paths read the window from the mask; the padding-free ones take it themselves.
   const AttentionMask windowed =
       spec.window ? with_sliding_window(mask, *spec.window, seq_len, device_) : mask;
-  return [windowed, spec](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  // Note [Soft-capped attention]: the row's chunks, planned once for every layer of this kind.
+  const auto packed_plan = windowed.variable_length() && spec.softcap
+                               ? std::make_shared<const PackedAttentionPlan>(plan_packed_attention(
+                                     windowed.sample_lengths, config_.num_attention_heads, spec, device_))
+                               : nullptr;
+  return [windowed, spec, packed_plan](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const int64_t batch = q.size(0);
     const int64_t seq_len = q.size(1);
     if (windowed.variable_length()) {
       // One row of packed samples: (1, N, H, D) -> (N, H, D); flash attention handles GQA itself.
       auto flat = [](const at::Tensor& t) { return t.squeeze(0).contiguous(); };
-      if (spec.softcap) {  // Note [Soft-capped attention]
-        return packed_eager_attention(flat(q), flat(k), flat(v), windowed.sample_lengths, spec)
-            .reshape({batch, seq_len, -1});
+      if (packed_plan) {  // Note [Soft-capped attention]
+        return packed_eager_attention(flat(q), flat(k), flat(v), *packed_plan, spec).reshape({batch, seq_len, -1});
       }
       const auto [left, right] = flash_window(spec);  // Note [Sliding window]
       auto out = std::get<0>(at::_flash_attention_forward(

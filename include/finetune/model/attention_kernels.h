@@ -13,8 +13,24 @@
 // Gemma-2 caps the scaled scores, c * tanh(s / c), before the mask and softmax
 // (eager_attention_forward in modeling_gemma2.py; transformers' SDPA path ignores the cap, so the
 // references are eager). No ATen kernel (SDPA, flash, efficient) takes a cap, so soft-capped
-// layers run the eager expression: padded batches with their mask, padding-free batches sample by
-// sample over the packed row (each sample's causal, windowed square; no padding is added).
+// layers run the eager expression: padded batches with their mask, padding-free batches as
+// batched packed attention (Note [Batched packed attention]).
+//
+// Note [Batched packed attention]
+// A padding-free row holds many samples (about 10 per 2048-token row at the benchmark's lengths);
+// attending sample by sample costs a dozen small launches per sample and layer. Instead the
+// samples are grouped, longest first, into chunks run as one batch each: the chunk's q, k, v are
+// gathered into (S, H, Lmax, D) by one index_select each (a padding slot reads its sample's first
+// token), eager_attention runs on the batch with a mask that is each sample's own causal (and
+// windowed) square, and one index_select puts the real rows back in the packed order. A real query
+// never sees a padding key (its weight is exactly 0), a padding query sees its own slot only among
+// the padding (softmax stays finite) and its output is dropped, so padding adds exact zeros to
+// the gradients. Per element the math is the per-sample path's; only the matmuls' and softmax's
+// reduction order may differ with the batch shape (fp32: within 1e-6, tests/model).
+// A sample joins the chunk being built while (a) the chunk's padded score area, samples x Lmax^2,
+// stays within PackedAttentionLimits::max_padded_area times its samples' own sum of length^2 (the
+// per-sample path's area), bounding the extra score memory and flops, and (b) its fp32 scores,
+// samples x heads x Lmax^2 x 4 bytes, stay within chunk_bytes; a sample alone is always a chunk.
 #pragma once
 
 #include <cstdint>
@@ -62,10 +78,49 @@ at::Tensor causal_keys(int64_t queries, int64_t past, const at::Device& device);
 at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& allowed,
                            const AttentionSpec& spec);
 
-// A padding-free row: q (N, H, D), k, v (N, KV, D) of samples of `sample_lengths` (sum N), each
-// attending causally (and within the window) to itself only -> (N, H, D), by eager_attention per
-// sample.
+// How packed samples are grouped into chunks (Note [Batched packed attention]).
+struct PackedAttentionLimits {
+  double max_padded_area = 1.5;        // a chunk's samples x Lmax^2 over its samples' sum of length^2
+  int64_t chunk_bytes = int64_t{256} << 20;  // a chunk's fp32 scores: samples x heads x Lmax^2 x 4
+};
+
+// One chunk's samples: indices into the row's sample_lengths, longest first (ties in row order).
+struct PackedSampleGroup {
+  std::vector<int64_t> samples;
+  int64_t longest = 0;
+};
+
+// The row's non-empty samples grouped under `limits` for attention with `heads` query heads: a
+// pure function of the lengths (host side). Throws on a negative length.
+std::vector<PackedSampleGroup> group_packed_samples(const std::vector<int64_t>& sample_lengths, int64_t heads,
+                                                    const PackedAttentionLimits& limits);
+
+// One chunk on the device: where its (S, Lmax) slots read the packed row, and what they attend to.
+struct PackedAttentionChunk {
+  int64_t samples = 0;
+  int64_t longest = 0;
+  at::Tensor gather;   // (S * Lmax) long: the packed token each slot reads
+  at::Tensor allowed;  // (S, 1, Lmax, Lmax) bool: each sample's causal (windowed) square
+};
+
+// A padding-free row's chunks and the way back: built once per forward and kind of layer (the
+// window is in `allowed`) and shared by that kind's layers.
+struct PackedAttentionPlan {
+  int64_t tokens = 0;  // N, the row's length
+  std::vector<PackedAttentionChunk> chunks;
+  at::Tensor output_rows;  // (N) long: packed token n's row among the chunks' concatenated slots
+};
+
+// The plan for a row of samples of `sample_lengths` (empty samples skipped), for `heads` query
+// heads and the spec's window, its index tensors on `device` (one host-to-device copy).
+PackedAttentionPlan plan_packed_attention(const std::vector<int64_t>& sample_lengths, int64_t heads,
+                                          const AttentionSpec& spec, const at::Device& device,
+                                          const PackedAttentionLimits& limits = {});
+
+// A padding-free row: q (N, H, D), k, v (N, KV, D) of the plan's samples, each attending causally
+// (and within the window) to itself only -> (N, H, D): eager_attention per chunk of the plan
+// (Note [Batched packed attention]). Throws when N is not the plan's token count.
 at::Tensor packed_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  const std::vector<int64_t>& sample_lengths, const AttentionSpec& spec);
+                                  const PackedAttentionPlan& plan, const AttentionSpec& spec);
 
 }  // namespace finetune
