@@ -25,9 +25,9 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   policy.lora_split_kernel = cuda_half && cuda_kernels_compiled_in();
   policy.half_gemm_fp32_output = cuda_half;
   // Flash attention: fp16/bf16 on CUDA, head_dim a multiple of 8 up to 256. It takes no logit
-  // soft-cap: soft-capped models keep padding-free batches with eager attention per sample
-  // (Note [Soft-capped attention] in attention_kernels.h), whose host-side sample loop a CUDA
-  // graph cannot replay.
+  // soft-cap: soft-capped models keep padding-free batches with eager attention over batched
+  // chunks of the row's samples (Note [Batched packed attention] in attention_kernels.h), whose
+  // plan is made on the host from each row's lengths, which a CUDA graph cannot replay.
   const bool flash_shape = cuda_half && config.head_dim % 8 == 0 && config.head_dim <= 256;
   policy.softcapped_attention = config.attn_logit_softcapping.has_value();
   policy.variable_length_attention = flash_shape && !policy.softcapped_attention;
@@ -47,7 +47,7 @@ std::string KernelPolicy::describe() const {
   add(half_precision_lora, lora_split_kernel ? "half-precision LoRA GEMMs (CUDA split kernel)" : "half-precision LoRA GEMMs",
       "PEFT fp32 LoRA");
   if (softcapped_attention) {
-    add(padding_free_batches, "padding-free eager soft-capped attention (per sample)", "padded eager soft-capped attention");
+    add(padding_free_batches, "padding-free eager soft-capped attention (batched samples)", "padded eager soft-capped attention");
   } else {
     add(variable_length_attention, "padding-free flash attention", "padded SDPA attention");
   }
