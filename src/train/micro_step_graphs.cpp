@@ -23,7 +23,7 @@ MicroStepGraphs::MicroStepGraphs(const CausalLM&, ForwardOptions, MicroStepGraph
 }
 MicroStepGraphs::~MicroStepGraphs() = default;
 bool MicroStepGraphs::accepts(const HostBatch&) const { return false; }
-at::Tensor MicroStepGraphs::run(const HostBatch&, const at::Tensor&, const at::Tensor&, GradReducer&) { return {}; }
+LossAndMetrics MicroStepGraphs::run(const HostBatch&, const at::Tensor&, const at::Tensor&, GradReducer&) { return {}; }
 int64_t MicroStepGraphs::graphs_captured() const { return 0; }
 int64_t MicroStepGraphs::replays() const { return 0; }
 

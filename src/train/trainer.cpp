@@ -256,12 +256,13 @@ ForwardOptions Trainer::micro_batch_forward(const HostBatch& micro_batch, int64_
 
 at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser,
                                      const ForwardOptions& forward) {
-  if (graphs_ && graphs_->accepts(micro_batch)) {  // graphed objectives log no metrics of their own
-    return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_).to(at::kDouble).reshape({1});
+  LossAndMetrics out;
+  if (graphs_ && graphs_->accepts(micro_batch)) {  // a replay returns the metric sums too
+    out = graphs_->run(micro_batch, normaliser, loss_scale_, reducer_);
+  } else {
+    const auto batch = to_device(micro_batch, model_.device(), layout_);
+    out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward, objective_, normaliser, loss_scale_);
   }
-  const auto batch = to_device(micro_batch, model_.device(), layout_);
-  const auto out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward, objective_,
-                                                 normaliser, loss_scale_);
   const auto loss = out.loss_sum.to(at::kDouble).reshape({1});
   return out.metric_sums.defined() ? at::cat({loss, out.metric_sums}) : loss;
 }
