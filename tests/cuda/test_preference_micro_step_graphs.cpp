@@ -78,11 +78,14 @@ HostBatch pair_micro_batch(const std::vector<Sample>& rows, const std::vector<in
 // frozen_adapter_copy makes one from --init_adapter).
 std::unique_ptr<ReferenceAdapters> frozen_copy_of_adapter(CausalLM& model) {
   std::map<std::string, std::unique_ptr<LinearAdapter>> trained;
-  for (auto& [name, linear] : model.named_linears()) trained.emplace(name, std::move(linear->adapter));
+  for (auto& [name, linear] : model.named_linears()) {
+    if (linear->adapter) trained.emplace(name, std::move(linear->adapter));
+  }
   attach_lora(model, testing::random_model_lora_config(), testing::kRandomModelLoraSeed);
   std::map<std::string, std::unique_ptr<LinearAdapter>> copy;
   at::NoGradGuard no_grad;
   for (auto& [name, linear] : model.named_linears()) {
+    if (!linear->adapter) continue;
     const auto& original = dynamic_cast<const LoraAdapter&>(*trained.at(name));
     auto& fresh = dynamic_cast<LoraAdapter&>(*linear->adapter);
     fresh.lora_A.copy_(original.lora_A);

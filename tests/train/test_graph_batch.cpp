@@ -181,7 +181,7 @@ TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
   EXPECT_EQ(pairs.slots, 4);
   EXPECT_TRUE(pairs.sequence_of_target.equal(longs(repeated({0, 0, 0, 1, 1, 4, 4, 5}, 64, 8))));
   EXPECT_TRUE(pairs.group_ids.equal(longs({7, 3, 0, 0})));
-  EXPECT_TRUE(pairs.real.equal(at::tensor({true, true, false, false})));
+  EXPECT_TRUE(pairs.real.equal(longs({1, 1, 0, 0}).to(at::kBool)));
   EXPECT_EQ(pairs.count.item<float>(), 2.0f);
   EXPECT_FALSE(pairs.chosen_next_tokens.positions.defined());
   // Without sections the buffer is the causal-LM one.
