@@ -5,7 +5,8 @@
 // Each micro-step's forward, layer recompute, loss and backward (into the gradient buckets): the
 // same forward_backward_with_metrics() an eager micro-step runs (train/micro_step.h), is captured
 // once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one label-free
-// filler sample, the trained positions to a target bucket with weight-0 rows) and replayed for every later micro-step of that shape: one launch instead of thousands.
+// filler sample, the trained positions to a target bucket with weight-0 rows) and replayed for
+// every later micro-step of that shape: one launch instead of thousands.
 //  - Inputs: one int64 device buffer per shape, filled by one host->device copy before a replay;
 //    the global token count and the loss scale are device scalars the graph reads.
 //  - Gradients: the .grad tensors are views into the reducer's buckets when a graph is captured

@@ -20,8 +20,9 @@
 // gradient to 0), the means divide by B (a device scalar, RealPairs::count), and the filler
 // values themselves are kept finite (log-prob sums 0, completion counts 1, ORPO's averages -1) so
 // that no NaN enters the backward pass. The weight-0 trained positions of the graph's filler
-// sample belong to no sequence (sequence 2P, dropped). A micro-batch laid out with P == B computes
-// what the eager layouts do; with filler pairs the masked sums add zeros in another order.
+// sample belong to no sequence (sequence 2P, dropped). Where the eager layouts take a mean over
+// the B pairs, the slots divide a masked sum by B: the same to fp32 rounding (the summation order,
+// and zeros added for filler pairs).
 #pragma once
 
 #include <cstdint>
