@@ -187,7 +187,8 @@ Trace train(const Case& c, Mode mode) {
     }
     reducer.finalize();
     at::NoGradGuard no_grad;
-    for (const auto& [name, tensor] : trainable) tensor.detach().sub_(tensor.grad() * 0.5);
+    // A small rate: ipo's gradients (the loss starts near (1 / (2 beta))^2 = 25) are large.
+    for (const auto& [name, tensor] : trainable) tensor.detach().sub_(tensor.grad() * 0.05);
     reducer.zero_grad();
   }
   for (const auto& [name, tensor] : trainable) trace.final_parameters.push_back(tensor.detach().clone());
