@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -65,6 +66,9 @@ struct MicroStepGraphsConfig {
 // CUDA build and device with padding-free batches: the padded graph layout keeps its filler
 // sample apart through them), a cuda_graph_safe() model and a graph_capturable objective.
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective);
+// Why not, for the log (the objective's reason first, then the model's, then the kernels'); empty
+// when they can.
+std::string micro_step_graphs_unsupported_reason(const CausalLM& model, const Objective& objective);
 
 class MicroStepGraphs {
  public:

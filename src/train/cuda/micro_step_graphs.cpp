@@ -96,11 +96,8 @@ struct MicroStepGraphs::State {
 MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config,
                                  const Objective& objective)
     : state_(std::make_unique<State>(model, forward, config, objective)) {
-  if (!micro_step_graphs_supported(model, objective)) {
-    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention, adapters that "
-                "replay safely (CausalLM::cuda_graph_safe) and an objective that can be captured (" +
-                objective.name() + ")");
-  }
+  const std::string unsupported = micro_step_graphs_unsupported_reason(model, objective);
+  if (!unsupported.empty()) throw Error("CUDA graphs of micro-steps: " + unsupported);
   state_->normaliser = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
   wait_for(state_->training_stream, state_->caller_stream);
   c10::cuda::setCurrentCUDAStream(state_->training_stream);
