@@ -33,7 +33,7 @@ const Commands kEveryCommand = {Action::Train, Action::Eval, Action::Generate, A
 // The training commands: SFT (train) and preference training (dpo, orpo).
 const Commands kTrain = {Action::Train, Action::Dpo, Action::Orpo};
 // SFT only: packing, raw text, completion masks, dataset mixtures, evaluation and the best model
-// (preference training evaluates nothing), CUDA graphs (the preference objectives run eagerly).
+// (preference training evaluates nothing).
 const Commands kSft = {Action::Train};
 const Commands kSftEval = {Action::Train, Action::Eval};
 const Commands kTrainEval = {Action::Train, Action::Eval, Action::Dpo, Action::Orpo};
@@ -359,11 +359,11 @@ std::vector<OptionRow> build_option_table() {
               "stop after this many evaluations in a row without improvement (HF's EarlyStoppingCallback); 0 = off"),
       float_row("early_stopping_threshold", {"training", kSft}, &Options::early_stopping_threshold, kNonNegative,
                 "how much an evaluation must beat the best one by to count as an improvement"),
-      bool_row("cuda_graphs", {"training", kSft}, &Options::cuda_graphs,
+      bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) +
-                   " tokens from CUDA graphs captured once per padded length, for the first " +
-                   std::to_string(kCudaGraphMaxShapes) +
-                   " lengths seen (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
+                   " tokens from CUDA graphs captured once per padded length (after the warm-up, those of the next " +
+                   std::to_string(kCudaGraphCaptureAheadSteps) + " steps at once), at most " +
+                   std::to_string(kCudaGraphMaxShapes) + " lengths (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
       // Long context (issue 31): README "Long context".
       choice_row("offload_activations", {"training", kTrain}, &Options::offload_activations,
                  ChoiceSet{offload_activations_names()},

@@ -7,7 +7,6 @@
 #include <ATen/core/grad_mode.h>
 
 #include "finetune/data/batch.h"
-#include "finetune/train/sequence_log_probs.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -28,8 +27,16 @@ DpoObjective::DpoObjective(DpoLossConfig config, CausalLM& model)
       base_model_(std::make_unique<ReferenceAdapters>()),
       reference_(*base_model_) {}
 
+bool DpoObjective::graph_capturable() const { return reference_.cuda_graph_safe(); }
+
+std::vector<const LinearAdapter*> DpoObjective::swapped_in_adapters() const { return reference_.adapters(); }
+
 PairValues DpoObjective::reference_log_probs(const MicroBatchInputs& batch, const PairSequences& sequences) const {
   if (!reference_precomputed()) return reference_forward(batch, sequences);
+  if (batch.pairs.slots > 0) {  // a graph's pair slots: filler pairs read pair 0's values, never counted
+    return {precomputed_.chosen.index_select(0, batch.pairs.group_ids),
+            precomputed_.rejected.index_select(0, batch.pairs.group_ids)};
+  }
   if (static_cast<int64_t>(batch.group_ids.size()) != sequences.pairs) {
     throw Error("DPO: precomputed reference log-probs need the micro-batch's pair indices (HostBatch::group_ids)");
   }
@@ -61,24 +68,19 @@ PairValues DpoObjective::reference_forward(const MicroBatchInputs& batch, const 
   const ReferenceAdapters::Installed installed(reference_, model_);
   ForwardOptions reference_forward;  // eval: no dropout, nothing kept for a backward pass
   const at::Tensor hidden = model_.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, reference_forward);
-  return split_pairs(sequence_log_prob_sums(model_, hidden, batch.targets, sequences.sequence_of_target,
-                                            2 * sequences.pairs));
+  return pair_log_prob_sums(model_, hidden, batch.targets, sequences);
 }
 
 PreferenceLoss DpoObjective::evaluate(const CausalLM& model, const MicroBatchInputs& batch,
                                       const ForwardOptions& forward) const {
   if (&model != &model_) throw Error("DpoObjective: the micro-batch's model is not the one it swaps adapters on");
   const PairSequences sequences = pair_sequences(batch, "DPO");
-  const int64_t count = 2 * sequences.pairs;
   const at::Tensor hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (R, T, C)
-  const PairValues policy =
-      split_pairs(sequence_log_prob_sums(model, hidden, batch.targets, sequences.sequence_of_target, count));
+  const PairValues policy = pair_log_prob_sums(model, hidden, batch.targets, sequences);
   const PairValues reference = reference_log_probs(batch, sequences);
   PairValues completion_tokens;
-  if (config_.loss_type == DpoLossType::Ipo) {
-    completion_tokens = split_pairs(sequence_target_counts(sequences.sequence_of_target, count));
-  }
-  return dpo_loss(config_, policy, reference, completion_tokens);
+  if (config_.loss_type == DpoLossType::Ipo) completion_tokens = pair_target_counts(sequences);
+  return dpo_loss(config_, policy, reference, completion_tokens, sequences.real);
 }
 
 }  // namespace finetune

@@ -1,6 +1,7 @@
 #include "finetune/train/graph_batch.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "finetune/util/errors.h"
 
@@ -20,17 +21,92 @@ int64_t graph_sample_bucket(int64_t count) {
   return bucket;
 }
 
-GraphShape graph_shape(const HostBatch& batch) {
-  int64_t samples = 0;
-  for (const auto& row : batch.sample_lengths) samples += static_cast<int64_t>(row.size());
+int64_t graph_pair_bucket(int64_t pairs) {
+  int64_t bucket = 1;
+  while (bucket < pairs) bucket *= 2;
+  return bucket;
+}
+
+namespace {
+
+// The samples' lengths in flatten() order.
+std::vector<int64_t> lengths_in_order(const HostBatch& batch) {
+  std::vector<int64_t> lengths;
+  for (const auto& row : batch.sample_lengths) lengths.insert(lengths.end(), row.begin(), row.end());
+  return lengths;
+}
+
+// Positions of the first half of the samples (the chosen ones) whose next token is in the same
+// sample: every_next_token_targets' rows (train/sequence_log_probs.h).
+int64_t chosen_next_token_count(const std::vector<int64_t>& lengths) {
+  int64_t count = 0;
+  for (size_t s = 0; s < lengths.size() / 2; ++s) count += std::max<int64_t>(lengths[s] - 1, 0);
+  return count;
+}
+
+[[noreturn]] void throw_not_pairs(const HostBatch& flat) {
+  throw Error("graph_batch: a preference micro-batch must hold B chosen then B rejected samples with the B pairs' "
+              "group ids, got " + std::to_string(flat.sample_lengths[0].size()) + " samples and " +
+              std::to_string(flat.group_ids.size()) + " group ids");
+}
+
+// PairSlots' section: each target's sequence (0 .. 2P-1 as pair_objective.h numbers them; 2P for
+// the weight-0 rows), the pairs' group ids (0 for filler pairs), which slots are real, B.
+void append_pair_slots(const HostBatch& flat, const std::vector<int64_t>& positions, const GraphShape& shape,
+                       std::vector<int64_t>& v) {
+  const std::vector<int64_t>& lengths = flat.sample_lengths[0];
+  const auto pairs = static_cast<int64_t>(lengths.size() / 2);
+  if (lengths.size() % 2 != 0 || static_cast<int64_t>(flat.group_ids.size()) != pairs) throw_not_pairs(flat);
+  std::vector<int64_t> ends(lengths.size());
+  std::partial_sum(lengths.begin(), lengths.end(), ends.begin());
+  for (int64_t position : positions) {
+    const auto sample = static_cast<int64_t>(std::upper_bound(ends.begin(), ends.end(), position) - ends.begin());
+    v.push_back(sample < pairs ? sample : shape.pairs + sample - pairs);
+  }
+  v.insert(v.end(), static_cast<size_t>(shape.targets) - positions.size(), 2 * shape.pairs);
+  v.insert(v.end(), flat.group_ids.begin(), flat.group_ids.end());
+  v.insert(v.end(), static_cast<size_t>(shape.pairs - pairs), 0);
+  v.insert(v.end(), static_cast<size_t>(pairs), 1);
+  v.insert(v.end(), static_cast<size_t>(shape.pairs - pairs), 0);
+  v.push_back(pairs);
+}
+
+// PairSlots::chosen_next_tokens' section: in each chosen sample every position but the last, with
+// the next token as its target; filler rows read the filler's last position.
+void append_chosen_next_tokens(const HostBatch& flat, const GraphShape& shape, std::vector<int64_t>& v) {
+  const std::vector<int64_t>& lengths = flat.sample_lengths[0];
+  std::vector<int64_t> positions;
+  int64_t start = 0;
+  for (size_t s = 0; s < lengths.size() / 2; ++s) {
+    for (int64_t t = start; t + 1 < start + lengths[s]; ++t) positions.push_back(t);
+    start += lengths[s];
+  }
+  const auto real = static_cast<int64_t>(positions.size());
+  const int64_t filler = shape.chosen_next_tokens - real;
+  v.insert(v.end(), positions.begin(), positions.end());
+  v.insert(v.end(), static_cast<size_t>(filler), shape.tokens - 1);
+  for (int64_t position : positions) v.push_back(flat.input_ids[static_cast<size_t>(position + 1)]);
+  v.insert(v.end(), static_cast<size_t>(filler), 0);
+  v.insert(v.end(), static_cast<size_t>(real), 0);
+  v.insert(v.end(), static_cast<size_t>(filler), 1);
+  v.push_back(real);
+}
+
+}  // namespace
+
+GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
+  const std::vector<int64_t> lengths = lengths_in_order(batch);
   // Every rank pads to the largest counterpart of its micro-batch (HostBatch::step_peak_*).
   const int64_t tokens = std::max(batch.real_tokens, batch.step_peak_real_tokens);
   const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
-  samples = std::max(samples, batch.step_peak_samples);
-  return {graph_bucket(tokens + 1), graph_bucket(targets), graph_sample_bucket(samples + 1)};
+  const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
+  GraphShape shape{graph_bucket(tokens + 1), graph_bucket(targets), graph_sample_bucket(samples + 1)};
+  if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
+  if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
+  return shape;
 }
 
-GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
+GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSections sections) {
   if (flat.rows != 1 || flat.sample_lengths.size() != 1) {
     throw Error("graph_batch: expects a flattened batch (one row), got " + std::to_string(flat.rows) + " rows");
   }
@@ -41,7 +117,7 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
     targets.push_back(target);
   });
   GraphBatch out;
-  out.shape = graph_shape(flat);  // at least one filler token: no empty sample
+  out.shape = graph_shape(flat, sections);  // at least one filler token: no empty sample
   if (out.shape.targets < static_cast<int64_t>(positions.size())) {
     throw Error("graph_batch: the batch counts " + std::to_string(flat.trainable_tokens) + " trained positions, its labels " +
                 std::to_string(positions.size()));
@@ -69,6 +145,8 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id) {
   // The filler ends at the bucket's last token; the empty samples after it pad cu_seqlens.
   const auto real_samples = static_cast<int64_t>(flat.sample_lengths[0].size());
   v.insert(v.end(), static_cast<size_t>(out.shape.samples - real_samples), out.shape.tokens);
+  if (sections.pairs) append_pair_slots(flat, positions, out.shape, v);
+  if (sections.chosen_next_tokens) append_chosen_next_tokens(flat, out.shape, v);
   return out;
 }
 
@@ -86,7 +164,34 @@ GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape) {
   in.target_ids = take(shape.targets);
   in.target_weights = take(shape.targets).to(at::kFloat);
   in.cu_seqlens = take(shape.samples + 1).to(at::kInt);
+  if (shape.pairs > 0) {
+    PairSlots& pairs = in.pairs;
+    pairs.slots = shape.pairs;
+    pairs.sequence_of_target = take(shape.targets);
+    pairs.group_ids = take(shape.pairs);
+    pairs.real = take(shape.pairs).to(at::kBool);
+    pairs.count = take(1).to(at::kFloat).squeeze(0);
+  }
+  if (shape.chosen_next_tokens > 0) {
+    PairSlots& pairs = in.pairs;
+    pairs.chosen_next_tokens.positions = take(shape.chosen_next_tokens);
+    pairs.chosen_next_tokens.ids = take(shape.chosen_next_tokens);
+    pairs.chosen_next_token_filler = take(shape.chosen_next_tokens);
+    pairs.chosen_next_token_count = take(1).to(at::kFloat).squeeze(0);
+  }
   return in;
+}
+
+MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape) {
+  MicroBatchInputs batch;
+  batch.input_ids = in.input_ids;
+  batch.position_ids = in.position_ids;
+  batch.mask.is_causal_only = false;
+  batch.mask.cu_seqlens = in.cu_seqlens;
+  batch.mask.max_seqlen = shape.tokens;  // bounds every sample's length: one launch for any lengths
+  batch.targets = {in.target_positions, in.target_ids, in.target_weights};
+  batch.pairs = in.pairs;
+  return batch;
 }
 
 }  // namespace finetune

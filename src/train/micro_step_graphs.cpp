@@ -5,7 +5,19 @@
 namespace finetune {
 
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective) {
-  return model.kernel_policy().cuda_graphs && model.cuda_graph_safe() && objective.graph_capturable();
+  return micro_step_graphs_unsupported_reason(model, objective).empty();
+}
+
+std::string micro_step_graphs_unsupported_reason(const CausalLM& model, const Objective& objective) {
+  if (!objective.graph_capturable()) return "the " + objective.name() + " objective cannot be captured";
+  if (!model.cuda_graph_safe()) {
+    return "the model's adapters or weights cannot be replayed (LoRA dropout, DoRA, 4-bit weights, soft-capped "
+           "attention or mixture-of-experts layers)";
+  }
+  if (!model.kernel_policy().cuda_graphs) {
+    return "its kernels have no CUDA graphs (a CUDA build and device, 16-bit weights and padding-free batches)";
+  }
+  return "";
 }
 
 }  // namespace finetune
@@ -23,7 +35,7 @@ MicroStepGraphs::MicroStepGraphs(const CausalLM&, ForwardOptions, MicroStepGraph
 }
 MicroStepGraphs::~MicroStepGraphs() = default;
 bool MicroStepGraphs::accepts(const HostBatch&) const { return false; }
-at::Tensor MicroStepGraphs::run(const HostBatch&, const at::Tensor&, const at::Tensor&, GradReducer&) { return {}; }
+LossAndMetrics MicroStepGraphs::run(const HostBatch&, const at::Tensor&, const at::Tensor&, GradReducer&) { return {}; }
 bool MicroStepGraphs::warmed_up() const { return false; }
 void MicroStepGraphs::capture_ahead(const HostBatch&, const at::Tensor&, GradReducer&) {}
 int64_t MicroStepGraphs::graphs_captured() const { return 0; }

@@ -6,7 +6,8 @@
 namespace finetune {
 
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch) {
-  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.real_token_mask, batch.group_ids};
+  return {batch.input_ids, batch.position_ids, batch.mask, batch.targets(), batch.real_token_mask, batch.group_ids,
+          PairSlots{}};
 }
 
 bool adds_router_loss(const ModelConfig& config) {

@@ -12,20 +12,36 @@ const std::vector<std::string>& orpo_metric_names() {
   return names;
 }
 
-PreferenceLoss OrpoObjective::evaluate(const CausalLM& model, const MicroBatchInputs& batch,
-                                       const ForwardOptions& forward) const {
-  const PairSequences sequences = pair_sequences(batch, "ORPO");
-  const int64_t count = 2 * sequences.pairs;
-  const at::Tensor hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (R, T, C)
-  const at::Tensor averages =
-      sequence_log_prob_sums(model, hidden, batch.targets, sequences.sequence_of_target, count) /
-      sequence_target_counts(sequences.sequence_of_target, count);  // (2B): get_batch_logps(average)
+namespace {
+
+// The mean NLL of every next token of the chosen sequences: located on the device in the eager
+// layouts, read from a graph's pair slots (their filler rows dropped) when graphed.
+at::Tensor chosen_nll(const CausalLM& model, const at::Tensor& hidden, const MicroBatchInputs& batch,
+                      const PairSequences& sequences) {
+  const PairSlots& slots = batch.pairs;
+  if (slots.chosen_next_tokens.positions.defined()) {
+    const at::Tensor sums =
+        sequence_log_prob_sums(model, hidden, slots.chosen_next_tokens, slots.chosen_next_token_filler, 2);
+    return -sums[0] / slots.chosen_next_token_count;
+  }
   const TokenTargets nll_targets =
       every_next_token_targets(batch.input_ids.slice(1, 0, sequences.chosen_columns),
                                batch.position_ids.slice(1, 0, sequences.chosen_columns), sequences.chosen_rows);
-  const at::Tensor chosen_nll = -row_log_prob_sums(model, hidden, nll_targets).sum() /
-                                static_cast<double>(nll_targets.positions.size(0));
-  return orpo_loss(beta_, split_pairs(averages), chosen_nll);
+  return -row_log_prob_sums(model, hidden, nll_targets).sum() / static_cast<double>(nll_targets.positions.size(0));
+}
+
+}  // namespace
+
+PreferenceLoss OrpoObjective::evaluate(const CausalLM& model, const MicroBatchInputs& batch,
+                                       const ForwardOptions& forward) const {
+  const PairSequences sequences = pair_sequences(batch, "ORPO");
+  const at::Tensor hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (R, T, C)
+  const PairValues sums = pair_log_prob_sums(model, hidden, batch.targets, sequences);
+  const PairValues counts = pair_target_counts(sequences);
+  // get_batch_logps(average); a filler pair's -1 keeps log1mexp finite (Note [Filler pairs]).
+  const PairValues averages =
+      with_filler_value({sums.chosen / counts.chosen, sums.rejected / counts.rejected}, sequences.real, -1.0);
+  return orpo_loss(beta_, averages, chosen_nll(model, hidden, batch, sequences), sequences.real);
 }
 
 }  // namespace finetune

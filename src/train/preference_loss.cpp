@@ -56,6 +56,11 @@ std::vector<std::pair<std::string, at::Tensor>> reward_metrics(const at::Tensor&
 
 }  // namespace
 
+at::Tensor real_pair_mean(const at::Tensor& values, const RealPairs& real) {
+  if (real.all()) return values.mean();
+  return at::where(real.mask, values, 0).sum() / real.count;
+}
+
 const std::vector<std::pair<std::string, DpoLossType>>& dpo_loss_types() {
   static const std::vector<std::pair<std::string, DpoLossType>> types = [] {
     std::vector<std::pair<std::string, DpoLossType>> out;
@@ -76,7 +81,7 @@ DpoLossType dpo_loss_type_from_name(const std::string& name) {
 }
 
 PreferenceLoss dpo_loss(const DpoLossConfig& config, const PairValues& policy_logps, const PairValues& reference_logps,
-                        const PairValues& completion_tokens) {
+                        const PairValues& completion_tokens, const RealPairs& real) {
   check_pairs(policy_logps, "DPO policy log-probs");
   check_pairs(reference_logps, "DPO reference log-probs");
   if (config.loss_type == DpoLossType::Robust && !(config.label_smoothing >= 0 && config.label_smoothing < 0.5)) {
@@ -86,7 +91,8 @@ PreferenceLoss dpo_loss(const DpoLossConfig& config, const PairValues& policy_lo
   const at::Tensor chosen_logratios = policy_logps.chosen - reference_logps.chosen;
   const at::Tensor rejected_logratios = policy_logps.rejected - reference_logps.rejected;
   PreferenceLoss result;
-  result.loss = dpo_per_pair_loss(config, chosen_logratios, rejected_logratios, completion_tokens).mean();
+  result.loss = real_pair_mean(dpo_per_pair_loss(config, chosen_logratios, rejected_logratios, completion_tokens), real);
+  result.real = real;
   const at::Tensor chosen_rewards = chosen_logratios.detach() * config.beta;
   const at::Tensor rejected_rewards = rejected_logratios.detach() * config.beta;
   result.metrics = reward_metrics(chosen_rewards, rejected_rewards);
@@ -100,29 +106,33 @@ at::Tensor log1mexp(const at::Tensor& x) {
   return at::where(x < branch, at::log1p(-at::exp(x)), at::log(-at::expm1(x)));
 }
 
-PreferenceLoss orpo_loss(double beta, const PairValues& mean_logps, const at::Tensor& chosen_nll) {
+PreferenceLoss orpo_loss(double beta, const PairValues& mean_logps, const at::Tensor& chosen_nll,
+                         const RealPairs& real) {
   check_pairs(mean_logps, "ORPO mean log-probs");
   const at::Tensor chosen = mean_logps.chosen.to(at::kFloat);
   const at::Tensor rejected = mean_logps.rejected.to(at::kFloat);
   const at::Tensor log_odds = (chosen - rejected) - (log1mexp(chosen) - log1mexp(rejected));
   const at::Tensor ratio = at::log_sigmoid(log_odds);
   PreferenceLoss result;
-  result.loss = chosen_nll - (ratio * beta).mean();
+  result.loss = chosen_nll - real_pair_mean(ratio * beta, real);
+  result.real = real;
   const at::Tensor chosen_rewards = chosen.detach() * beta;
   const at::Tensor rejected_rewards = rejected.detach() * beta;
   result.metrics = reward_metrics(chosen_rewards, rejected_rewards);
   result.metrics.emplace_back("logps/rejected", rejected.detach());
   result.metrics.emplace_back("logps/chosen", chosen.detach());
   result.metrics.emplace_back("nll_loss", chosen_nll.detach());
-  result.metrics.emplace_back("log_odds_ratio", ratio.detach().mean());
-  result.metrics.emplace_back("log_odds_chosen", log_odds.detach().mean());
+  result.metrics.emplace_back("log_odds_ratio", real_pair_mean(ratio.detach(), real));
+  result.metrics.emplace_back("log_odds_chosen", real_pair_mean(log_odds.detach(), real));
   return result;
 }
 
 std::vector<std::pair<std::string, double>> metric_means(const PreferenceLoss& loss) {
   std::vector<std::pair<std::string, double>> means;
   means.reserve(loss.metrics.size());
-  for (const auto& [name, values] : loss.metrics) means.emplace_back(name, values.mean().item<double>());
+  for (const auto& [name, values] : loss.metrics) {
+    means.emplace_back(name, (values.dim() == 0 ? values : real_pair_mean(values, loss.real)).item<double>());
+  }
   return means;
 }
 

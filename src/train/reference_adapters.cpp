@@ -13,6 +13,21 @@ ReferenceAdapters::ReferenceAdapters(std::map<std::string, std::unique_ptr<Linea
   }
 }
 
+bool ReferenceAdapters::cuda_graph_safe() const {
+  for (const auto& [name, adapter] : adapters_) {
+    if (adapter && !adapter->cuda_graph_safe()) return false;
+  }
+  return true;
+}
+
+std::vector<const LinearAdapter*> ReferenceAdapters::adapters() const {
+  std::vector<const LinearAdapter*> out;
+  for (const auto& [name, adapter] : adapters_) {
+    if (adapter) out.push_back(adapter.get());
+  }
+  return out;
+}
+
 ReferenceAdapters::Installed::Installed(ReferenceAdapters& reference, CausalLM& model)
     : reference_(reference), model_(model) {
   swap_all();

@@ -103,6 +103,10 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   if (config.cuda_graphs && config.neftune_noise_alpha == 0 && micro_step_graphs_supported(model, objective)) {
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), MicroStepGraphsConfig{},
                                                  objective);
+  } else if (config.cuda_graphs && config.neftune_noise_alpha == 0 && model.device().is_cuda() &&
+             communicator.rank() == 0) {
+    log::info("CUDA graphs off: " + micro_step_graphs_unsupported_reason(model, objective) +
+              "; micro-steps run eagerly");
   }
 }
 
@@ -259,12 +263,13 @@ ForwardOptions Trainer::micro_batch_forward(const HostBatch& micro_batch, int64_
 
 at::Tensor Trainer::forward_backward(const HostBatch& micro_batch, const at::Tensor& normaliser,
                                      const ForwardOptions& forward) {
-  if (graphs_ && graphs_->accepts(micro_batch)) {  // graphed objectives log no metrics of their own
-    return graphs_->run(micro_batch, normaliser, loss_scale_, reducer_).to(at::kDouble).reshape({1});
+  LossAndMetrics out;
+  if (graphs_ && graphs_->accepts(micro_batch)) {  // a replay returns the metric sums too
+    out = graphs_->run(micro_batch, normaliser, loss_scale_, reducer_);
+  } else {
+    const auto batch = to_device(micro_batch, model_.device(), layout_);
+    out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward, objective_, normaliser, loss_scale_);
   }
-  const auto batch = to_device(micro_batch, model_.device(), layout_);
-  const auto out = forward_backward_with_metrics(model_, micro_batch_inputs(batch), forward, objective_,
-                                                 normaliser, loss_scale_);
   const auto loss = out.loss_sum.to(at::kDouble).reshape({1});
   return out.metric_sums.defined() ? at::cat({loss, out.metric_sums}) : loss;
 }

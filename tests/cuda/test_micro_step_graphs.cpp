@@ -5,47 +5,22 @@
 
 #include <ATen/Context.h>
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAGeneratorImpl.h>
 
-#include "../model/tiny_config.h"
 #include "finetune/data/batch.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/launch/launch_env.h"
-#include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/objective.h"
+#include "random_lora_model.h"
 
 namespace finetune {
 namespace {
 
 const at::Device kCuda(at::kCUDA, 0);
-
-std::unique_ptr<CausalLM> random_model() {
-  auto model = std::make_unique<CausalLM>(tiny_llama_config({512, 256, 512, 2, 4, 2, 64}), at::kBFloat16, kCuda);
-  auto generator = at::cuda::detail::createCUDAGenerator();
-  generator.set_current_seed(11);
-  at::NoGradGuard no_grad;
-  for (auto& [name, parameter] : model->named_parameters()) {
-    if (name.find("norm") != std::string::npos) {
-      parameter.fill_(1.0);
-    } else {
-      parameter.normal_(0.0, 0.05, generator);
-    }
-  }
-  LoraConfig lora;
-  lora.r = 8;
-  lora.lora_alpha = 16;
-  lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
-  attach_lora(*model, lora, 3);
-  for (auto& [name, tensor] : lora_parameters(*model)) {
-    if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.05, generator);
-  }
-  return model;
-}
 
 // Micro-batches of one or two samples whose padded shapes repeat (so graphs are replayed) and
 // differ (so several are captured).
@@ -82,7 +57,7 @@ struct Trace {
 // 1 padded eagerly, 2 padded through graphs, 3 through graphs captured ahead (Note [Capture
 // ahead]) right after the eager warm-up micro-step, in the middle of the first step.
 Trace train(int mode) {
-  auto model = random_model();
+  auto model = testing::random_lora_model(kCuda);
   const NamedTensors trainable = lora_parameters(*model);
   auto communicator = make_communicator(LaunchEnv{}, kCuda, CommunicatorOptions{});
   GradReducer reducer(trainable, *communicator, GradReducerOptions{});
@@ -108,7 +83,7 @@ Trace train(int mode) {
       reducer.prepare_for_backward(i == 3);
       at::Tensor loss;
       if (graphs) {
-        loss = graphs->run(host, global_tokens, at::Tensor(), reducer).clone();
+        loss = graphs->run(host, global_tokens, at::Tensor(), reducer).loss_sum.clone();
       } else {
         const auto batch = to_device(host, kCuda, BatchLayout::kFlatRowVariableLength);
         auto hidden = model->forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);

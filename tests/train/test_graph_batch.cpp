@@ -4,6 +4,8 @@
 #include "finetune/data/batch.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/graph_batch.h"
+#include "finetune/train/pair_objective.h"
+#include "finetune/train/sequence_log_probs.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -98,6 +100,101 @@ TEST(GraphBatch, PadsToTheStepPeaksOfTheOtherRanks) {
 
 TEST(GraphBatch, RejectsUnflattenedBatches) {
   EXPECT_THROW(graph_batch(collate(samples(), {0, 1}, 0), 0), Error);
+}
+
+TEST(GraphPairBucket, PowersOfTwoFromOne) {
+  const std::vector<std::pair<int64_t, int64_t>> cases = {{1, 1}, {2, 2}, {3, 4}, {4, 4}, {5, 8}, {9, 16}};
+  for (const auto& [count, bucket] : cases) EXPECT_EQ(graph_pair_bucket(count), bucket) << count;
+}
+
+// Two pairs (group ids 7 and 3): the chosen samples 5+3 tokens, then the rejected ones 4+2, as the
+// preference objectives take them (train/pair_objective.h).
+HostBatch two_pairs() {
+  const std::vector<Sample> pairs = {{{5, 6, 7, 8, 9}, {-100, -100, 7, 8, 9}},
+                                     {{10, 11, 12}, {-100, 11, 12}},
+                                     {{5, 6, 17, 18}, {-100, -100, 17, 18}},
+                                     {{10, 21}, {-100, 21}}};
+  HostBatch batch = collate(pairs, {0, 1, 2, 3}, 0);
+  batch.group_ids = {7, 3};
+  return batch;
+}
+
+GraphBatch pair_graph_batch(const HostBatch& batch, GraphSections sections) {
+  HostBatch flat = flatten(batch);
+  flat.group_ids = batch.group_ids;
+  return graph_batch(flat, /*filler_token_id=*/0, sections);
+}
+
+at::Tensor longs(const std::vector<int64_t>& values) { return at::tensor(values, at::TensorOptions().dtype(at::kLong)); }
+
+std::vector<int64_t> repeated(std::vector<int64_t> head, size_t size, int64_t value) {
+  head.resize(size, value);
+  return head;
+}
+
+TEST(GraphBatch, PairSlotsNameEachTargetsSequenceThePairsAndTheChosenNextTokens) {
+  const HostBatch batch = two_pairs();
+  const GraphSections orpo{/*pairs=*/true, /*chosen_next_tokens=*/true};
+  const GraphBatch padded = pair_graph_batch(batch, orpo);
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 2, 64}));
+  EXPECT_EQ(graph_shape(batch, orpo), padded.shape);
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + (64 + 2 + 2 + 1) + (3 * 64 + 1)});
+  const auto in = graph_inputs(longs(padded.values), padded.shape);
+  // Trained positions (flat row 5,6,7,8,9 | 10,11,12 | 5,6,17,18 | 10,21): 1 2 3 | 5 6 | 9 10 | 12;
+  // chosen sample s is sequence s, rejected sample s is 2 + s; the 56 weight-0 rows sequence 4.
+  EXPECT_TRUE(in.target_positions.narrow(0, 0, 8).equal(longs({1, 2, 3, 5, 6, 9, 10, 12})));
+  const PairSlots& pairs = in.pairs;
+  EXPECT_EQ(pairs.slots, 2);
+  EXPECT_TRUE(pairs.sequence_of_target.equal(longs(repeated({0, 0, 0, 1, 1, 2, 2, 3}, 64, 4))));
+  EXPECT_TRUE(pairs.group_ids.equal(longs({7, 3})));
+  EXPECT_TRUE(pairs.real.equal(at::ones({2}, at::TensorOptions().dtype(at::kBool))));
+  EXPECT_EQ(pairs.count.item<float>(), 2.0f);
+  EXPECT_EQ(pairs.count.dim(), 0);
+  // Every next token of the chosen samples (positions 0-3 and 5-6), then 58 filler rows on the
+  // filler's last position.
+  EXPECT_TRUE(pairs.chosen_next_tokens.positions.equal(longs(repeated({0, 1, 2, 3, 5, 6}, 64, 63))));
+  EXPECT_TRUE(pairs.chosen_next_tokens.ids.equal(longs(repeated({6, 7, 8, 9, 11, 12}, 64, 0))));
+  EXPECT_TRUE(pairs.chosen_next_token_filler.equal(longs(repeated({0, 0, 0, 0, 0, 0}, 64, 1))));
+  EXPECT_EQ(pairs.chosen_next_token_count.item<float>(), 6.0f);
+
+  // The same sequences and NLL targets as the eager padding-free layout finds on the device.
+  const DeviceBatch eager = to_device(batch, at::kCPU, BatchLayout::kFlatRowMasked);
+  const PairSequences sequences = pair_sequences(micro_batch_inputs(eager), "test");
+  EXPECT_TRUE(pairs.sequence_of_target.narrow(0, 0, 8).equal(sequences.sequence_of_target));
+  const TokenTargets nll = every_next_token_targets(eager.input_ids.slice(1, 0, sequences.chosen_columns),
+                                                    eager.position_ids.slice(1, 0, sequences.chosen_columns), 1);
+  EXPECT_TRUE(pairs.chosen_next_tokens.positions.narrow(0, 0, 6).equal(nll.positions));
+  EXPECT_TRUE(pairs.chosen_next_tokens.ids.narrow(0, 0, 6).equal(nll.ids));
+}
+
+// Another rank's micro-batch of 3 pairs pads this one to 4 pair slots: 2 filler pairs of group id
+// 0 that are not real; the rejected sequences start at slot 4.
+TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
+  HostBatch batch = two_pairs();
+  batch.step_peak_samples = 6;
+  const GraphSections dpo{/*pairs=*/true, /*chosen_next_tokens=*/false};
+  const GraphBatch padded = pair_graph_batch(batch, dpo);
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 4, 0}));
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + (64 + 4 + 4 + 1)});
+  const auto in = graph_inputs(longs(padded.values), padded.shape);
+  const PairSlots& pairs = in.pairs;
+  EXPECT_EQ(pairs.slots, 4);
+  EXPECT_TRUE(pairs.sequence_of_target.equal(longs(repeated({0, 0, 0, 1, 1, 4, 4, 5}, 64, 8))));
+  EXPECT_TRUE(pairs.group_ids.equal(longs({7, 3, 0, 0})));
+  EXPECT_TRUE(pairs.real.equal(longs({1, 1, 0, 0}).to(at::kBool)));
+  EXPECT_EQ(pairs.count.item<float>(), 2.0f);
+  EXPECT_FALSE(pairs.chosen_next_tokens.positions.defined());
+  // Without sections the buffer is the causal-LM one.
+  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8}));
+}
+
+TEST(GraphBatch, PairSlotsNeedWholePairsWithTheirGroupIds) {
+  HostBatch batch = two_pairs();
+  batch.group_ids = {7};
+  EXPECT_THROW(pair_graph_batch(batch, {true, false}), Error);
+  HostBatch odd = collate(samples(), {0, 1, 2}, 0);
+  odd.group_ids = {0};
+  EXPECT_THROW(pair_graph_batch(odd, {true, false}), Error);
 }
 
 }  // namespace

@@ -10,6 +10,10 @@
 // then on each micro-batch reads its pairs' values (by HostBatch::group_ids) instead of running
 // the reference forward: the same numbers, without a second forward per step.
 //
+// Graphed micro-steps (train/micro_step_graphs.h) capture the reference forward with the policy's:
+// swapping the adapters is a host-side step fixed at capture, and the reference's tensors stay
+// where they are; precomputed values are looked up by the graph's pair slots' group ids.
+//
 // ipo divides by each sequence's trained positions, which is TRL's completion token count unless
 // a row's first token is a completion token (only keep_end truncation can do that: TRL counts it,
 // though no position predicts it).
@@ -43,6 +47,9 @@ class DpoObjective final : public PairObjective {
   DpoObjective(DpoLossConfig config, CausalLM& model);
 
   std::string name() const override { return "dpo"; }
+  // Capturable when the reference's adapters are (LinearAdapter::cuda_graph_safe).
+  bool graph_capturable() const override;
+  std::vector<const LinearAdapter*> swapped_in_adapters() const override;  // the reference's
   PreferenceLoss evaluate(const CausalLM& model, const MicroBatchInputs& batch, const ForwardOptions& forward) const override;
 
   // The reference's log-prob sums of the micro-batch's chosen and rejected sequences: read from

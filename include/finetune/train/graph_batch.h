@@ -7,6 +7,11 @@
 // (repeated ends in cu_seqlens). Variable-length flash attention keeps the filler sample apart
 // (it is a sample of its own in cu_seqlens) and skips empty ones, and a weight-0 row adds nothing
 // to the loss or the gradient, so the padded micro-step trains exactly what the unpadded one does.
+//
+// Preference objectives (GraphSections, train/objective.h) also get their pairs as PairSlots: the
+// B pairs padded to a pair bucket with filler pairs (Note [Filler pairs] in train/pair_objective.h),
+// each trained position's sequence, the pairs' group ids and, for ORPO, every next token of the
+// chosen samples padded to a bucket with filler rows.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,7 @@
 #include <ATen/ATen.h>
 
 #include "finetune/data/batch.h"
+#include "finetune/train/objective.h"
 
 namespace finetune {
 
@@ -27,12 +33,17 @@ int64_t graph_bucket(int64_t count);
 // that micro-batches of a few samples more or less share a graph.
 int64_t graph_sample_bucket(int64_t count);
 
+// The smallest power of two >= pairs: the pair slots of a preference micro-batch (1 pair: 1).
+int64_t graph_pair_bucket(int64_t pairs);
+
 // What a captured graph is specialised to: its static buffers' sizes.
 struct GraphShape {
   int64_t tokens = 0;   // the padded row: real tokens + filler (>= 1 filler token)
   int64_t targets = 0;  // trained positions, padded with weight-0 rows
   int64_t samples = 0;  // real samples + the filler + empty samples: graph_sample_bucket
-  auto key() const { return std::tie(tokens, targets, samples); }
+  int64_t pairs = 0;    // GraphSections::pairs: pair slots (graph_pair_bucket); else 0
+  int64_t chosen_next_tokens = 0;  // GraphSections::chosen_next_tokens: graph_bucket of them; else 0
+  auto key() const { return std::tie(tokens, targets, samples, pairs, chosen_next_tokens); }
   bool operator<(const GraphShape& other) const { return key() < other.key(); }
   bool operator==(const GraphShape& other) const { return key() == other.key(); }
 };
@@ -40,6 +51,10 @@ struct GraphShape {
 // The static input of one micro-step, as one int64 buffer (one host->device copy), laid out as
 //   input_ids [tokens] | position_ids [tokens] | target_positions [targets] | target_ids [targets]
 //   | target_weights [targets] (0 or 1) | cu_seqlens [samples + 1]
+// then with GraphSections::pairs (PairSlots' fields, in its order)
+//   | sequence_of_target [targets] | group_ids [pairs] | real [pairs] (0 or 1) | count [1]
+// and with GraphSections::chosen_next_tokens
+//   | positions [C] | ids [C] | filler [C] (0 or 1) | count [1]        C = chosen_next_tokens
 struct GraphBatch {
   GraphShape shape;
   std::vector<int64_t> values;
@@ -48,11 +63,13 @@ struct GraphBatch {
 };
 
 // The shape graph_batch gives `batch` once flattened (any layout: flattening keeps its tokens,
-// samples and trained positions).
-GraphShape graph_shape(const HostBatch& batch);
+// samples and trained positions). With sections.pairs its samples are pairs' (train/pair_objective.h).
+GraphShape graph_shape(const HostBatch& batch, GraphSections sections = {});
 
-// flat: a flattened batch (rows == 1). filler_token_id: any id of the vocabulary.
-GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id);
+// flat: a flattened batch (rows == 1). filler_token_id: any id of the vocabulary. With
+// sections.pairs: the B chosen samples then the B rejected ones, with the B pairs' group_ids
+// (flatten() drops them: copy them from the collated batch).
+GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSections sections = {});
 
 // The parts of a GraphBatch's buffer (on any device), as the micro-step reads them.
 struct GraphInputs {
@@ -62,7 +79,12 @@ struct GraphInputs {
   at::Tensor target_ids;        // (targets) int64
   at::Tensor target_weights;    // (targets) fp32, 0 or 1
   at::Tensor cu_seqlens;        // (samples + 1) int32
+  PairSlots pairs;              // shape.pairs > 0; chosen_next_tokens when shape.chosen_next_tokens > 0
 };
 GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape);
+
+// The micro-batch the objective reads from a graph's inputs: variable-length attention over
+// cu_seqlens (max_seqlen: the whole row, which bounds every sample), the weighted targets, the pairs.
+MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape);
 
 }  // namespace finetune

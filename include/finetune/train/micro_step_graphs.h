@@ -3,9 +3,10 @@
 //
 // Note [Graphed micro-steps]
 // Each micro-step's forward, layer recompute, loss and backward (into the gradient buckets): the
-// same forward_backward() an eager micro-step runs (train/micro_step.h), is captured once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one
-// label-free filler sample, the trained positions to a target bucket with weight-0 rows) and
-// replayed for every later micro-step of that shape: one launch instead of thousands.
+// same forward_backward_with_metrics() an eager micro-step runs (train/micro_step.h), is captured
+// once per GraphShape (train/graph_batch.h: the row padded to a token bucket with one label-free
+// filler sample, the trained positions to a target bucket with weight-0 rows) and replayed for
+// every later micro-step of that shape: one launch instead of thousands.
 //  - Inputs: one int64 device buffer per shape, filled by one host->device copy before a replay;
 //    the global token count and the loss scale are device scalars the graph reads.
 //  - Gradients: the .grad tensors are views into the reducer's buckets when a graph is captured
@@ -15,7 +16,9 @@
 //    order on every rank, outside any graph.
 //  - One stream: while this object lives training runs on a side stream (capture needs a
 //    non-default stream; autograd runs each backward op on its forward op's stream).
-//  - One memory pool for all graphs: they run one at a time, and each keeps only its loss output.
+//  - Outputs: the loss sum and the objective's metric sums (Objective::loss_and_metric_sums), which
+//    the trainer adds to the step's sums as it adds an eager micro-step's.
+//  - One memory pool for all graphs: they run one at a time, and each keeps only its outputs.
 //  - Warm-up: the first micro-steps run the same code without capture, so libraries initialise
 //    lazily (handles, workspaces) outside any capture.
 //
@@ -30,6 +33,12 @@
 //    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
 //    deterministic algorithms on). Against the unpadded layout only the summation order of the
 //    weight gradients (over more rows) and the GEMM shapes differ.
+//  - Preference objectives (dpo, orpo): the pairs are padded to a pair bucket with filler pairs
+//    that add nothing (Note [Filler pairs] in train/pair_objective.h); DPO's reference forward is
+//    captured in the same graph, its adapters swapped on the host while capturing (the swap is
+//    fixed per graph; the reference copy's derived tensors are refreshed with the model's,
+//    Objective::swapped_in_adapters), and precomputed reference log-probs are read by the
+//    pairs' group ids from the static buffer.
 //  - Soft-capped attention (Gemma-2) is not graphed: it walks the samples on the host.
 //  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit base
 //    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), objectives that
@@ -39,6 +48,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -64,6 +74,9 @@ struct MicroStepGraphsConfig {
 // CUDA build and device with padding-free batches: the padded graph layout keeps its filler
 // sample apart through them), a cuda_graph_safe() model and a graph_capturable objective.
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective);
+// Why not, for the log (the objective's reason first, then the model's, then the kernels'); empty
+// when they can.
+std::string micro_step_graphs_unsupported_reason(const CausalLM& model, const Objective& objective);
 
 class MicroStepGraphs {
  public:
@@ -77,11 +90,12 @@ class MicroStepGraphs {
   // Whether `batch` (the collated micro-batch) is run here rather than eagerly.
   bool accepts(const HostBatch& batch) const;
 
-  // forward_backward() of `batch` with the step's normaliser (and loss_scale when defined):
-  // gradients accumulate into the parameters' .grad. Call reducer.prepare_for_backward first, as
-  // for an eager micro-step. Returns the loss sum (fp32 device scalar), valid until the next call.
-  at::Tensor run(const HostBatch& batch, const at::Tensor& normaliser, const at::Tensor& loss_scale,
-                 GradReducer& reducer);
+  // forward_backward_with_metrics() of `batch` with the step's normaliser (and loss_scale when
+  // defined): gradients accumulate into the parameters' .grad. Call reducer.prepare_for_backward
+  // first, as for an eager micro-step. Returns the loss sum (fp32 device scalar) and the metric
+  // sums (fp64, undefined without metrics), valid until the next call.
+  LossAndMetrics run(const HostBatch& batch, const at::Tensor& normaliser, const at::Tensor& loss_scale,
+                     GradReducer& reducer);
 
   // Whether the eager warm-up micro-steps have run (from then on captures are allowed).
   bool warmed_up() const;

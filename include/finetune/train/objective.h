@@ -19,6 +19,31 @@
 
 namespace finetune {
 
+// A micro-batch's preference pairs in a CUDA graph's fixed-shape layout (train/graph_batch.h):
+// `slots` pair slots, the micro-batch's B pairs first, then filler pairs that add nothing to the
+// loss, its gradient or the metrics (Note [Filler pairs] in train/pair_objective.h). Laid out on
+// the host, so the objective reads them without a device->host synchronisation.
+struct PairSlots {
+  int64_t slots = 0;              // P >= B; 0: not given (the eager layouts)
+  at::Tensor sequence_of_target;  // (N) int64: the chosen sequence of slot i is i, its rejected one
+                                  // P + i; a filler target (weight 0) is 2P: no sequence
+  at::Tensor group_ids;           // (P) int64: each real pair's HostBatch::group_ids entry; 0 for filler
+  at::Tensor real;                // (P) bool: the real pairs
+  at::Tensor count;               // () fp32: B
+  // Every next token of the chosen sequences, prompt included (ORPO's NLL, as
+  // every_next_token_targets in train/sequence_log_probs.h finds them), then filler rows:
+  TokenTargets chosen_next_tokens;      // (C) positions and ids; undefined when not asked for
+  at::Tensor chosen_next_token_filler;  // (C) int64: 0 for a real row, 1 for a filler row
+  at::Tensor chosen_next_token_count;   // () fp32: the real rows
+};
+
+// What a graphed micro-step's static buffer holds beyond the tokens and trained positions
+// (train/graph_batch.h), as the objective reads it (Objective::graph_sections).
+struct GraphSections {
+  bool pairs = false;               // PairSlots
+  bool chosen_next_tokens = false;  // PairSlots::chosen_next_tokens (needs pairs)
+};
+
 // One micro-batch on the model's device, in either layout the trainer runs: a DeviceBatch
 // (eager) or a captured graph's static buffers (Note [Graphed micro-steps]).
 struct MicroBatchInputs {
@@ -28,6 +53,7 @@ struct MicroBatchInputs {
   TokenTargets targets;     // the trained positions (Note [Next-token targets] in data/sample.h)
   at::Tensor token_mask;    // (B*T) fp32, 1 at real tokens; undefined: every position is one
   std::vector<int64_t> group_ids;  // the micro-batch's units, on the host (HostBatch::group_ids)
+  PairSlots pairs;                 // a graph's pair slots (GraphSections::pairs); slots 0 otherwise
 };
 MicroBatchInputs micro_batch_inputs(const DeviceBatch& batch);
 
@@ -47,9 +73,16 @@ class Objective {
   // to the trainable parameters when forward.training is set.
   virtual at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                               const ForwardOptions& forward) const = 0;
-  // Whether loss_sum may be captured into a CUDA graph and replayed: no host synchronisation and
-  // no host-side decision on device values inside it.
+  // Whether loss_and_metric_sums may be captured into a CUDA graph and replayed: no host
+  // synchronisation and no host-side decision on device values inside it. A replay returns the
+  // metric sums with the loss sum (train/micro_step_graphs.h).
   virtual bool graph_capturable() const = 0;
+  // What the objective reads from a graph's static buffer beyond tokens and trained positions.
+  virtual GraphSections graph_sections() const { return {}; }
+  // Adapters outside the model's projections that loss_sum swaps in for a forward of its own
+  // (DPO's frozen reference copy): a graphed micro-step brings their derived tensors up to date
+  // with the model's before it is captured or replayed.
+  virtual std::vector<const LinearAdapter*> swapped_in_adapters() const { return {}; }
   // The metrics the objective logs beside the loss (metrics.jsonl, TensorBoard), in this order;
   // none by default. A step's value of each is the sum of its metric sums over the step's
   // micro-batches on all ranks divided by the step's normaliser, as the loss.
@@ -96,7 +129,8 @@ class CausalLmObjective final : public Objective {
   double normaliser_share(const HostBatch& batch) const override;
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                       const ForwardOptions& forward) const override;
-  // A captured graph returns the loss sum alone: graphed only without metrics.
+  // The router loss (mixture-of-experts models, which are not graphed: CausalLM::cuda_graph_safe)
+  // has not been verified under capture.
   bool graph_capturable() const override { return !router_loss_; }
   std::vector<std::string> metric_names() const override;
   LossAndMetrics loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,

@@ -36,6 +36,17 @@ struct PairValues {
   at::Tensor rejected;
 };
 
+// Which pair slots hold real pairs where a micro-batch is padded with filler pairs (a CUDA graph's
+// fixed shape: Note [Filler pairs] in train/pair_objective.h). Undefined: every slot is real.
+struct RealPairs {
+  at::Tensor mask;   // (P) bool
+  at::Tensor count;  // () fp32: the real pairs
+  bool all() const { return !mask.defined(); }
+};
+
+// The mean of a per-pair value over the real pairs: values.mean(), or (masked sum) / count.
+at::Tensor real_pair_mean(const at::Tensor& values, const RealPairs& real);
+
 enum class DpoLossType { Sigmoid, Hinge, Ipo, Robust };
 
 // The --loss_type names ("sigmoid", "hinge", "ipo", "robust"): the parser and its help read them here.
@@ -49,24 +60,28 @@ struct DpoLossConfig {
   double label_smoothing = 0.0;  // robust only, in [0, 0.5)
 };
 
-// A micro-batch's loss and metrics. Each metric holds one value per pair, or a scalar for
-// micro-batch quantities (ORPO's nll_loss, log_odds_ratio, log_odds_chosen); TRL logs its mean.
+// A micro-batch's loss and metrics. Each metric holds one value per pair slot, or a scalar for
+// micro-batch quantities (ORPO's nll_loss, log_odds_ratio, log_odds_chosen); TRL logs its mean
+// (over the real pairs).
 struct PreferenceLoss {
   at::Tensor loss;  // fp32 scalar: TRL's loss of the micro-batch; differentiable through the inputs
   std::vector<std::pair<std::string, at::Tensor>> metrics;  // detached, TRL's names, TRL's order
+  RealPairs real;   // the slots whose per-pair values count (all but filler pairs)
 };
 
 // `completion_tokens`: each row's completion token count (ipo only; may be undefined otherwise).
+// `real`: the real pairs among the slots (filler pairs' values must be finite).
 PreferenceLoss dpo_loss(const DpoLossConfig& config, const PairValues& policy_logps, const PairValues& reference_logps,
-                        const PairValues& completion_tokens);
+                        const PairValues& completion_tokens, const RealPairs& real = {});
 
-// `mean_logps`: the policy's per-completion averages; `chosen_nll`: fp32 scalar.
-PreferenceLoss orpo_loss(double beta, const PairValues& mean_logps, const at::Tensor& chosen_nll);
+// `mean_logps`: the policy's per-completion averages (filler pairs' in (-inf, 0)); `chosen_nll`: fp32 scalar.
+PreferenceLoss orpo_loss(double beta, const PairValues& mean_logps, const at::Tensor& chosen_nll,
+                         const RealPairs& real = {});
 
 // log(1 - exp(x)) for x < 0, as TRL's log1mexp (branching at -ln 2).
 at::Tensor log1mexp(const at::Tensor& x);
 
-// Each metric's mean over its values (what TRL logs for one micro-batch).
+// Each metric's mean over its real pairs' values (what TRL logs for one micro-batch).
 std::vector<std::pair<std::string, double>> metric_means(const PreferenceLoss& loss);
 
 }  // namespace finetune

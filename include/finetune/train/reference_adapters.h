@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "finetune/model/causal_lm.h"
 #include "finetune/model/linear.h"
@@ -22,6 +23,10 @@ class ReferenceAdapters {
   explicit ReferenceAdapters(std::map<std::string, std::unique_ptr<LinearAdapter>> adapters);
 
   bool is_base_model() const { return base_model_; }
+  // Whether a forward through them may be captured as a CUDA graph (LinearAdapter::cuda_graph_safe).
+  bool cuda_graph_safe() const;
+  // The adapters, for their derived tensors (LinearAdapter::refresh_derived_tensors).
+  std::vector<const LinearAdapter*> adapters() const;
 
   // For its lifetime every projection of `model` runs its reference adapter (or none); the
   // model's own adapters are put back, unchanged, when it ends.

@@ -16,8 +16,11 @@ namespace finetune {
 namespace {
 
 std::string describe(const GraphShape& shape) {
-  return std::to_string(shape.tokens) + " tokens, " + std::to_string(shape.targets) + " targets, " +
-         std::to_string(shape.samples) + " samples";
+  std::string out = std::to_string(shape.tokens) + " tokens, " + std::to_string(shape.targets) + " targets, " +
+                    std::to_string(shape.samples) + " samples";
+  if (shape.pairs > 0) out += ", " + std::to_string(shape.pairs) + " pair slots";
+  if (shape.chosen_next_tokens > 0) out += ", " + std::to_string(shape.chosen_next_tokens) + " chosen next tokens";
+  return out;
 }
 
 // The calling stream waits for everything queued on `other` so far.
@@ -35,13 +38,14 @@ struct MicroStepGraphs::State {
     at::Tensor inputs;  // int64, graph_batch.h's layout
     std::unique_ptr<at::cuda::CUDAGraph> graph;
     std::vector<bool> fed;  // parameters the captured backward feeds (GradReducer::end_recording)
-    at::Tensor loss_sum;    // the graph's output
+    LossAndMetrics outputs;  // the graph's: the loss sum and the objective's metric sums
   };
 
   const CausalLM& model;
   ForwardOptions forward;
   MicroStepGraphsConfig config;
   const Objective& objective;
+  GraphSections sections;  // objective.graph_sections()
   c10::cuda::CUDAStream caller_stream;
   c10::cuda::CUDAStream training_stream;
   at::cuda::MempoolId_t pool;
@@ -54,25 +58,27 @@ struct MicroStepGraphs::State {
 
   State(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config, const Objective& objective)
       : model(model), forward(forward), config(config), objective(objective),
+        sections(objective.graph_sections()),
         caller_stream(c10::cuda::getCurrentCUDAStream(model.device().index())),
         training_stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, model.device().index())),
         pool(at::cuda::graph_pool_handle()) {
     for (const auto& [name, linear] : model.named_linears()) {
       if (linear->adapter) adapters.push_back(linear->adapter.get());
     }
+    for (const LinearAdapter* adapter : objective.swapped_in_adapters()) adapters.push_back(adapter);
   }
 
   // The micro-step on an entry's static inputs: what a graph captures, and what runs eagerly.
-  at::Tensor micro_step(const Entry& entry, const at::Tensor& loss_scale) const {
-    const auto in = graph_inputs(entry.inputs, entry.shape);
-    MicroBatchInputs batch;
-    batch.input_ids = in.input_ids;
-    batch.position_ids = in.position_ids;
-    batch.mask.is_causal_only = false;
-    batch.mask.cu_seqlens = in.cu_seqlens;
-    batch.mask.max_seqlen = entry.shape.tokens;  // bounds every sample's length: one launch for any lengths
-    batch.targets = {in.target_positions, in.target_ids, in.target_weights};
-    return forward_backward(model, batch, forward, objective, normaliser, loss_scale);
+  LossAndMetrics micro_step(const Entry& entry, const at::Tensor& loss_scale) const {
+    const MicroBatchInputs batch = graph_micro_batch(graph_inputs(entry.inputs, entry.shape), entry.shape);
+    return forward_backward_with_metrics(model, batch, forward, objective, normaliser, loss_scale);
+  }
+
+  // `batch` in the graph layout: flattened, padded to its shape's buckets.
+  GraphBatch padded(const HostBatch& batch) const {
+    HostBatch flat = flatten(batch);
+    flat.group_ids = batch.group_ids;  // flatten() keeps the tokens only
+    return graph_batch(flat, config.filler_token_id, sections);
   }
 
   // The entry of `padded`'s shape (made on first use), its input buffer holding `padded`.
@@ -96,7 +102,7 @@ struct MicroStepGraphs::State {
     try {
       // Thread-local mode: the NCCL watchdog's event queries on its own thread stay legal.
       graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-      entry.loss_sum = micro_step(entry, loss_scale);
+      entry.outputs = micro_step(entry, loss_scale);
       graph->capture_end();
     } catch (const std::exception& e) {
       reducer.end_recording();
@@ -112,11 +118,8 @@ struct MicroStepGraphs::State {
 MicroStepGraphs::MicroStepGraphs(const CausalLM& model, ForwardOptions forward, MicroStepGraphsConfig config,
                                  const Objective& objective)
     : state_(std::make_unique<State>(model, forward, config, objective)) {
-  if (!micro_step_graphs_supported(model, objective)) {
-    throw Error("CUDA graphs of micro-steps need a CUDA device with variable-length attention, adapters that "
-                "replay safely (CausalLM::cuda_graph_safe) and an objective that can be captured (" +
-                objective.name() + ")");
-  }
+  const std::string unsupported = micro_step_graphs_unsupported_reason(model, objective);
+  if (!unsupported.empty()) throw Error("CUDA graphs of micro-steps: " + unsupported);
   state_->normaliser = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(model.device()));
   wait_for(state_->training_stream, state_->caller_stream);
   c10::cuda::setCurrentCUDAStream(state_->training_stream);
@@ -128,7 +131,7 @@ MicroStepGraphs::~MicroStepGraphs() {
 }
 
 bool MicroStepGraphs::accepts(const HostBatch& batch) const {
-  const GraphShape shape = graph_shape(batch);
+  const GraphShape shape = graph_shape(batch, state_->sections);
   if (shape.tokens > state_->config.max_tokens) return false;
   return state_->entries.count(shape) > 0 ||
          static_cast<int64_t>(state_->entries.size()) < state_->config.max_graphs;
@@ -139,16 +142,16 @@ bool MicroStepGraphs::warmed_up() const { return state_->runs >= state_->config.
 void MicroStepGraphs::capture_ahead(const HostBatch& batch, const at::Tensor& loss_scale, GradReducer& reducer) {
   State& state = *state_;
   if (!state.config.capture || !warmed_up() || !accepts(batch)) return;
-  State::Entry& entry = state.entry_with_inputs(graph_batch(flatten(batch), state.config.filler_token_id));
+  State::Entry& entry = state.entry_with_inputs(state.padded(batch));
   if (entry.graph) return;
   refresh_derived_tensors(state.adapters, state.model.dtype());  // as before a replay
   state.capture(entry, loss_scale, reducer);
 }
 
-at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normaliser,
-                                const at::Tensor& loss_scale, GradReducer& reducer) {
+LossAndMetrics MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normaliser,
+                                    const at::Tensor& loss_scale, GradReducer& reducer) {
   State& state = *state_;
-  State::Entry& entry = state.entry_with_inputs(graph_batch(flatten(batch), state.config.filler_token_id));
+  State::Entry& entry = state.entry_with_inputs(state.padded(batch));
   state.normaliser.copy_(normaliser);
 
   const bool eager = !state.config.capture || state.runs < state.config.eager_warmup;
@@ -161,7 +164,7 @@ at::Tensor MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& normal
   entry.graph->replay();
   reducer.add_replayed_gradients(entry.fed);
   ++state.replayed;
-  return entry.loss_sum;
+  return entry.outputs;
 }
 
 int64_t MicroStepGraphs::graphs_captured() const { return state_->captured; }

@@ -1,0 +1,45 @@
+// The tiny bf16 Llama with random weights and a LoRA adapter on every projection (lora_B random
+// too, so the adapter changes the output) that the graphed micro-step tests train on the GPU.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+
+#include "../model/tiny_config.h"
+#include "finetune/lora/attach_lora.h"
+#include "finetune/model/causal_lm.h"
+
+namespace finetune::testing {
+
+inline LoraConfig random_model_lora_config() {
+  LoraConfig lora;
+  lora.r = 8;
+  lora.lora_alpha = 16;
+  lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return lora;
+}
+
+inline constexpr uint64_t kRandomModelLoraSeed = 3;
+
+inline std::unique_ptr<CausalLM> random_lora_model(const at::Device& device) {
+  auto model = std::make_unique<CausalLM>(tiny_llama_config({512, 256, 512, 2, 4, 2, 64}), at::kBFloat16, device);
+  auto generator = at::cuda::detail::createCUDAGenerator();
+  generator.set_current_seed(11);
+  at::NoGradGuard no_grad;
+  for (auto& [name, parameter] : model->named_parameters()) {
+    if (name.find("norm") != std::string::npos) {
+      parameter.fill_(1.0);
+    } else {
+      parameter.normal_(0.0, 0.05, generator);
+    }
+  }
+  attach_lora(*model, random_model_lora_config(), kRandomModelLoraSeed);
+  for (auto& [name, tensor] : lora_parameters(*model)) {
+    if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.05, generator);
+  }
+  return model;
+}
+
+}  // namespace finetune::testing
