@@ -13,6 +13,8 @@ bitsandbytes' Linear4bit, its experts are exactly what our 4-bit experts dequant
     from the 16-bit model's (the experts really are quantized);
   * 20 QLoRA steps (attention only; attention + expert stacks through target_parameters) equal
     transformers + bitsandbytes + PEFT on that reference within test_moe_parity's bounds (1e-4);
+  * a checkpoint transformers saved in 4-bit (experts 16-bit there) loads with 16-bit experts, as
+    transformers loads it;
   * the merged_16bit export of the 4-bit run (experts dequantized, adapters folded in), loaded by
     transformers, gives PEFT's merge_and_unload() logits on the fully dequantized model (1e-5).
 """
@@ -77,6 +79,22 @@ def test_4bit_logits_equal_bitsandbytes_with_dequantized_experts(base, tmp_path)
     print(f"{case}: --load_in_4bit logits vs transformers+bitsandbytes with bnb-dequantized experts {worst:.3g}; "
           f"vs 16-bit experts {sixteen_bit_experts:.3g} (relative)")
     assert sixteen_bit_experts > 1e-4
+    assert worst <= LOGITS_BOUND
+
+
+def test_checkpoint_transformers_saved_in_4bit_keeps_its_16bit_experts(base, tmp_path):
+    """A MoE model transformers + bitsandbytes saved in 4-bit (its Linear4bit layers packed, the
+    experts written 16-bit per expert) loads as stored: logits equal that 4-bit model's."""
+    case, root, rows, data = base
+    reference = bnb_model(root / "base")
+    reference.save_pretrained(tmp_path / "saved_4bit")
+    saved = load_file(str(tmp_path / "saved_4bit" / "model.safetensors"))
+    assert any(name.endswith("q_proj.weight.absmax") for name in saved)
+    assert any(moe.EXPERT_TENSOR.search(name) and saved[name].dtype == torch.float32 for name in saved)
+    run_finetune(["eval", "--model_name", tmp_path / "saved_4bit", "--dataset", data, "--dtype", "float32",
+                  "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", tmp_path / "logits.safetensors"])
+    worst = lora_parity.dumped_logits_error(load_file(str(tmp_path / "logits.safetensors")), reference, rows[:8])
+    print(f"{case}: transformers-saved 4-bit checkpoint (16-bit experts) logits {worst:.3g} (relative)")
     assert worst <= LOGITS_BOUND
 
 
