@@ -14,14 +14,15 @@ bitsandbytes' Linear4bit, its experts are exactly what our 4-bit experts dequant
   * 20 QLoRA steps (attention only; attention + expert stacks through target_parameters) equal
     transformers + bitsandbytes + PEFT on that reference within test_moe_parity's bounds (1e-4);
   * a checkpoint transformers saved in 4-bit (experts 16-bit there) loads with 16-bit experts, as
-    transformers loads it;
+    transformers loads it; one storing every per-expert tensor 4-bit (the hub's bnb-4bit MoE repos)
+    loads as stored;
   * the merged_16bit export of the 4-bit run (experts dequantized, adapters folded in), loaded by
     transformers, gives PEFT's merge_and_unload() logits on the fully dequantized model (1e-5).
 """
 import peft
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from conftest import run_finetune
 from numerics import relative_error
@@ -95,6 +96,25 @@ def test_checkpoint_transformers_saved_in_4bit_keeps_its_16bit_experts(base, tmp
                   "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", tmp_path / "logits.safetensors"])
     worst = lora_parity.dumped_logits_error(load_file(str(tmp_path / "logits.safetensors")), reference, rows[:8])
     print(f"{case}: transformers-saved 4-bit checkpoint (16-bit experts) logits {worst:.3g} (relative)")
+    assert worst <= LOGITS_BOUND
+
+
+def test_checkpoint_with_4bit_expert_tensors_loads_as_stored(base, tmp_path):
+    """The layout of the hub's *-bnb-4bit MoE repos (saved by transformers 4.x, whose experts were
+    Linear4bit modules): every per-expert tensor stored as bitsandbytes' packed codes and quant
+    state. Loaded as stored, it computes as --load_in_4bit on the 16-bit model."""
+    case, root, rows, data = base
+    bnb_model(root / "base").save_pretrained(tmp_path / "saved_4bit")
+    checkpoint = tmp_path / "saved_4bit" / "model.safetensors"
+    tensors = {name: t for name, t in load_file(str(checkpoint)).items() if not moe.EXPERT_TENSOR.search(name)}
+    moe.write_expert_nf4(root / "base", tmp_path / "experts.safetensors")
+    tensors.update(load_file(str(tmp_path / "experts.safetensors")))
+    save_file(tensors, str(checkpoint), metadata={"format": "pt"})
+    run_finetune(["eval", "--model_name", tmp_path / "saved_4bit", "--dataset", data, "--dtype", "float32",
+                  "--device", "cpu", "--per_device_eval_batch_size", 4, "--dump_logits", tmp_path / "logits.safetensors"])
+    ours = load_file(str(tmp_path / "logits.safetensors"))
+    worst = lora_parity.dumped_logits_error(ours, bnb_model(root / "experts_dequantized"), rows[:8])
+    print(f"{case}: checkpoint with 4-bit expert tensors, logits vs bnb-dequantized experts {worst:.3g} (relative)")
     assert worst <= LOGITS_BOUND
 
 
