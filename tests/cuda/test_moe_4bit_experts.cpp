@@ -29,7 +29,7 @@ std::shared_ptr<const Nf4Stack> stack_on(const Nf4Stack& stack, at::Device devic
 
 // `layer` (4-bit stacks on the CPU) with every tensor on `device`.
 MoeLayer layer_on(const MoeLayer& layer, at::Device device) {
-  MoeLayer out = layer;
+  MoeLayer out = testing_moe::sparse_copy(layer);
   out.router = layer.router.to(device);
   for (auto* stack : {&out.gate_up_proj, &out.down_proj}) stack->weight_4bit = stack_on(*stack->weight_4bit, device);
   return out;

@@ -26,6 +26,16 @@ inline std::shared_ptr<const Nf4Stack> quantize_stack(const at::Tensor& weight, 
   return stack;
 }
 
+// A sparse layer's router and stacks (MoeLayer itself is move-only: its dense Linears own adapters).
+inline MoeLayer sparse_copy(const MoeLayer& layer) {
+  MoeLayer out;
+  out.sparse = layer.sparse;
+  out.router = layer.router;
+  out.gate_up_proj = layer.gate_up_proj;
+  out.down_proj = layer.down_proj;
+  return out;
+}
+
 // (4-bit layer, the same layer with dense_weight() as its stacks' weights); `device` for both.
 inline std::pair<MoeLayer, MoeLayer> layers_4bit_and_dense(int64_t experts, int64_t hidden, int64_t width,
                                                            at::ScalarType dtype, at::Device device) {
@@ -39,7 +49,7 @@ inline std::pair<MoeLayer, MoeLayer> layers_4bit_and_dense(int64_t experts, int6
   quantized.gate_up_proj.weight_4bit = quantize_stack(gate_up, width);  // gate rows, then up rows
   quantized.down_proj.weight = at::empty(down.sizes(), options.device(at::kMeta));
   quantized.down_proj.weight_4bit = quantize_stack(down, hidden);
-  MoeLayer dense = quantized;
+  MoeLayer dense = sparse_copy(quantized);
   dense.gate_up_proj.weight = quantized.gate_up_proj.dense_weight();
   dense.gate_up_proj.weight_4bit = nullptr;
   dense.down_proj.weight = quantized.down_proj.dense_weight();
