@@ -25,9 +25,9 @@ bool pieces_stored_in_4bit(const CheckpointFiles& files, const std::vector<std::
   return stored != 0;
 }
 
-// The stack's pieces, each quantized (or read as stored) on its own; `read` collects the tensors read.
+// The stack's pieces, each quantized (or read as stored) on its own; the tensors read go to `consumed`.
 Nf4Stack stack_4bit(const CausalLM& model, const CheckpointFiles& files, const std::vector<CheckpointPiece>& pieces,
-                    const ExpertStack& stack, bool stored, std::vector<std::string>& read) {
+                    const ExpertStack& stack, bool stored, std::set<std::string>& consumed) {
   const auto options = at::TensorOptions().dtype(model.dtype()).device(model.device());
   Nf4Stack out;
   out.shape = stack.weight.sizes().vec();
@@ -39,10 +39,7 @@ Nf4Stack stack_4bit(const CausalLM& model, const CheckpointFiles& files, const s
     auto weight = stored ? read_stored_4bit(files, name, shape, model.device(), piece_read)
                          : quantize_checkpoint_weight(files, name, shape, options);
     out.pieces.push_back({piece.expert, piece.row_begin, std::move(weight)});
-    // The 16-bit copy is gone: give its pages back before the next piece is read.
-    std::set<std::string> released;
-    release_read(files, piece_read, released);
-    read.insert(read.end(), released.begin(), released.end());
+    release_read(files, piece_read, consumed);  // its pages given back before the next piece is read
   }
   return out;
 }
@@ -56,20 +53,18 @@ void load_expert_stacks_4bit(CausalLM& model, const CheckpointFiles& files, std:
     std::vector<std::string> names;
     for (const auto& piece : pieces) names.push_back(checkpoint_tensor_name(model.architecture(), files, piece.name));
     const bool stored = pieces_stored_in_4bit(files, names, name);
-    std::vector<std::string> read;
     if (!stored && model.config().quantization) {
       // A 4-bit checkpoint keeps the experts in 16-bit (transformers 5 quantizes nn.Linear only): so do we.
       stack->weight = at::empty(stack->weight.sizes(), stack->weight.options().device(model.device()));
       for (size_t i = 0; i < pieces.size(); ++i) {
         copy_weight(stack->weight[pieces[i].expert].narrow(0, pieces[i].row_begin, pieces[i].rows), files, names[i]);
-        read.push_back(names[i]);
       }
+      release_read(files, names, consumed);
     } else {
-      auto quantized = stack_4bit(model, files, pieces, *stack, stored, read);
+      auto quantized = stack_4bit(model, files, pieces, *stack, stored, consumed);
       check_nf4_stack(quantized, name);
       stack->weight_4bit = std::make_shared<const Nf4Stack>(std::move(quantized));
     }
-    release_read(files, read, consumed);
   }
 }
 
