@@ -17,7 +17,8 @@ bitsandbytes' Linear4bit, its experts are exactly what our 4-bit experts dequant
     transformers loads it; one storing every per-expert tensor 4-bit (the hub's bnb-4bit MoE repos)
     loads as stored;
   * the merged_16bit export of the 4-bit run (experts dequantized, adapters folded in), loaded by
-    transformers, gives PEFT's merge_and_unload() logits on the fully dequantized model (1e-5).
+    transformers, gives PEFT's merge_and_unload() logits on the fully dequantized model (1e-5);
+    merged_4bit keeps the experts 16-bit (those values) and transformers loads it.
 """
 import peft
 import pytest
@@ -174,4 +175,29 @@ def test_merged_16bit_from_4bit_experts_equals_merge_and_unload(trained):
     for row in rows[:4]:
         assert lora_parity.logits_error(merged, dequantized, [row]) > 1e-4  # the adapter changed the model
     print(f"{case} ({targets}): merged_16bit of the 4-bit run vs merge_and_unload {worst:.3g} (relative)")
+    assert worst <= LOGITS_BOUND
+
+
+def test_merged_4bit_keeps_experts_16bit_and_transformers_loads_it(trained, tmp_path):
+    """merged_4bit from a 4-bit MoE base: the projections merged and re-quantized (Linear4bit in
+    transformers), the experts written 16-bit (dequantized, adapters folded in: the merged_16bit
+    export's values), as transformers 5 holds a bitsandbytes model's experts; transformers loads it
+    and `finetune eval` of it gives its logits."""
+    case, targets, root, adapter, rows, out = trained
+    export = tmp_path / "merged4"
+    run_finetune(["export", "--model_name", root / "base", "--adapter", out, "--load_in_4bit", "--dtype", "float32",
+                  "--device", "cpu", "--save_method", "merged_4bit", "--save_path", export])
+    saved = load_file(str(export / "model.safetensors"))
+    merged16 = load_file(str(root / f"merged_{targets}" / "model.safetensors"))
+    experts = [name for name in saved if moe.EXPERT_TENSOR.search(name)]
+    assert experts and all(torch.equal(saved[name], merged16[name]) for name in experts)
+    assert any(name.endswith("q_proj.weight.absmax") for name in saved)
+    loaded = moe.load_reference_model(export, dtype=torch.float32, device_map="cpu").eval()
+    assert type(loaded.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
+    data = tmp_path / "rows.jsonl"
+    tiny_models.write_jsonl(data, rows[:4])
+    run_finetune(["eval", "--model_name", export, "--dataset", data, "--dtype", "float32", "--device", "cpu",
+                  "--per_device_eval_batch_size", 4, "--dump_logits", tmp_path / "logits.safetensors"])
+    worst = lora_parity.dumped_logits_error(load_file(str(tmp_path / "logits.safetensors")), loaded, rows[:4])
+    print(f"{case} ({targets}): merged_4bit export, finetune vs transformers logits {worst:.3g} (relative)")
     assert worst <= LOGITS_BOUND
