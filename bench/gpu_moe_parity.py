@@ -6,9 +6,14 @@ shapes, fewer layers):
   2. speed: `finetune train` (LoRA on the attention, and with --moe_experts also the expert stacks
      through --target_parameters) against bench/reference_train.py (transformers + PEFT), tokens/s
      and peak memory, same rows, same batch.
+With --load_in_4bit the speed runs are QLoRA on both sides (ours: attention projections and expert
+stacks in NF4; transformers + bitsandbytes: its nn.Linear layers in NF4, the fused experts 16-bit, as
+transformers 5 quantizes them); --layers N overrides the shape's layer count (e.g. a Mixtral-8x7B
+QLoRA run with 8 of its 32 layers on an H100). The bf16 parity step stays on the 16-bit model.
 Prints one JSON object per shape on stdout.
 
     python bench/gpu_moe_parity.py --finetune build/finetune --work /tmp/moe [--shapes ...] [--steps 20]
+    python bench/gpu_moe_parity.py --finetune build/finetune --shapes mixtral-8x7b-4l --load_in_4bit --layers 8
 """
 import argparse
 import json
@@ -53,9 +58,14 @@ def main():
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--moe_experts", action="store_true", help="also LoRA on the expert stacks (ours only)")
+    p.add_argument("--load_in_4bit", action="store_true", help="QLoRA: NF4 base on both sides")
+    p.add_argument("--layers", type=int, default=None, help="override the shape's num_hidden_layers")
     args = p.parse_args()
     for shape in args.shapes.split(","):
         work = os.path.join(args.work, shape)
+        if args.layers is not None:
+            shapes.SHAPES[shape][2]["num_hidden_layers"] = args.layers
+            work = os.path.join(args.work, f"{shape}-{args.layers}layers")
         os.makedirs(work, exist_ok=True)
         model = os.path.join(work, "model")
         shapes.make_model(shape, model)
@@ -64,7 +74,8 @@ def main():
         with open(data, "w") as f:
             for row in shapes.make_rows(400, vocab):
                 f.write(json.dumps(row) + "\n")
-        result = {"shape": shape}
+        result = {"shape": shape, "layers": shapes.SHAPES[shape][2]["num_hidden_layers"],
+                  "load_in_4bit": args.load_in_4bit}
         parity = run([sys.executable, os.path.join(HERE, "gpu_parity.py"), "--finetune", args.finetune, "--model", model,
                       "--data", data, "--work", work], args.timeout)
         result["parity"] = last_json(parity.stdout) if parity.returncode == 0 else {"pass": False}
@@ -75,11 +86,12 @@ def main():
                  "--save_strategy", "no", "--overwrite_output_dir"]
         if args.moe_experts:
             train += ["--target_parameters", "mlp.experts.gate_up_proj,mlp.experts.down_proj"]
-        ours = run(train, args.timeout)
+        quantize = ["--load_in_4bit"] if args.load_in_4bit else []
+        ours = run(train + quantize, args.timeout)
         result["ours"] = last_json(ours.stdout)
         reference = run([sys.executable, os.path.join(HERE, "reference_train.py"), "--model", model, "--data", data,
-                         "--batch", args.batch, "--accum", 1, "--steps", min(args.steps, 10), "--warmup_steps", 3],
-                        args.timeout)
+                         "--batch", args.batch, "--accum", 1, "--steps", min(args.steps, 10), "--warmup_steps", 3]
+                        + quantize, args.timeout)
         result["transformers_peft"] = last_json(reference.stdout)
         print(json.dumps(result))
 

@@ -1,6 +1,8 @@
 #include "finetune/model/moe_block.h"
 
+#include "finetune/model/expert_gemms.h"
 #include "finetune/model/fused_kernels.h"
+#include "finetune/quant/nf4_stack.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -15,27 +17,21 @@ bool grouped_mm_applies(const at::Tensor& rows, const ExpertStack& stack) {
          aligned;
 }
 
-// rows (M, in) sorted by expert, `offsets` (E) int32 cumulative counts -> rows_e W_e^T (+ the
-// adapter's update) (M, out), one grouped GEMM per operand.
-at::Tensor grouped_stack_forward(const ExpertStack& stack, const at::Tensor& rows, const at::Tensor& offsets) {
-  auto out = at::_grouped_mm(rows, stack.weight.transpose(1, 2), offsets);  // (M, out)
+// rows (M, in) sorted by expert -> rows_e W_e^T plus the adapter's update (M, out). Grouped: PEFT
+// folds the update into the bf16 weight (get_delta_factors casts both factors to it); per expert:
+// the update in the adapter's dtype and the sum cast back (as dense LoRA, lora/lora_adapter.h).
+at::Tensor stack_forward(const ExpertStack& stack, const at::Tensor& rows, const ExpertGemmPlan& plan) {
+  auto out = stack.is_4bit() ? experts_gemm_4bit(stack, rows, plan) : experts_gemm(stack.weight, rows, plan);
   if (!stack.adapter) return out;
   const auto factors = stack.adapter->factors();
-  // PEFT folds the update into the bf16 weight (get_delta_factors casts both factors to it).
-  const auto a = factors.a.to(at::kBFloat16);                                   // (E, r, in)
-  const auto b = factors.b.to(at::kBFloat16).contiguous();                      // (E, out, r)
-  const auto low = at::_grouped_mm(rows, a.transpose(1, 2), offsets);           // (M, r)
-  return out + at::_grouped_mm(low, b.transpose(1, 2), offsets) * factors.scaling;  // (M, out)
-}
-
-// rows (n, in) of expert e -> (n, out): its base GEMM plus the adapter's update, the update in the
-// adapter's dtype and the sum cast back (as dense LoRA, lora/lora_adapter.h).
-at::Tensor expert_forward(const ExpertStack& stack, int64_t expert, const at::Tensor& rows) {
-  auto out = at::linear(rows, stack.weight[expert]);  // (n, out)
-  if (!stack.adapter) return out;
-  const auto factors = stack.adapter->factors();
-  const auto input = rows.to(factors.a.scalar_type());
-  const auto delta = at::linear(at::linear(input, factors.a[expert]), factors.b[expert]) * factors.scaling;
+  if (plan.grouped) {
+    const auto a = factors.a.to(at::kBFloat16);                  // (E, r, in)
+    const auto b = factors.b.to(at::kBFloat16).contiguous();     // (E, out, r)
+    const auto low = experts_gemm(a, rows, plan);                // (M, r)
+    return out + experts_gemm(b, low, plan) * factors.scaling;  // (M, out)
+  }
+  const auto low = experts_gemm(factors.a, rows.to(factors.a.scalar_type()), plan);  // (M, r)
+  const auto delta = experts_gemm(factors.b, low, plan) * factors.scaling;           // (M, out)
   return (out + delta).to(out.scalar_type());
 }
 
@@ -43,32 +39,28 @@ at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, const KernelPoli
   return kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
 }
 
+ExpertGemmPlan gemm_plan(const MoeLayer& layer, const at::Tensor& rows, const at::Tensor& counts) {
+  ExpertGemmPlan plan;
+  plan.grouped = grouped_mm_applies(rows, layer.gate_up_proj) && grouped_mm_applies(rows, layer.down_proj);
+  if (plan.grouped) {
+    plan.offsets = counts.cumsum(0).to(at::kInt);  // (E) int32, on the device
+  } else {
+    const auto host_counts = counts.to(at::kCPU).contiguous();
+    const auto* count = host_counts.data_ptr<int64_t>();
+    plan.counts.assign(count, count + host_counts.numel());
+  }
+  return plan;
+}
+
 // rows (M, C) sorted by expert, `counts` (E) int64 -> each row through its expert's SwiGLU MLP (M, C).
 at::Tensor expert_mlps(const MoeLayer& layer, const at::Tensor& rows, const at::Tensor& counts,
                        const KernelPolicy& kernels) {
   const int64_t width = layer.down_proj.in_features();
-  if (grouped_mm_applies(rows, layer.gate_up_proj) && grouped_mm_applies(rows, layer.down_proj)) {
-    const auto offsets = counts.cumsum(0).to(at::kInt);  // (E) int32, on the device
-    const auto gate_up = grouped_stack_forward(layer.gate_up_proj, rows, offsets);  // (M, 2I)
-    const auto activation = swiglu(gate_up.narrow(1, 0, width).contiguous(),
-                                   gate_up.narrow(1, width, width).contiguous(), kernels);
-    return grouped_stack_forward(layer.down_proj, activation, offsets);  // (M, C)
-  }
-  const auto host_counts = counts.to(at::kCPU);
-  const auto* count = host_counts.data_ptr<int64_t>();
-  std::vector<at::Tensor> outputs;
-  int64_t begin = 0;
-  for (int64_t e = 0; e < host_counts.size(0); ++e) {
-    if (count[e] == 0) continue;
-    const auto expert_rows = rows.narrow(0, begin, count[e]);                 // (n, C)
-    const auto gate_up = expert_forward(layer.gate_up_proj, e, expert_rows);  // (n, 2I)
-    const auto gate_and_up = gate_up.chunk(2, -1);
-    const auto activation = swiglu(gate_and_up[0].contiguous(), gate_and_up[1].contiguous(), kernels);
-    outputs.push_back(expert_forward(layer.down_proj, e, activation));  // (n, C)
-    begin += count[e];
-  }
-  if (outputs.empty()) return at::zeros({0, layer.down_proj.out_features()}, rows.options());
-  return at::cat(outputs, 0);
+  const auto plan = gemm_plan(layer, rows, counts);
+  const auto gate_up = stack_forward(layer.gate_up_proj, rows, plan);  // (M, 2I)
+  const auto activation = swiglu(gate_up.narrow(1, 0, width).contiguous(),
+                                 gate_up.narrow(1, width, width).contiguous(), kernels);  // (M, I)
+  return stack_forward(layer.down_proj, activation, plan);  // (M, C)
 }
 
 at::Tensor dense_mlp_forward(const MoeLayer& layer, const at::Tensor& x, const KernelPolicy& kernels, bool training) {
@@ -79,11 +71,15 @@ at::Tensor dense_mlp_forward(const MoeLayer& layer, const at::Tensor& x, const K
 
 }  // namespace
 
+at::Tensor ExpertStack::dense_weight() const {
+  return weight_4bit ? dequantize_nf4_stack(*weight_4bit, weight.scalar_type()) : weight;
+}
+
 at::Tensor ExpertStack::merged_weight() const {
-  if (!adapter) return weight;
+  if (!adapter) return dense_weight();
   const auto factors = adapter->factors();
   const auto delta = at::bmm(factors.b, factors.a) * factors.scaling;  // (E, out, in) in the adapter's dtype
-  return (weight.to(at::kFloat) + delta.to(at::kFloat)).to(weight.scalar_type());
+  return (dense_weight().to(at::kFloat) + delta.to(at::kFloat)).to(weight.scalar_type());
 }
 
 MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& config, int64_t layer,
@@ -94,9 +90,10 @@ MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& con
   out.sparse = layer_is_sparse(config, layer);
   if (out.sparse) {
     const int64_t width = moe.moe_intermediate_size;
+    const auto stack_options = projections_4bit ? options.device(at::kMeta) : options;  // Note [4-bit expert stacks]
     out.router = at::empty({moe.num_experts, config.hidden_size}, options);
-    out.gate_up_proj.weight = at::empty({moe.num_experts, 2 * width, config.hidden_size}, options);
-    out.down_proj.weight = at::empty({moe.num_experts, config.hidden_size, width}, options);
+    out.gate_up_proj.weight = at::empty({moe.num_experts, 2 * width, config.hidden_size}, stack_options);
+    out.down_proj.weight = at::empty({moe.num_experts, config.hidden_size, width}, stack_options);
     return out;
   }
   for (const auto& module : architecture.moe->dense_mlp_modules) {

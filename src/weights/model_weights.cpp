@@ -4,6 +4,7 @@
 
 #include "finetune/io/safetensors.h"
 #include "finetune/model/moe_names.h"
+#include "finetune/weights/expert_weights_4bit.h"
 #include "finetune/weights/projection_weights_4bit.h"
 #include "finetune/weights/tensor_io.h"
 #include "finetune/util/errors.h"
@@ -37,6 +38,7 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
   std::set<std::string> expected;
   at::NoGradGuard no_grad;
   for (auto& [name, parameter] : model.named_parameters()) {
+    if (parameter.is_meta()) continue;  // a 4-bit expert stack: load_expert_stacks_4bit's
     // A MoE model's expert stacks come from one checkpoint tensor per expert (Note [Expert tensors]).
     for (const auto& piece : checkpoint_pieces(architecture, model.config(), name)) {
       const std::string stored = checkpoint_tensor_name(architecture, files, piece.name);
@@ -45,7 +47,10 @@ void load_weights(CausalLM& model, const std::string& model_dir) {
       copy_weight(target, files, stored);
     }
   }
-  if (model.projections_4bit()) load_projections_4bit(model, files, expected);
+  if (model.projections_4bit()) {
+    load_projections_4bit(model, files, expected);
+    load_expert_stacks_4bit(model, files, expected);
+  }
   const std::string tied_lm_head = checkpoint_tensor_name(architecture, files, architecture.lm_head);
   for (const auto& name : files.tensor_names()) {
     if (expected.count(name) == 0 && !is_ignorable(architecture, name)) {

@@ -12,7 +12,8 @@ train, load and generate as transformers 5.17 + PEFT 0.21 do (fp32, CPU):
     gives PEFT's merge_and_unload() logits (1e-5);
   * with output_router_logits, the router's load-balancing loss trains as transformers adds it and
     metrics.jsonl reports it (aux_loss); `finetune eval` adds it as transformers' Trainer.evaluate();
-  * 2 ranks train like one process with twice the batch, experts unreached on a rank included;
+  * 2 ranks train like one process with twice the batch, experts unreached on a rank included
+    (16-bit and 4-bit bases);
   * greedy `finetune generate` on left-padded batches gives transformers' generate() ids."""
 import json
 
@@ -259,10 +260,12 @@ def test_eval_loss_adds_the_router_term_as_transformers(case, tmp_path):
         assert abs(want - token_loss) > 1e-3 * abs(want)  # the router term is there to see
 
 
-def test_two_ranks_train_like_one_process(tmp_path):
+@pytest.mark.parametrize("load_in_4bit", [False, True], ids=["16bit", "4bit"])
+def test_two_ranks_train_like_one_process(tmp_path, load_in_4bit):
     """DDP over Gloo with expert adapters: 2 ranks x batch 2 = 1 process x batch 4 (test_ddp.py's
     bound), with top-1 of 8 experts so a rank's micro-batch leaves experts unreached (their adapter
-    slices get zero gradients on that rank and still enter the all-reduce)."""
+    slices get zero gradients on that rank and still enter the all-reduce); also over a 4-bit base
+    (QLoRA: attention projections and expert stacks in NF4)."""
     from ddp_launch import check_ok, run_launched
     from test_ddp import TOLERANCE
     case = "mixtral_top1_window"
@@ -279,7 +282,7 @@ def test_two_ranks_train_like_one_process(tmp_path):
                 "--learning_rate", 2e-2, "--warmup_steps", 1, "--lr_scheduler_type", "linear",
                 "--max_grad_norm", 1.0, "--dtype", "float32", "--device", "cpu", "--ddp_backend", "gloo",
                 "--shuffle", "false", "--logging_steps", 1, "--ddp_timeout", 60,
-                "--use_gradient_checkpointing", "false"]
+                "--use_gradient_checkpointing", "false"] + (["--load_in_4bit"] if load_in_4bit else [])
 
     check_ok(run_launched("single", 1, args(tmp_path / "single", 4)), "single process")
     check_ok(run_launched("torchrun", 2, args(tmp_path / "two", 2)), "torchrun")

@@ -8,14 +8,25 @@ window shorter than the rows, tied and untied heads, and more experts than a sho
 (experts never hit). Router weights are scaled up so routing is decisive (no near-ties between
 experts that fp32 rounding could flip).
 
+4-bit (QLoRA) references: transformers 5.17 + bitsandbytes quantize nn.Linear layers only, so its
+fused expert parameters stay 16-bit; finetune's --load_in_4bit quantizes each per-expert checkpoint
+tensor on its own, as bitsandbytes quantized an expert's nn.Linear weight when transformers 4.x held
+the experts as per-expert modules (bnb_quantize_experts: quantize_4bit(W, blocksize=64,
+compress_statistics=True, quant_type="nf4") on the CPU). <case>_expert_nf4.safetensors holds those
+bytes in transformers' saved 4-bit layout; fake_quantized_copy writes a model whose weights are
+bitsandbytes' dequantized values (the reference the 4-bit forward and training are held to).
+
     python make_moe_fixtures.py OUT_DIR    # writes OUT_DIR/<case>/ for every case
 """
+import re
+import shutil
 import os
 import sys
 
 import peft
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_models  # noqa: E402
@@ -102,12 +113,56 @@ def make_init_adapter(base_dir, out_dir, r=4, alpha=8, seed=0, experts=False, us
     return out_dir
 
 
+EXPERT_TENSOR = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
+PROJECTION_TENSOR = re.compile(r"^model\.layers\.\d+\..*(_proj|\.w1|\.w2|\.w3)\.weight$")
+
+
+def _checkpoint(model_dir):
+    return load_file(os.path.join(model_dir, "model.safetensors"))
+
+
+def bnb_quantize_experts(model_dir):
+    """Every per-expert checkpoint tensor of model_dir (in its saved dtype, the model dtype here)
+    quantized on its own by bitsandbytes on the CPU: name -> (packed, QuantState)."""
+    import bitsandbytes.functional as F
+    return {name: F.quantize_4bit(tensor, blocksize=64, compress_statistics=True, quant_type="nf4")
+            for name, tensor in _checkpoint(model_dir).items() if EXPERT_TENSOR.search(name)}
+
+
+def write_expert_nf4(model_dir, path):
+    """bnb_quantize_experts' bytes as transformers saves a Linear4bit weight: <name> (packed codes)
+    and <name>.<QuantState.as_dict(packed=True) key>."""
+    tensors = {}
+    for name, (packed, state) in bnb_quantize_experts(model_dir).items():
+        tensors[name] = packed
+        tensors.update({f"{name}.{key}": value for key, value in state.as_dict(packed=True).items()})
+    save_file(tensors, path)
+
+
+def fake_quantized_copy(model_dir, out_dir, projections=False):
+    """A copy of model_dir whose expert tensors (and, with `projections`, every decoder projection:
+    attention and dense MLP, as Linear4bit quantizes them) hold bitsandbytes'
+    dequantize_4bit(quantize_4bit(W)) values in W's dtype; everything else unchanged."""
+    import bitsandbytes.functional as F
+    import bnb_cpu
+    bnb_cpu.use_portable_cpu_kernels()  # bitsandbytes' own arithmetic on every host
+    shutil.copytree(model_dir, out_dir)
+    tensors = _checkpoint(model_dir)
+    for name, tensor in tensors.items():
+        if EXPERT_TENSOR.search(name) or (projections and PROJECTION_TENSOR.search(name)):
+            packed, state = F.quantize_4bit(tensor, blocksize=64, compress_statistics=True, quant_type="nf4")
+            tensors[name] = F.dequantize_4bit(packed, state).to(tensor.dtype).contiguous()
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    return out_dir
+
+
 def main(out_root):
     for name in model_cases():
         base = os.path.join(out_root, name)
         make_model(name, base)
         make_init_adapter(base, os.path.join(out_root, name + "_adapter_attention"))
         make_init_adapter(base, os.path.join(out_root, name + "_adapter_experts"), experts=True)
+        write_expert_nf4(base, os.path.join(out_root, name + "_expert_nf4.safetensors"))
         print(f"wrote {base}")
 
 

@@ -29,6 +29,8 @@
 
 namespace finetune {
 
+struct Nf4Stack;  // quant/nf4_stack.h
+
 // One expert stack's low-rank update, per expert e: delta_e = scaling * b[e] a[e] (out, in).
 struct ExpertFactors {
   at::Tensor a;  // (E, r, in)
@@ -48,14 +50,28 @@ class ExpertStackAdapter {
 };
 
 // One projection of every expert: weight (E, out, in) in the model dtype, and its adapter.
+//
+// Note [4-bit expert stacks]
+// With --load_in_4bit the stack keeps only its NF4 pieces (quant/nf4_stack.h: one bitsandbytes
+// quantize_4bit per expert and projection, as the per-expert nn.Linear modules of transformers 4.x
+// and the hub's bnb-4bit MoE checkpoints hold them) and `weight` is a meta tensor of the stack's
+// shape and dtype. Each GEMM over the stack dequantizes it to the model dtype right before it runs,
+// and the backward pass dequantizes it again instead of keeping it (model/expert_gemms.h), so at
+// most one stack's 16-bit weights exist at a time outside a recompute.
 struct ExpertStack {
   at::Tensor weight;
+  std::shared_ptr<const Nf4Stack> weight_4bit;  // the 4-bit base, or null when `weight` is dense
   std::shared_ptr<ExpertStackAdapter> adapter;
 
+  bool is_4bit() const { return weight_4bit != nullptr; }
   int64_t num_experts() const { return weight.size(0); }
   int64_t out_features() const { return weight.size(1); }
   int64_t in_features() const { return weight.size(2); }
-  // The weight with the adapter's update folded in (PEFT's merge: fp32 sum, rounded once).
+  // The base weight (E, out, in) in the model dtype: `weight`, or the 4-bit pieces dequantized
+  // (a fresh tensor each call, so never keep it beyond the product it feeds).
+  at::Tensor dense_weight() const;
+  // The base weight with the adapter's update folded in (PEFT's merge: fp32 sum, rounded once), in
+  // the model dtype; a 4-bit base dequantized first.
   at::Tensor merged_weight() const;
 };
 
@@ -70,8 +86,9 @@ struct MoeLayer {
 };
 
 // Layer `layer`'s MLP with uninitialised tensors of `options`. With `projections_4bit` a dense
-// layer's projections get shape-only weights (Note [4-bit base weights] in linear.h); the expert
-// stacks stay dense (bitsandbytes quantizes nn.Linear layers only).
+// layer's projections and a sparse layer's expert stacks get shape-only (meta) weights that the
+// loader replaces by 4-bit ones (Note [4-bit base weights] in linear.h, Note [4-bit expert
+// stacks]); the router stays in the model dtype, as transformers keeps it.
 MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& config, int64_t layer,
                         const at::TensorOptions& options, bool projections_4bit);
 

@@ -6,7 +6,8 @@
 // model dtype and copied straight onto its device a block at a time, each block's mapped pages
 // given back once copied (tensor_io.h copy_weight), so host memory holds the model (when on the
 // CPU) and one block of the checkpoint, not the model and the whole checkpoint. A model built with 4-bit projections gets them
-// from projection_weights_4bit.h (quantized at load, or read as a 4-bit checkpoint stores them).
+// from projection_weights_4bit.h and its expert stacks from expert_weights_4bit.h (quantized at
+// load, or read as a 4-bit checkpoint stores them).
 #pragma once
 
 #include <string>
