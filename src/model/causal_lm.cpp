@@ -371,7 +371,7 @@ int64_t CausalLM::parameter_count() const {
   for (const auto& [name, linear] : named_linears()) {
     if (linear->is_4bit()) count += linear->in_features() * linear->out_features();
   }
-  return count;  // expert stacks are dense: named_parameters counted them
+  return count;  // expert stacks, 4-bit ones included, are named_parameters (meta-shaped when 4-bit)
 }
 
 }  // namespace finetune
