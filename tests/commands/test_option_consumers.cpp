@@ -198,7 +198,8 @@ TEST(OptionConsumers, CudaGraphsHelpStatesTheGraphsLimits) {
   EXPECT_EQ(MicroStepGraphsConfig{}.max_graphs, kCudaGraphMaxShapes);
   const std::string& help = spec_of("cuda_graphs").help;
   EXPECT_NE(help.find("up to " + std::to_string(kCudaGraphMaxTokens) + " tokens"), std::string::npos) << help;
-  EXPECT_NE(help.find("first " + std::to_string(kCudaGraphMaxShapes) + " lengths"), std::string::npos) << help;
+  EXPECT_NE(help.find("at most " + std::to_string(kCudaGraphMaxShapes) + " lengths"), std::string::npos) << help;
+  EXPECT_NE(help.find("the next " + std::to_string(kCudaGraphCaptureAheadSteps) + " steps"), std::string::npos) << help;
 }
 
 TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
