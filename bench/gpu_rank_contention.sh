@@ -135,12 +135,14 @@ run_mode() {
   else
     speed=$(tokens_per_second "$WORK/$tag/metrics.jsonl" $ranks 2>/dev/null || echo FAILED)
   fi
+  local logs=("$WORK/$tag.log")  # this run's own logs only (a variant's tag extends this one's)
+  [ "$base" = pair ] && logs=("$WORK/$tag-a.log" "$WORK/$tag-b.log")
   local graphs
-  graphs=$(grep -ho "CUDA graphs: [0-9]* micro-step shapes captured, [0-9]* replays" "$WORK/$tag"*.log | head -1)
+  graphs=$(grep -ho "CUDA graphs: [0-9]* micro-step shapes captured, [0-9]* replays" "${logs[@]}" | head -1)
   local peak  # rank 0's peak allocated device memory, from the summary line finetune prints
-  peak=$(grep -ho '"peak_memory_gib":[0-9.]*' "$WORK/$tag"*.log | head -1 | cut -d: -f2)
+  peak=$(grep -ho '"peak_memory_gib":[0-9.]*' "${logs[@]}" | head -1 | cut -d: -f2)
   echo "$shape $mode: $speed tok/s/GPU, peak ${peak:-?} GiB | ${graphs:-no graphs} | $clocks" | tee -a "$OUT/contention.txt"
-  [[ "$speed" == *FAILED* ]] && tail -c 1500 "$WORK/$tag"*.log | tee -a "$OUT/contention.txt"
+  [[ "$speed" == *FAILED* ]] && tail -c 1500 "${logs[@]}" | tee -a "$OUT/contention.txt"
 }
 
 for shape in ${RUNS:-llama-3.2-1b qwen3-8b}; do
