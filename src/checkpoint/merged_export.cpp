@@ -2,10 +2,12 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
+#include <functional>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "finetune/checkpoint/merged_parameters.h"
 #include "finetune/model/device_selection.h"
 #include "finetune/model/moe_names.h"
 #include "finetune/quant/nf4.h"
@@ -52,31 +54,22 @@ TensorToSave made(const std::string& name, const at::Tensor& tensor) {
   return {name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor; }};
 }
 
-// The projection's weight with its adapter folded in (a 4-bit base dequantized first), and its dtype.
-at::Tensor merged_projection(const Linear& linear) {
-  return linear.adapter ? linear.adapter->merged_weight(linear) : linear.dense_weight();  // (out, in)
-}
-at::ScalarType merged_projection_dtype(const Linear& linear) {
-  return linear.is_4bit() ? linear.compute_dtype : linear.weight.scalar_type();
-}
-
-// A MoE parameter's merged value, shared by the checkpoint tensors cut from it: merged when the
+// A MoE tensor's merged value, shared by the checkpoint tensors cut from it: merged when the
 // first of them is written, let go after the last, so an export holds one stack's merge at a time.
 class SharedStackMerge {
  public:
-  SharedStackMerge(at::Tensor parameter, const ExpertStack* stack, size_t pieces)
-      : parameter_(std::move(parameter)), stack_(stack), pieces_left_(pieces) {}
+  SharedStackMerge(std::function<at::Tensor()> values, size_t pieces)
+      : values_(std::move(values)), pieces_left_(pieces) {}
 
   at::Tensor piece(const CheckpointPiece& piece) {
-    if (!merged_.defined()) merged_ = stack_ ? stack_->merged_weight() : parameter_;  // (E, out, in) for a stack
+    if (!merged_.defined()) merged_ = values_();  // (E, out, in) for a stack
     auto rows = piece.expert < 0 ? merged_ : merged_[piece.expert].narrow(0, piece.row_begin, piece.rows);
     if (--pieces_left_ == 0) merged_ = at::Tensor();
     return rows;
   }
 
  private:
-  at::Tensor parameter_;
-  const ExpertStack* stack_;
+  std::function<at::Tensor()> values_;
   size_t pieces_left_;
   at::Tensor merged_;
 };
@@ -84,18 +77,24 @@ class SharedStackMerge {
 // A MoE model's router and expert stacks as the checkpoint stores them (Note [Expert tensors]):
 // each stack with its adapter folded in, split into one tensor per expert and projection. False
 // for every other tensor.
-bool add_moe_checkpoint_tensors(const CausalLM& model, const std::string& name, const at::Tensor& parameter,
-                                const std::map<std::string, const ExpertStack*>& stacks,
+bool add_moe_checkpoint_tensors(const CausalLM& model, const MergedParameter& parameter,
                                 std::vector<TensorToSave>& out) {
-  const auto pieces = checkpoint_pieces(model.architecture(), model.config(), name);
-  if (pieces.size() == 1 && pieces.front().expert < 0 && pieces.front().name == name) return false;
-  auto it = stacks.find(name);
-  auto merge = std::make_shared<SharedStackMerge>(parameter, it == stacks.end() ? nullptr : it->second, pieces.size());
+  const auto pieces = checkpoint_pieces(model.architecture(), model.config(), parameter.name);
+  if (pieces.size() == 1 && pieces.front().expert < 0 && pieces.front().name == parameter.name) return false;
+  auto merge = std::make_shared<SharedStackMerge>(parameter.values, pieces.size());
   for (const auto& piece : pieces) {
-    auto shape = piece.expert < 0 ? parameter.sizes().vec() : std::vector<int64_t>{piece.rows, parameter.size(2)};
-    out.push_back({piece.name, parameter.scalar_type(), std::move(shape), [merge, piece] { return merge->piece(piece); }});
+    auto shape = piece.expert < 0 ? parameter.shape : std::vector<int64_t>{piece.rows, parameter.shape.at(2)};
+    out.push_back({piece.name, parameter.dtype, std::move(shape), [merge, piece] { return merge->piece(piece); }});
   }
   return true;
+}
+
+// The projection merged and quantized to NF4 now: the quant_state's length depends on the values,
+// and the shards are planned from every tensor's size. The 4-bit tensors are about a quarter of
+// the 16-bit weight.
+void add_nf4_projection(const MergedParameter& projection, std::vector<TensorToSave>& out) {
+  const auto weight = quantize_nf4(projection.values(), /*compress_statistics=*/true);
+  for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.push_back(made(projection.name + suffix, tensor));
 }
 
 int64_t byte_count(const TensorToSave& tensor) {
@@ -107,34 +106,17 @@ int64_t byte_count(const TensorToSave& tensor) {
 }  // namespace
 
 std::vector<TensorToSave> merged_tensors_to_save(const CausalLM& model, bool quantize_4bit) {
-  std::map<std::string, const ExpertStack*> expert_stacks;
-  for (const auto& [name, stack] : model.named_expert_stacks()) expert_stacks[name] = stack;
-  std::map<std::string, const Linear*> projection_of_weight;
-  for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
   std::vector<TensorToSave> out;
-  auto add_projection = [&](const std::string& name, const Linear& linear) {
-    if (!quantize_4bit) {
-      out.push_back({name, merged_projection_dtype(linear), {linear.out_features(), linear.in_features()},
-                     [&linear] { return merged_projection(linear); }});
-      return;
-    }
-    // Quantized now: the quant_state's length depends on the values, and the shards are planned
-    // from every tensor's size. The 4-bit tensors are about a quarter of the 16-bit weight.
-    const auto weight = quantize_nf4(merged_projection(linear), /*compress_statistics=*/true);
-    for (auto& [suffix, tensor] : nf4_state_dict(weight)) out.push_back(made(name + suffix, tensor));
-  };
-  for (const auto& [name, parameter] : model.named_parameters()) {
+  for (auto& parameter : merged_parameters(model)) {
     // Expert stacks stay 16-bit in a 4-bit export: bitsandbytes quantizes nn.Linear layers only.
-    if (add_moe_checkpoint_tensors(model, name, parameter, expert_stacks, out)) continue;
-    auto it = projection_of_weight.find(name);
-    if (it == projection_of_weight.end()) {
-      out.push_back(made(name, parameter));
+    if (add_moe_checkpoint_tensors(model, parameter, out)) continue;
+    if (quantize_4bit && parameter.projection) {
+      add_nf4_projection(parameter, out);
     } else {
-      add_projection(name, *it->second);
-      projection_of_weight.erase(it);
+      out.push_back({std::move(parameter.name), parameter.dtype, std::move(parameter.shape),
+                     std::move(parameter.values)});
     }
   }
-  for (const auto& [name, linear] : projection_of_weight) add_projection(name, *linear);  // 4-bit bases
   return out;
 }
 

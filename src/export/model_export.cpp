@@ -1,10 +1,10 @@
 #include "finetune/export/model_export.h"
 
 #include <filesystem>
-#include <map>
 
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/checkpoint/merged_export.h"
+#include "finetune/checkpoint/merged_parameters.h"
 #include "finetune/checkpoint/save_methods.h"
 #include "finetune/export/ollama_modelfile.h"
 #include "finetune/gguf/gguf_export.h"
@@ -15,34 +15,13 @@
 namespace finetune {
 namespace {
 
-// The tensors merged_tensors_to_save lists (without 4-bit re-quantization), each merged only when
-// the GGUF export asks for it (Note [Streamed GGUF export]): the model's parameters, the
-// projections' weights and the expert stacks with their adapters folded in (a 4-bit base
-// dequantized first).
+// merged_parameters as the GGUF export reads them, each merged only when the export asks for it
+// (Note [Streamed GGUF export]).
 GgufTensorSource merged_tensor_source(const CausalLM& model) {
-  std::map<std::string, const Linear*> projection_of_weight;
-  for (const auto& [name, linear] : model.named_linears()) projection_of_weight[name + ".weight"] = linear;
-  std::map<std::string, const ExpertStack*> expert_stacks;
-  for (const auto& [name, stack] : model.named_expert_stacks()) expert_stacks[name] = stack;
   GgufTensorSource source;
-  auto add_projection = [&](const std::string& name, const Linear* linear) {
-    source.push_back({name, {linear->out_features(), linear->in_features()}, [linear] {
-                        return linear->adapter ? linear->adapter->merged_weight(*linear) : linear->dense_weight();
-                      }});
-  };
-  for (const auto& [name, parameter] : model.named_parameters()) {
-    auto it = projection_of_weight.find(name);
-    auto stack = expert_stacks.find(name);
-    if (stack != expert_stacks.end()) {
-      source.push_back({name, parameter.sizes().vec(), [stack = stack->second] { return stack->merged_weight(); }});
-    } else if (it == projection_of_weight.end()) {
-      source.push_back({name, parameter.sizes().vec(), [parameter = parameter] { return parameter; }});
-    } else {
-      add_projection(name, it->second);
-      projection_of_weight.erase(it);
-    }
+  for (auto& parameter : merged_parameters(model)) {
+    source.push_back({std::move(parameter.name), std::move(parameter.shape), std::move(parameter.values)});
   }
-  for (const auto& [name, linear] : projection_of_weight) add_projection(name, linear);  // 4-bit bases
   return source;
 }
 

@@ -20,10 +20,11 @@
 
 namespace finetune {
 
-// Every tensor of the exported checkpoint under its HF name, adapters folded in: projections
-// merged (a 4-bit base dequantized first; the merge sums in fp32 and rounds once to the model
-// dtype) and, with `quantize_4bit`, re-quantized to NF4 with its statistics under transformers'
-// names. A merge is made (on the model's device) when its tensor's values are asked for, so a
+// Every tensor of the exported checkpoint under its HF name, adapters folded in: merged_parameters
+// (merged_parameters.h; the merge sums in fp32 and rounds once to the model dtype), with a MoE
+// model's router and expert stacks renamed and split per expert as the checkpoint stores them
+// (Note [Expert tensors]) and, with `quantize_4bit`, the projections re-quantized to NF4 with their
+// statistics under transformers' names. A merge is made (on the model's device) when its tensor's values are asked for, so a
 // writer going through them holds one merged tensor at a time; with `quantize_4bit` the
 // projections are merged and quantized here (the quant_state's size depends on the values).
 std::vector<TensorToSave> merged_tensors_to_save(const CausalLM& model, bool quantize_4bit);
