@@ -57,11 +57,16 @@ def train_ours(base, adapter, data, out, merged=None, **overrides):
     run_finetune(finetune_args(base, adapter, data, out, **overrides) + export)
 
 
-def steps_match_peft(label, base, adapter, rows, out, keep=lambda name: True):
+def steps_match_peft(label, base, adapter, rows, out, keep=lambda name: True, require_moved=False,
+                     **reference_options):
     """Our run `out` against reference_loop's transformers + PEFT loop over the same rows from
-    `adapter`: every step's loss 1e-4 relative, the same saved keys as PEFT's (those `keep` selects)
-    and every saved tensor 1e-4 relative. Returns (our step losses, our saved tensors, PEFT's)."""
-    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=STEPS, **SETTINGS)
+    `adapter` (`reference_options` go to train_reference, e.g. quantization_config): every step's
+    loss 1e-4 relative, the same saved keys as PEFT's (those `keep` selects) and every saved tensor
+    1e-4 relative; with `require_moved`, every reference tensor also moved more than 1e-3 from
+    `adapter`'s (else the comparison would be vacuous). Returns (our step losses, our saved tensors,
+    PEFT's)."""
+    ref_losses, ref_model = reference_loop.train_reference(base, adapter, rows, steps=STEPS,
+                                                           **SETTINGS, **reference_options)
     ours = step_losses(out)
     assert len(ours) == STEPS
     for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
@@ -69,7 +74,10 @@ def steps_match_peft(label, base, adapter, rows, out, keep=lambda name: True):
     saved = load_file(str(out / "adapter_model.safetensors"))
     reference = {name: tensor for name, tensor in reference_loop.lora_state(ref_model).items() if keep(name)}
     assert set(saved) == set(reference)
+    initial = load_file(str(adapter / "adapter_model.safetensors")) if require_moved else {}
     for name, ref in reference.items():
+        if require_moved:
+            assert relative_error(ref, initial[name]) > 1e-3, f"{name} did not move: the comparison would be vacuous"
         assert relative_error(saved[name], ref) <= 1e-4, name
     worst_loss = max(abs(got - want) / abs(want) for got, want in zip(ours, ref_losses))
     worst_tensor = max(relative_error(saved[name], ref) for name, ref in reference.items())

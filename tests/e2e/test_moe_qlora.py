@@ -26,19 +26,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import run_finetune
-from numerics import relative_error
 import bnb_cpu
 import lora_parity
 import make_moe_fixtures as moe
-import reference_loop
 import tiny_models
-from lora_parity import SETTINGS, STEPS, finetune_args, step_losses
+from lora_parity import finetune_args
 
 bnb_cpu.use_portable_cpu_kernels()  # bitsandbytes' own arithmetic on every host (bnb_cpu.py)
 
 CASES = ["qwen3_moe_top2", "mixtral_top1_window"]  # mlp_only layer + top-2; top-1 of 8 + window
 LOGITS_BOUND = 1e-5    # as test_moe_parity: same weights, same dtype, GEMM summation order only
-TRAINING_BOUND = 1e-4  # as test_moe_parity / test_train_parity
 
 
 def bnb_config():
@@ -133,24 +130,10 @@ def trained(request, base):
 
 def test_qlora_steps_match_peft_with_bitsandbytes(trained):
     case, targets, root, adapter, rows, out = trained
-    ref_losses, ref_model = reference_loop.train_reference(root / "experts_dequantized", adapter, rows, steps=STEPS,
-                                                           **SETTINGS, quantization_config=bnb_config())
-    ours = step_losses(out)
-    assert len(ours) == STEPS
-    for step, (got, want) in enumerate(zip(ours, ref_losses), 1):
-        assert abs(got - want) <= TRAINING_BOUND * abs(want), f"step {step}: loss {got} vs reference {want}"
-    saved = load_file(str(out / "adapter_model.safetensors"))
-    reference = reference_loop.lora_state(ref_model)
-    initial = load_file(str(adapter / "adapter_model.safetensors"))
-    assert set(saved) == set(reference)
+    ours, saved, _ = lora_parity.steps_match_peft(
+        f"{case} ({targets}), QLoRA vs PEFT+bitsandbytes (bnb-dequantized experts)", root / "experts_dequantized",
+        adapter, rows, out, require_moved=True, quantization_config=bnb_config())
     assert (targets == "experts") == any(".experts." in name for name in saved)
-    for name, ref in reference.items():
-        assert relative_error(ref, initial[name]) > 1e-3, f"{name} did not move: the comparison would be vacuous"
-        assert relative_error(saved[name], ref) <= TRAINING_BOUND, name
-    worst_loss = max(abs(g - w) / abs(w) for g, w in zip(ours, ref_losses))
-    worst_tensor = max(relative_error(saved[name], ref) for name, ref in reference.items())
-    print(f"{case} ({targets}): {STEPS} QLoRA steps vs PEFT+bitsandbytes (bnb-dequantized experts): "
-          f"loss {worst_loss:.3g}, adapter tensors {worst_tensor:.3g} (relative)")
     assert ours[-1] < ours[0]
 
 
