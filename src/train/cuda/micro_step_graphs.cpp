@@ -142,8 +142,9 @@ bool MicroStepGraphs::warmed_up() const { return state_->runs >= state_->config.
 void MicroStepGraphs::capture_ahead(const HostBatch& batch, const at::Tensor& loss_scale, GradReducer& reducer) {
   State& state = *state_;
   if (!state.config.capture || !warmed_up() || !accepts(batch)) return;
+  const auto known = state.entries.find(graph_shape(batch, state.sections));
+  if (known != state.entries.end() && known->second.graph) return;  // no layout built, nothing copied
   State::Entry& entry = state.entry_with_inputs(state.padded(batch));
-  if (entry.graph) return;
   refresh_derived_tensors(state.adapters, state.model.dtype());  // as before a replay
   state.capture(entry, loss_scale, reducer);
 }
