@@ -4,19 +4,25 @@
 
 Usage: python3 bench/simulate_step_planning.py [--steps 2000] [--batch 1] [--accumulation 4]
                                               [--max_seq_length 2048] [--seed 0]
+                                              [--alpaca MEDIAN SIGMA] [--alpaca_lengths FILE]
 
 Efficiency of one step = mean over ranks of a rank's cost / its maximum: the fraction of the
 ranks' time that is not spent waiting for the slowest rank. The cost model and both plans mirror
 src/data/step_planner.cpp (plan_step_literal, plan_step_balanced, step_plan_efficiency) with its
 default constants; tests/data/test_step_planner.cpp asserts the C++ planner's efficiency on a
-fixed sample. Length distributions (log-normal, clipped to [1, max_seq_length]):
-  - bench: median 200, sigma 0.6 (bench/bench.py's synthetic rows);
-  - alpaca-shaped: median 160, sigma 0.75 -- ASSUMED, not fitted: alpaca-cleaned and a Llama-3
-    tokenizer were not available where this was written; refit with --alpaca MEDIAN SIGMA.
+fixed sample. Length distributions (clipped to [1, max_seq_length]):
+  - bench: log-normal, median 200, sigma 0.6 (bench/bench.py's synthetic rows);
+  - alpaca-cleaned fit: log-normal, median 158.7, sigma 0.631, fitted by bench/alpaca_lengths.py to
+    the first 1,000 rows of alpaca-cleaned as finetune formats them, with the Llama-3 tokenizer
+    (median 154, mean 193.4, max 567 tokens);
+  - alpaca-cleaned rows: those 1,000 lengths themselves (bench/alpaca_cleaned_lengths.json), drawn
+    with replacement.
 Pure Python, no dependencies.
 """
 import argparse
+import json
 import math
+import os
 import random
 
 PER_TOKEN = 1.0
@@ -106,29 +112,42 @@ def log_normal_lengths(rng, count, median, sigma, max_length):
     return [min(max(1, round(median * math.exp(sigma * rng.gauss(0.0, 1.0)))), max_length) for _ in range(count)]
 
 
+def resampled_lengths(rng, count, lengths):
+    return [rng.choice(lengths) for _ in range(count)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=1, help="per_device_train_batch_size")
     parser.add_argument("--accumulation", type=int, default=4, help="gradient_accumulation_steps")
     parser.add_argument("--max_seq_length", type=int, default=2048)
-    parser.add_argument("--alpaca", type=float, nargs=2, default=(160.0, 0.75), metavar=("MEDIAN", "SIGMA"))
+    parser.add_argument("--alpaca", type=float, nargs=2, default=(158.7, 0.631), metavar=("MEDIAN", "SIGMA"))
+    parser.add_argument("--alpaca_lengths", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                 "alpaca_cleaned_lengths.json"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    distributions = {"bench (median 200, sigma 0.6)": (200.0, 0.6),
-                     f"alpaca-shaped (median {args.alpaca[0]:g}, sigma {args.alpaca[1]:g}, assumed)": tuple(args.alpaca)}
+    with open(args.alpaca_lengths) as f:
+        alpaca_rows = json.load(f)
+    log_normal = lambda median, sigma: lambda rng, count: log_normal_lengths(rng, count, median, sigma,
+                                                                             args.max_seq_length)
+    distributions = {
+        "bench (log-normal, median 200, sigma 0.6)": log_normal(200.0, 0.6),
+        f"alpaca-cleaned fit (log-normal, median {args.alpaca[0]:g}, sigma {args.alpaca[1]:g})": log_normal(*args.alpaca),
+        f"alpaca-cleaned rows ({len(alpaca_rows)} lengths, resampled)":
+            lambda rng, count: [min(length, args.max_seq_length) for length in resampled_lengths(rng, count, alpaca_rows)],
+    }
     budget = args.batch * args.max_seq_length
     print(f"per step: ranks x {args.batch} x {args.accumulation} samples; token budget {budget}; "
           f"{args.steps} steps; cost = tokens + {PER_SQUARED_TOKEN:g} tokens^2 + {PER_MICRO_BATCH:g} per micro-batch")
     print("| lengths | ranks | literal | balanced | balanced micro-batches/rank |")
     print("|---|---|---|---|---|")
-    for name, (median, sigma) in distributions.items():
+    for name, draw in distributions.items():
         for world in (2, 4, 8, 16):
             rng = random.Random(args.seed * 1000 + world)
             literal = balanced = micro_batches = 0.0
             for _ in range(args.steps):
-                lengths = log_normal_lengths(rng, world * args.batch * args.accumulation, median, sigma,
-                                             args.max_seq_length)
+                lengths = draw(rng, world * args.batch * args.accumulation)
                 literal += efficiency(plan_literal(lengths, world, args.batch), lengths)
                 plan = plan_balanced(lengths, world, budget)
                 balanced += efficiency(plan, lengths)
