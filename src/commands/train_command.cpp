@@ -182,6 +182,15 @@ Datasets load_training_data(Action action, const Options& options, const DataSpl
   return load_preference_datasets(splits, setup, tokenizer, preference_dataset_options_from(options, action));
 }
 
+// FINETUNE_CUDA_MEMORY_HISTORY=PATH (a benchmark's diagnostic): the allocator's history is recorded
+// from before the model loads, and each rank writes its snapshot to PATH (PATH.rankN under DDP)
+// when training ends; empty when not asked.
+std::string memory_history_path(const EnvMap& env, const LaunchEnv& launch) {
+  const auto found = env.find("FINETUNE_CUDA_MEMORY_HISTORY");
+  if (found == env.end() || found->second.empty()) return "";
+  return launch.world_size > 1 ? found->second + ".rank" + std::to_string(launch.rank) : found->second;
+}
+
 int run_training(const Options& options, const EnvMap& env, Action action) {
   StopRequest::install();  // from here a SIGTERM/SIGUSR1 stops training at a step boundary, saved
   const Rendezvous rendezvous(launch_env_from(env));
@@ -190,6 +199,8 @@ int run_training(const Options& options, const EnvMap& env, Action action) {
   const auto model_setup = model_stage_setup_from(options, action);
   const auto device = select_device(model_setup.source.device, launch.local_rank);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
+  const std::string memory_history = memory_history_path(env, launch);
+  if (!memory_history.empty()) start_device_memory_history(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
   const auto export_setup = export_setup_from(options);
   const auto push_setup = push_setup_from(options);
@@ -281,6 +292,7 @@ int run_training(const Options& options, const EnvMap& env, Action action) {
     hooks.stop_requested = [] { return StopRequest::signal_received() != 0; };  // Note [Preemption]
     const auto result =
         train(model, adapter.trainable, stream, *communicator, config, hooks, resume ? &*resume : nullptr, *objective.objective);
+    if (!memory_history.empty()) write_device_memory_snapshot(device, memory_history);
     if (options.load_best_model_at_end) load_best_model(model, result, launch.rank);
     std::vector<std::string> gguf_files;
     // Every rank learns the outcome (this is also the final barrier), so all exit alike.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -15,5 +16,12 @@ void reset_peak_device_memory(const at::Device& device);
 // Bytes a new tensor could still take on the device: what the driver reports free plus what the
 // caching allocator holds unused; nullopt for the CPU.
 std::optional<int64_t> free_device_memory_bytes(const at::Device& device);
+
+// The caching allocator's history (every allocation and free, with its C++ stack) from this call
+// on, and its snapshot written as the pickle torch.cuda.memory._snapshot() gives (read by
+// bench/memory_snapshot_summary.py and PyTorch's memory viewer). A diagnostic the benchmarks turn
+// on with FINETUNE_CUDA_MEMORY_HISTORY; both do nothing for the CPU.
+void start_device_memory_history(const at::Device& device);
+void write_device_memory_snapshot(const at::Device& device, const std::string& path);
 
 }  // namespace finetune

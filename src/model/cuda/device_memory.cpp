@@ -4,6 +4,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
+
+#include <fstream>
 
 #include "finetune/util/errors.h"
 
@@ -42,6 +45,20 @@ std::optional<int64_t> free_device_memory_bytes(const at::Device& device) {
   const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
   const int64_t cached_unused = stats.reserved_bytes[aggregate].current - stats.allocated_bytes[aggregate].current;
   return static_cast<int64_t>(free) + cached_unused;
+}
+
+void start_device_memory_history(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  // "all": alloc/free events and the live blocks' state, each with its C++ stack (no Python here).
+  torch::cuda::_record_memory_history("all", "all", "all");
+}
+
+void write_device_memory_snapshot(const at::Device& device, const std::string& path) {
+  if (!device.is_cuda()) return;
+  const std::string snapshot = torch::cuda::_memory_snapshot_pickled();
+  std::ofstream out(path, std::ios::binary);
+  out.write(snapshot.data(), static_cast<std::streamsize>(snapshot.size()));
+  if (!out) throw Error(path + ": cannot write the CUDA memory snapshot (FINETUNE_CUDA_MEMORY_HISTORY)");
 }
 
 }  // namespace finetune
