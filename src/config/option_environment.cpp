@@ -28,7 +28,7 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
       {"FINETUNE_FIXTURES", "scripts/test.sh: the reference fixtures the tests read"},
       {"FINETUNE_PYTEST_ARGS", "scripts/test.sh: extra pytest arguments"},
       {"FINETUNE_FUZZ_SECONDS", "scripts/test.sh: the fuzzer's time per parser"},
-      {"FINETUNE_CUDA_MEMORY_HISTORY", "bench/gpu_memory_snapshot.sh: where train writes the CUDA allocator history"},
+      {"FINETUNE_CUDA_MEMORY_HISTORY", "bench/gpu_memory_snapshot.sh: where train writes the CUDA allocator's history"},
       {"FINETUNE_LLAMA_LORA_LOGITS", "scripts/test.sh: the llama.cpp LoRA driver it builds for tests/e2e"},
       {"FINETUNE_SKIP_SETUP", "scripts/demo.sh: do not run setup.sh"},
       {"FINETUNE_DEMO_DIR", "scripts/demo.sh: where the demo writes"},
