@@ -211,7 +211,9 @@ Trace train(const Case& c, Mode mode) {
       trace.metrics.push_back(out.metric_sums.clone());
       if (mode == Mode::CapturedAhead && first == 0 && i == 0) {
         EXPECT_TRUE(graphs->warmed_up()) << c.name;
-        for (const auto& pairs : kMicroBatchPairs) graphs->capture_ahead(pair_micro_batch(rows, pairs), at::Tensor(), reducer);
+        for (const auto& coming : kMicroBatchPairs) {
+          graphs->capture_ahead(pair_micro_batch(rows, coming), at::Tensor(), reducer);
+        }
         trace.captured_ahead = graphs->graphs_captured();
         EXPECT_EQ(graphs->replays(), 0) << c.name;
       }
@@ -319,8 +321,10 @@ TEST_P(PreferenceMicroStepGraphs, ReplaysAreNoFurtherFromFp32ThanTheUnpaddedEage
     const std::vector<at::Tensor> Trace::*values;
     double floor;
   };
-  for (const Quantity& q : {Quantity{"losses", &Trace::losses, kFloor}, Quantity{"metrics", &Trace::metrics, kFloor + one_flip},
-                            Quantity{"adapter", &Trace::final_parameters, kFloor}}) {
+  const std::vector<Quantity> quantities = {{"losses", &Trace::losses, kFloor},
+                                             {"metrics", &Trace::metrics, kFloor + one_flip},
+                                             {"adapter", &Trace::final_parameters, kFloor}};
+  for (const Quantity& q : quantities) {
     const double eager_error = relative_error(unpadded.*q.values, fp32.*q.values);
     const double graphed_error = relative_error(graphed.*q.values, fp32.*q.values);
     EXPECT_LE(graphed_error, kTimesBf16Error * eager_error + q.floor)
