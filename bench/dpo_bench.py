@@ -15,10 +15,11 @@ warm-up and their capture ahead, Note [Capture ahead] in train/micro_step_graphs
 --ref_steps steps after --ref_warmup (it is far slower; its tokens/s settles after 2 steps).
 
 Order (most wanted first) and time: the runs go one at a time, each alone on the machine, in the
-order ours graphed (every shape and GPU count), ours eager (first shape of --eager_shapes), TRL on
-1 GPU, TRL on 2 GPUs, ours eager (other shapes). --budget_s bounds the whole: a run whose
-estimate no longer fits is skipped, and each run's timeout is what is left (its process group is
-killed then, torchrun's workers included). dpo_bench.json and dpo_summary.txt under --out are
+order ours graphed (every shape and GPU count: the scaling), TRL on 1 GPU (ours/TRL), ours eager
+on the first of --eager_shapes (graphed/eager), TRL on 2 GPUs, ours eager on the other shapes;
+--tools keeps some of them. --budget_s bounds the whole: a run whose estimate no longer fits is
+skipped, and each run's timeout is what is left (its process group is killed then, torchrun's
+workers included). dpo_bench.json and dpo_summary.txt under --out are
 rewritten after every run, so what finished is there even if the caller is stopped.
 
 The models are bench/shapes.py's random-init ones with a small byte-level BPE tokenizer saved beside
@@ -172,13 +173,17 @@ def plan(args):
     shape_list = args.shapes.split(",")
     gpu_counts = [int(g) for g in args.gpus.split(",")]
     widest = max(gpu_counts)
+    tools = set(args.tools.split(","))
+    unknown = tools - {"ours", "ours-eager", "trl"}
+    if unknown:
+        raise SystemExit(f"--tools: unknown {sorted(unknown)} (ours, ours-eager, trl)")
     eager_shapes = [s for s in args.eager_shapes.split(",") if s]
-    runs = [ours_run(args, shape, n, widest // n, True) for shape in shape_list for n in gpu_counts]
+    ours = [ours_run(args, shape, n, widest // n, True) for shape in shape_list for n in gpu_counts]
     eager = [ours_run(args, shape, 1, widest, False) for shape in eager_shapes if shape in shape_list]
-    runs += eager[:1]
-    if not args.skip_reference:
-        runs += [trl_run(args, shape, n) for n in gpu_counts for shape in shape_list]
-    return runs + eager[1:]
+    trl = [] if args.skip_reference else [trl_run(args, shape, n) for n in gpu_counts for shape in shape_list]
+    trl_one, trl_more = [r for r in trl if r.gpus == 1], [r for r in trl if r.gpus > 1]
+    ordered = ours + trl_one + eager[:1] + trl_more + eager[1:]
+    return [r for r in ordered if (r.tool if r.graphs else "ours-eager") in tools]
 
 
 def execute(run, timeout, env_base):
@@ -270,7 +275,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--work", default="/tmp/bench")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench"))
-    p.add_argument("--skip_reference", action="store_true")
+    p.add_argument("--skip_reference", action="store_true", help="no TRL runs (as --tools without trl)")
+    p.add_argument("--tools", default="ours,ours-eager,trl", help="which runs: ours (graphed), ours-eager, trl")
     p.add_argument("--timeout", type=int, default=300, help="seconds per run at most")
     p.add_argument("--budget_s", type=float, default=480, help="seconds for all runs (inputs included)")
     p.add_argument("--dry_run", action="store_true", help="print the plan (commands, estimates) and exit")
