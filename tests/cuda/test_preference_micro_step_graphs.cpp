@@ -289,15 +289,16 @@ TEST_P(PreferenceMicroStepGraphs, ReplaysGiveBitwiseWhatThePaddedEagerStepsGive)
 // Against the unpadded layout the GEMMs see more rows (filler tokens and targets) and the masked
 // sums over pair slots add zeros, so the summation orders differ; with bf16 hidden states a
 // log-prob sum moves by bf16 rounding of its terms, and 3 optimizer steps carry that on. How much
-// that is depends on the case (a precomputed reference cancels nothing of the policy's rounding)
-// and, without deterministic algorithms, on the run: a fixed bound (the causal-LM graph test's
-// 1e-2) was met by 0.0073 once and missed once. So the bound is measured in the test: an fp32 run
-// of the same steps is the truth, the unpadded eager bf16 run's distance to it is what bf16
-// rounding costs the trainer's own path, and the graphed run may be at most twice as far (its
-// distance is the eager run's plus the padded-vs-unpadded difference: twice holds while that
-// difference is no larger than bf16 rounding itself), plus a floor far below bf16's unit
-// roundoff (2^-8). Wrong replays (a stale batch, a stale adapter, a counted filler pair or
-// token, a lost gradient) move losses, metrics and weights by percents, many times the bound.
+// depends on the case (a precomputed reference cancels none of the policy's rounding) and,
+// without deterministic algorithms, on the run: against a fixed bound (the causal-LM graph test's
+// 1e-2 on the loss) passing runs measured up to 0.0073, and DpoSigmoidPrecomputed failed once.
+// So the bound is measured here: an fp32 run of the same steps is the truth, the unpadded eager
+// bf16 run's distance to it is what bf16 rounding costs the trainer's own path, and the graphed
+// run may be at most twice as far, plus a floor far below bf16's unit roundoff (2^-8). Its
+// distance is at most the eager run's plus the graphed-vs-unpadded difference, so the bound holds
+// while padding changes the result by no more than bf16 rounding itself does; a filler pair or
+// token that counted, or a lost gradient, changes it by whole token or pair terms (log-probs of
+// ~6 per token in sums of 30-250), far more. (Stale replays are the bitwise test's part.)
 // Errors are norms over the whole run (all micro-steps' losses, all their metric sums, all
 // adapter weights), not per micro-step maxima: a single micro-step's error is a few rounding
 // events and its ratio to another run's is noise. rewards/accuracies counts pairs: a margin
