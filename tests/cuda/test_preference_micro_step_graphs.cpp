@@ -142,6 +142,7 @@ struct Trace {
   std::vector<at::Tensor> losses;   // per micro-step, fp32 scalar
   std::vector<at::Tensor> metrics;  // per micro-step, the metric sums (fp64)
   std::vector<at::Tensor> final_parameters;
+  std::vector<at::Tensor> adapter_updates;  // final - initial parameters (fp64): what training changed
   int64_t captured = 0, replays = 0;
   int64_t captured_ahead = 0;  // Mode::CapturedAhead: the graphs right after capture_ahead
 };
@@ -181,6 +182,8 @@ Trace train(const Case& c, Mode mode) {
   ForwardOptions forward;
   forward.training = true;
   forward.gradient_checkpointing = true;
+  std::vector<at::Tensor> initial_parameters;
+  for (const auto& [name, tensor] : trainable) initial_parameters.push_back(tensor.detach().to(at::kDouble));
   std::unique_ptr<MicroStepGraphs> graphs;
   if (mode != Mode::EagerFp32 && mode != Mode::EagerUnpadded) {
     MicroStepGraphsConfig config;
@@ -224,7 +227,11 @@ Trace train(const Case& c, Mode mode) {
     for (const auto& [name, tensor] : trainable) tensor.detach().sub_(tensor.grad() * 0.05);
     reducer.zero_grad();
   }
-  for (const auto& [name, tensor] : trainable) trace.final_parameters.push_back(tensor.detach().clone());
+  for (size_t p = 0; p < trainable.size(); ++p) {
+    const at::Tensor final_parameter = trainable[p].second.detach().clone();
+    trace.final_parameters.push_back(final_parameter);
+    trace.adapter_updates.push_back(final_parameter.to(at::kDouble) - initial_parameters[p]);
+  }
   if (graphs) {
     trace.captured = graphs->graphs_captured();
     trace.replays = graphs->replays();
@@ -299,12 +306,12 @@ TEST_P(PreferenceMicroStepGraphs, ReplaysGiveBitwiseWhatThePaddedEagerStepsGive)
 // while padding changes the result by no more than bf16 rounding itself does; a filler pair or
 // token that counted, or a lost gradient, changes it by whole token or pair terms (log-probs of
 // ~6 per token in sums of 30-250), far more. (Stale replays are the bitwise test's part.)
-// Errors are norms over the whole run (all micro-steps' losses, all their metric sums, all
-// adapter weights), not per micro-step maxima: a single micro-step's error is a few rounding
-// events and its ratio to another run's is noise. rewards/accuracies counts pairs: a margin
-// within rounding of zero may flip in one bf16 run and not the other, so the metrics' floor is
-// one such flip. Deterministic algorithms on: each run is then one fixed computation, so the
-// test gives the same numbers on every run of one machine.
+// Errors are norms over the whole run (all micro-steps' losses, all their metric sums, the whole
+// adapter update: final minus initial weights, which start equal), not per micro-step maxima: a
+// single micro-step's error is a few rounding events and its ratio to another run's is noise.
+// rewards/accuracies counts pairs: a margin within rounding of zero may flip in one bf16 run and
+// not the other, so the metrics' floor is one such flip. Deterministic algorithms on: each run is
+// then one fixed computation, so the test gives the same numbers on every run of one machine.
 TEST_P(PreferenceMicroStepGraphs, ReplaysAreNoFurtherFromFp32ThanTheUnpaddedEagerBf16Steps) {
   const Case& c = cases()[GetParam()];
   const bool was_deterministic = at::globalContext().deterministicAlgorithms();
@@ -324,7 +331,7 @@ TEST_P(PreferenceMicroStepGraphs, ReplaysAreNoFurtherFromFp32ThanTheUnpaddedEage
   };
   const std::vector<Quantity> quantities = {{"losses", &Trace::losses, kFloor},
                                              {"metrics", &Trace::metrics, kFloor + one_flip},
-                                             {"adapter", &Trace::final_parameters, kFloor}};
+                                             {"adapter update", &Trace::adapter_updates, kFloor}};
   for (const Quantity& q : quantities) {
     const double eager_error = relative_error(unpadded.*q.values, fp32.*q.values);
     const double graphed_error = relative_error(graphed.*q.values, fp32.*q.values);
