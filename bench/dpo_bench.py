@@ -17,7 +17,8 @@ warm-up and their capture ahead, Note [Capture ahead] in train/micro_step_graphs
 Order (most wanted first) and time: the runs go one at a time, each alone on the machine, in the
 order ours graphed (every shape and GPU count: the scaling), TRL on 1 GPU (ours/TRL), ours eager
 on the first of --eager_shapes (graphed/eager), TRL on 2 GPUs, ours eager on the other shapes;
---tools keeps some of them. --budget_s bounds the whole: a run whose estimate no longer fits is
+--tools keeps some of them; --previous (an earlier call's dpo_bench.json on the same warm
+machine) keeps its finished runs and runs the rest. --budget_s bounds the whole: a run whose estimate no longer fits is
 skipped, and each run's timeout is what is left (its process group is killed then, torchrun's
 workers included). dpo_bench.json and dpo_summary.txt under --out are
 rewritten after every run, so what finished is there even if the caller is stopped.
@@ -231,7 +232,8 @@ def summarise(results):
             by_key[key] = r
             peak = r.get("peak_memory_gib")
             lines.append(f"{r['tool']} {r['shape']} {r['gpus']} GPU: {r['tokens_per_s_per_gpu']:.0f} tok/s/GPU, "
-                         f"{r['steps_per_s']:.3f} steps/s, peak {peak if peak is None else round(peak, 2)} GiB")
+                         f"{r['steps_per_s']:.3f} steps/s, peak {peak if peak is None else round(peak, 2)} GiB"
+                         + (" (an earlier call)" if r.get("previous") else ""))
         else:
             lines.append(f"{r['tool']} {r['shape']} {r['gpus']} GPU: {r.get('status')}")
     speed = lambda tool, shape, n: by_key[(tool, shape, n)]["tokens_per_s_per_gpu"] if (tool, shape, n) in by_key else None
@@ -279,6 +281,7 @@ def parse_args(argv=None):
     p.add_argument("--tools", default="ours,ours-eager,trl", help="which runs: ours (graphed), ours-eager, trl")
     p.add_argument("--timeout", type=int, default=300, help="seconds per run at most")
     p.add_argument("--budget_s", type=float, default=480, help="seconds for all runs (inputs included)")
+    p.add_argument("--previous", help="an earlier dpo_bench.json: its finished runs are kept, not run again")
     p.add_argument("--dry_run", action="store_true", help="print the plan (commands, estimates) and exit")
     return p.parse_args(argv)
 
@@ -303,11 +306,18 @@ def main(argv=None):
     make_pairs(pairs, args.pairs)
     first_lines(pairs, args.ref_pairs, os.path.join(args.work, "dpo_pairs_trl.jsonl"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    done = {}
+    if args.previous and os.path.exists(args.previous):
+        for row in json.load(open(args.previous))["results"]:
+            if row.get("status") == "ok":
+                done[(row["tool"], row["shape"], row["gpus"])] = dict(row, previous=True)
     results = []
     for run in runs:
         row = {"tool": run.tool if run.graphs else "ours-eager", "shape": run.shape, "gpus": run.gpus}
         left = deadline - time.time()
-        if left < run.estimate_s:
+        if (row["tool"], row["shape"], row["gpus"]) in done:
+            row = done[(row["tool"], row["shape"], row["gpus"])]
+        elif left < run.estimate_s:
             row["status"] = f"skipped: {left:.0f} s of the budget left, ~{run.estimate_s:.0f} s needed"
         else:
             start = time.time()
@@ -322,7 +332,8 @@ def main(argv=None):
                 row["log"] = log_lines(run.log, ("CUDA graphs", "step planning"))
         print(json.dumps(row), flush=True)
         results.append(row)
-        write_outputs(args.out, results, started)
+        for folder in {args.out, args.work}:  # the work copy: --previous of a later call
+            write_outputs(folder, results, started)
     print("\n".join(summarise(results)), flush=True)
 
 

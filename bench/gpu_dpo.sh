@@ -15,6 +15,8 @@
 # runs in the same call); the bench skips what no longer fits (see dpo_bench.py) and stops a run
 # at what is left. Everything wanted takes ~7-8 min on H100s: with a build in the same call the
 # last runs (TRL on 2 GPUs, ours eager on Qwen3-8B) are skipped.
+# RESUME=1 (a second call on the same warm machine): the runs that finished in the previous call
+# (their results kept in $BENCH_WORK/dpo_bench.json) are not run again; CUDA_TESTS=0 then.
 #   OUT=... bash bench/gpu_dpo.sh
 # Results under $OUT: summary.txt (appended: versions, the tests' outcome, the bench's summary),
 # dpo_bench.json (every run: tokens/s per GPU, steps/s, peak GiB, wall time, graph log lines),
@@ -60,7 +62,8 @@ budget=$(( $(left) - 10 ))  # 10 s for the logs below
 echo "bench budget ${budget} s" | tee -a "$OUT/summary.txt"
 python3 "$ROOT/bench/dpo_bench.py" --finetune "$BUILD/finetune" --shapes "${SHAPES:-llama-3.2-1b,qwen3-8b}" \
   --gpus 1,2 --steps "${STEPS:-60}" --warmup 5 --ref_steps "${REF_STEPS:-8}" --ref_warmup 2 \
-  --budget_s "$budget" --work "$WORK" --out "$OUT" ${BENCH_FLAGS:-} > "$WORK/dpo_bench.out" 2>&1
+  --budget_s "$budget" --work "$WORK" --out "$OUT" ${RESUME:+--previous "$WORK/dpo_bench.json"} ${BENCH_FLAGS:-} \
+  > "$WORK/dpo_bench.out" 2>&1
 status=$?
 cat "$OUT/dpo_summary.txt" >> "$OUT/summary.txt" 2>/dev/null
 rm -f "$OUT/dpo_summary.txt"
