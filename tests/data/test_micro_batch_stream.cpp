@@ -336,6 +336,49 @@ TEST(MicroBatchStreamPairs, PairsStayTogetherChosenRowsFirst) {
   }
 }
 
+// Note [Capture ahead] (train/micro_step_graphs.h) for the preference commands: the trainer reads
+// the coming steps' pair micro-batches to capture their graphs, then loads the state it saved;
+// the steps it then reads are the ones an uninterrupted stream gives, group ids (the pairs'
+// indices, which precomputed reference log-probs are read by) included.
+TEST(MicroBatchStreamPairs, ReadingAheadThenLoadingTheStateGivesTheSameSteps) {
+  std::vector<Sample> samples;
+  for (int32_t p = 0; p < 23; ++p) {
+    for (int32_t member = 0; member < 2; ++member) {
+      const int32_t length = 2 + (p * 7 + member * 5) % 13;
+      samples.push_back({std::vector<int32_t>(length, 2 * p + member + 1), std::vector<int32_t>(length, 1)});
+    }
+  }
+  for (StepPlanning planning : {StepPlanning::literal, StepPlanning::balanced}) {
+    MicroBatchStreamConfig config;
+    config.sampler = {0, 2, 1, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
+    config.batch_size = 2;
+    config.gradient_accumulation_steps = 2;
+    config.max_seq_length = 16;
+    config.group_size = 2;
+    config.planning = planning;
+    config.padding_free = true;
+    MicroBatchStream uninterrupted(samples, config);
+    MicroBatchStream read_ahead(samples, config);
+    const int64_t total = 3 * uninterrupted.steps_per_epoch();
+    for (int64_t step = 0; step < total; ++step) {
+      if (step == 1) {  // after the warm-up, the coming steps (across epoch boundaries)
+        const MicroBatchStreamState position = read_ahead.state();
+        for (int64_t coming = 0; coming < total; ++coming) read_ahead.next_step();
+        read_ahead.load_state(position);
+      }
+      const auto want = uninterrupted.next_step();
+      const auto got = read_ahead.next_step();
+      ASSERT_EQ(got.size(), want.size()) << "step " << step;
+      for (size_t m = 0; m < want.size(); ++m) {
+        ASSERT_EQ(got[m].input_ids, want[m].input_ids) << "step " << step << " micro-batch " << m;
+        ASSERT_EQ(got[m].labels, want[m].labels) << "step " << step << " micro-batch " << m;
+        ASSERT_EQ(got[m].group_ids, want[m].group_ids) << "step " << step << " micro-batch " << m;
+        ASSERT_EQ(got[m].sample_lengths, want[m].sample_lengths) << "step " << step << " micro-batch " << m;
+      }
+    }
+  }
+}
+
 TEST(MicroBatchStreamPairs, RowsThatDoNotFormPairsAreAnError) {
   std::vector<Sample> samples(3, Sample{{1, 2}, {1, 2}});
   MicroBatchStreamConfig config;

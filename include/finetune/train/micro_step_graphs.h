@@ -29,10 +29,13 @@
 // over the trainer reads the micro-batches of the coming steps from its stream (and rewinds it) and
 // captures every shape they need at once (capture_ahead); shapes beyond that horizon are still
 // captured when first met. Capturing runs no kernels: gradients and parameters are untouched.
+// The trainer does this for every objective, the preference commands' pair micro-batches too
+// (their stream rewinds with the group ids: tests/data/test_micro_batch_stream.cpp).
 //  - Exactness: a replay runs the kernels that an eager run of the same padded layout runs, so the
-//    adapters are bitwise identical with capture on or off (tests/cuda/test_micro_step_graphs.cpp,
-//    deterministic algorithms on). Against the unpadded layout only the summation order of the
-//    weight gradients (over more rows) and the GEMM shapes differ.
+//    adapters are bitwise identical with capture on or off, captured ahead or when first met
+//    (tests/cuda/test_micro_step_graphs.cpp, test_preference_micro_step_graphs.cpp; deterministic
+//    algorithms on). Against the unpadded layout only the summation order of the weight
+//    gradients (over more rows) and the GEMM shapes differ.
 //  - Preference objectives (dpo, orpo): the pairs are padded to a pair bucket with filler pairs
 //    that add nothing (Note [Filler pairs] in train/pair_objective.h); DPO's reference forward is
 //    captured in the same graph, its adapters swapped on the host while capturing (the swap is
