@@ -286,6 +286,19 @@ TEST(MicroBatchStreamPlanning, MicroBatchesKnowTheirCounterpartsPeaks) {
 namespace finetune {
 namespace {
 
+// Pairs (group size 2) in micro-batches of 2 samples, 2 per step, up to 16 tokens, seed 4.
+MicroBatchStreamConfig pair_stream_config(int world, int rank, StepPlanning planning, bool padding_free) {
+  MicroBatchStreamConfig config;
+  config.sampler = {0, world, rank, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
+  config.batch_size = 2;
+  config.gradient_accumulation_steps = 2;
+  config.max_seq_length = 16;
+  config.group_size = 2;
+  config.planning = planning;
+  config.padding_free = padding_free;
+  return config;
+}
+
 // Preference pairs (group_size 2): every micro-batch, literal or balanced, on one rank or three,
 // holds whole pairs, laid out as its pairs' chosen rows then their rejected rows in the same order.
 TEST(MicroBatchStreamPairs, PairsStayTogetherChosenRowsFirst) {
@@ -300,14 +313,7 @@ TEST(MicroBatchStreamPairs, PairsStayTogetherChosenRowsFirst) {
   for (int world : {1, 3}) {
     for (StepPlanning planning : {StepPlanning::literal, StepPlanning::balanced}) {
       for (bool padding_free : {false, true}) {
-        MicroBatchStreamConfig config;
-        config.sampler = {0, world, 0, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
-        config.batch_size = 2;
-        config.gradient_accumulation_steps = 2;
-        config.max_seq_length = 16;
-        config.group_size = 2;
-        config.planning = planning;
-        config.padding_free = padding_free;
+        MicroBatchStreamConfig config = pair_stream_config(world, 0, planning, padding_free);
         std::vector<MicroBatchStream> streams;
         for (int rank = 0; rank < world; ++rank) {
           config.sampler.rank = rank;
@@ -349,14 +355,7 @@ TEST(MicroBatchStreamPairs, ReadingAheadThenLoadingTheStateGivesTheSameSteps) {
     }
   }
   for (StepPlanning planning : {StepPlanning::literal, StepPlanning::balanced}) {
-    MicroBatchStreamConfig config;
-    config.sampler = {0, 2, 1, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
-    config.batch_size = 2;
-    config.gradient_accumulation_steps = 2;
-    config.max_seq_length = 16;
-    config.group_size = 2;
-    config.planning = planning;
-    config.padding_free = true;
+    const MicroBatchStreamConfig config = pair_stream_config(2, 1, planning, /*padding_free=*/true);
     MicroBatchStream uninterrupted(samples, config);
     MicroBatchStream read_ahead(samples, config);
     const int64_t total = 3 * uninterrupted.steps_per_epoch();
