@@ -17,6 +17,12 @@ export MKL_CBWR=${MKL_CBWR:-AUTO}
 # MKL may run fewer threads than asked when the machine is busy, which changes summation order:
 # a fixture generated under load would then differ in the last bit from the test's own product.
 export MKL_DYNAMIC=${MKL_DYNAMIC:-FALSE}
+# Even so, two threads are not reproducible on a busy machine: about one `finetune eval` in 60
+# (Qwen3, CPU, both cores loaded) computed the tokens of the second thread's share of its first
+# batch differently (always the same alternative bits), moving logits 6e-5 (test_eval_parity;
+# test_packing's 1.9e-5 adapter looks the same). One thread computes an idle machine's bits every
+# run (0 in 440 under the same load); MKL takes OpenMP's thread count.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 REPORTS=$BUILD_DIR/test-reports
 rm -rf "$REPORTS" && mkdir -p "$REPORTS" "$FINETUNE_FIXTURES"
 for generator in tests/reference/make_*_fixtures.py; do

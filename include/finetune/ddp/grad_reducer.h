@@ -23,8 +23,11 @@
 // Reading the bitmap at once would make the host wait for the whole backward every step, leaving
 // the GPU idle while the next step is issued (the 8B seed setting on 2 GPUs: 136 -> 167 ms a step).
 // With defer_verdict (the trainer sets it on CUDA) the bitmap is copied to pinned host memory
-// behind its all-reduce and read at the next finalize() (or settle()): every rank still throws the
-// same error, one step later, as c10d's DDP raises its unused-parameter error at the next step.
+// behind its all-reduce and read at the next finalize() (or settle()): every rank still reaches the
+// same verdict, one step later, as c10d's DDP raises its unused-parameter error at the next step.
+// A rank that is still issuing that next step's collectives when a peer has already thrown it
+// reports it as the peer's failure instead ("rank R exited with an error: ...", Note [Peer
+// heartbeats]): the same verdict, carried by the peer monitor.
 #pragma once
 
 #include <cstdint>

@@ -221,7 +221,12 @@ TEST(GradReducer, DeferredVerdictThrowsTheSameErrorOneStepLater) {
       } else {
         reducer.zero_grad();
         reducer.prepare_for_backward(true);
-        backward(parameters, 1.0, rank);
+        backward(parameters, 1.0, rank);  // launches this step's bucket all-reduces
+        // A rank that throws reports its failure to its peers (Communicator::abort), and a peer
+        // whose monitor reads it refuses its next collective with "rank R exited with an error:
+        // ...". Without this barrier a peer still in the backward above (under load) would report
+        // that instead of its own, identical verdict.
+        communicator.barrier("every rank launched the step's collectives");
         reducer.finalize();
       }
       ADD_FAILURE() << "rank " << rank << ": the deferred verdict did not throw";
