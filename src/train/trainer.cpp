@@ -100,13 +100,13 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
     log::info("NEFTune: uniform noise (alpha " + c10::str(config.neftune_noise_alpha) +
               ") on the input embeddings while training; micro-steps run eagerly (no CUDA graphs)");
   }
-  if (config.cuda_graphs && config.neftune_noise_alpha == 0 && micro_step_graphs_supported(model, objective)) {
+  const bool graphs_asked = config.cuda_graphs && config.neftune_noise_alpha == 0;
+  const std::string graphs_unsupported = graphs_asked ? micro_step_graphs_unsupported_reason(model, objective) : "";
+  if (graphs_asked && graphs_unsupported.empty()) {
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), MicroStepGraphsConfig{},
                                                  objective);
-  } else if (config.cuda_graphs && config.neftune_noise_alpha == 0 && model.device().is_cuda() &&
-             communicator.rank() == 0) {
-    log::info("CUDA graphs off: " + micro_step_graphs_unsupported_reason(model, objective) +
-              "; micro-steps run eagerly");
+  } else if (graphs_asked && model.device().is_cuda() && communicator.rank() == 0) {
+    log::info("CUDA graphs off: " + graphs_unsupported + "; micro-steps run eagerly");
   }
 }
 

@@ -25,15 +25,18 @@ bool pieces_stored_in_4bit(const CheckpointFiles& files, const std::vector<std::
   return stored != 0;
 }
 
-// The stack's pieces, each quantized (or read as stored) on its own; the tensors read go to `consumed`.
+// The stack's pieces (stored under `names`, one per piece), each quantized (or read as stored) on
+// its own; the tensors read go to `consumed`.
 Nf4Stack stack_4bit(const CausalLM& model, const CheckpointFiles& files, const std::vector<CheckpointPiece>& pieces,
-                    const ExpertStack& stack, bool stored, std::set<std::string>& consumed) {
+                    const std::vector<std::string>& names, const ExpertStack& stack, bool stored,
+                    std::set<std::string>& consumed) {
   const auto options = at::TensorOptions().dtype(model.dtype()).device(model.device());
   Nf4Stack out;
   out.shape = stack.weight.sizes().vec();
   out.dtype = stack.weight.scalar_type();
-  for (const auto& piece : pieces) {
-    const std::string name = checkpoint_tensor_name(model.architecture(), files, piece.name);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& piece = pieces[i];
+    const std::string& name = names[i];
     const std::vector<int64_t> shape{piece.rows, stack.in_features()};
     std::vector<std::string> piece_read{name};
     auto weight = stored ? read_stored_4bit(files, name, shape, model.device(), piece_read)
@@ -61,7 +64,7 @@ void load_expert_stacks_4bit(CausalLM& model, const CheckpointFiles& files, std:
       }
       release_read(files, names, consumed);
     } else {
-      auto quantized = stack_4bit(model, files, pieces, *stack, stored, consumed);
+      auto quantized = stack_4bit(model, files, pieces, names, *stack, stored, consumed);
       check_nf4_stack(quantized, name);
       stack->weight_4bit = std::make_shared<const Nf4Stack>(std::move(quantized));
     }

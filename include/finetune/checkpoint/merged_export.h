@@ -24,9 +24,10 @@ namespace finetune {
 // (merged_parameters.h; the merge sums in fp32 and rounds once to the model dtype), with a MoE
 // model's router and expert stacks renamed and split per expert as the checkpoint stores them
 // (Note [Expert tensors]) and, with `quantize_4bit`, the projections re-quantized to NF4 with their
-// statistics under transformers' names. A merge is made (on the model's device) when its tensor's values are asked for, so a
-// writer going through them holds one merged tensor at a time; with `quantize_4bit` the
-// projections are merged and quantized here (the quant_state's size depends on the values).
+// statistics under transformers' names. A merge is made (on the model's device) when its tensor's
+// values are asked for, so a writer going through them holds one merged tensor at a time; with
+// `quantize_4bit` the projections are merged and quantized here (the quant_state's size depends on
+// the values).
 std::vector<TensorToSave> merged_tensors_to_save(const CausalLM& model, bool quantize_4bit);
 
 void export_merged(const CausalLM& model, const std::string& base_model_dir, const std::string& out_dir,
