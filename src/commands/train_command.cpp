@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -184,11 +185,21 @@ Datasets load_training_data(Action action, const Options& options, const DataSpl
 
 // FINETUNE_CUDA_MEMORY_HISTORY=PATH (a benchmark's diagnostic): the allocator's history is recorded
 // from before the model loads, and each rank writes its snapshot to PATH (PATH.rankN under DDP)
-// when training ends; empty when not asked.
-std::string memory_history_path(const EnvMap& env, const LaunchEnv& launch) {
+// when training ends; empty when not asked, or on the CPU (said once). The file is created here,
+// so a path that cannot be written fails before the model loads, not after training.
+std::string memory_history_path(const EnvMap& env, const LaunchEnv& launch, const at::Device& device) {
   const auto found = env.find("FINETUNE_CUDA_MEMORY_HISTORY");
   if (found == env.end() || found->second.empty()) return "";
-  return launch.world_size > 1 ? found->second + ".rank" + std::to_string(launch.rank) : found->second;
+  if (!device.is_cuda()) {
+    if (launch.rank == 0) log::warn("FINETUNE_CUDA_MEMORY_HISTORY: training on " + device.str() + ", nothing recorded");
+    return "";
+  }
+  const std::string path =
+      launch.world_size > 1 ? found->second + ".rank" + std::to_string(launch.rank) : found->second;
+  if (!std::ofstream(path, std::ios::binary)) {
+    throw UsageError("FINETUNE_CUDA_MEMORY_HISTORY: cannot write " + path);
+  }
+  return path;
 }
 
 int run_training(const Options& options, const EnvMap& env, Action action) {
@@ -199,7 +210,7 @@ int run_training(const Options& options, const EnvMap& env, Action action) {
   const auto model_setup = model_stage_setup_from(options, action);
   const auto device = select_device(model_setup.source.device, launch.local_rank);
   if (device.is_cuda()) c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
-  const std::string memory_history = memory_history_path(env, launch);
+  const std::string memory_history = memory_history_path(env, launch, device);
   if (!memory_history.empty()) start_device_memory_history(device);
   auto communicator = make_communicator(launch, device, communicator_options_from(options));
   const auto export_setup = export_setup_from(options);
