@@ -41,7 +41,8 @@ std::vector<Nf4Weight> random_weights(int64_t count, std::vector<int64_t> shape,
                                       int64_t blocksize, QuantType4bit type) {
   std::vector<Nf4Weight> out;
   for (int64_t i = 0; i < count; ++i) {
-    out.push_back(quantize_nf4(at::randn(shape, at::TensorOptions().dtype(dtype).device(kCuda)), nested, blocksize, type));
+    const auto weight = at::randn(shape, at::TensorOptions().dtype(dtype).device(kCuda));
+    out.push_back(quantize_nf4(weight, nested, blocksize, type));
   }
   return out;
 }
@@ -51,7 +52,9 @@ void expect_batch_equals_one_by_one(const std::vector<Nf4Weight>& weights) {
     const auto want = one_by_one(weights, out_dtype);
     const auto got = batched(weights, out_dtype);
     ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(got[i], want[i])) << "weight " << i << " " << out_dtype;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(same_bits(got[i], want[i])) << "weight " << i << " " << out_dtype;
+    }
   }
 }
 

@@ -3,7 +3,9 @@
 // trees) in their fast-math arithmetic, one warp per block; dequantization is a memory-bound pass
 // that rebuilds each block's absmax inline from the nested statistics (as bitsandbytes'
 // dequantize_blockwise + offset add + kDequantizeBlockwise compute it) and writes 16 elements per
-// thread. Note [bitsandbytes' CPU and CUDA 4-bit quantizers] (nf4.cpp) says where CPU and CUDA differ.
+// thread; the pieces of an expert stack (up to 256 weights) dequantize in one launch, one grid row
+// (blockIdx.y) per piece, with the same per-element code as one weight's launch. Note
+// [bitsandbytes' CPU and CUDA 4-bit quantizers] (nf4.cpp) says where CPU and CUDA differ.
 #include "nf4_kernels.h"
 
 #include <algorithm>
@@ -187,8 +189,8 @@ struct PieceBatch {
 // dequantize_group's conditions) or packed bytes. __grid_constant__: the pieces are read in place
 // from the parameter space, never copied per thread.
 template <typename T, bool Grouped>
-__global__ void dequantize_4bit_pieces_kernel(const __grid_constant__ PieceBatch batch, Table4bit table,
-                                              ElementKind weight_kind) {
+__global__ void dequantize_4bit_pieces_kernel(const __grid_constant__ PieceBatch batch,
+                                              const __grid_constant__ Table4bit table, ElementKind weight_kind) {
   __shared__ float s_table[16];
   if (threadIdx.x < 16) s_table[threadIdx.x] = table.value[threadIdx.x];
   __syncthreads();
@@ -275,7 +277,8 @@ cudaError_t launch_dequantize_pieces_chunked(const Dequantize4bitPiece* pieces, 
     if (pieces[p].n > 0) nonempty.push_back(pieces[p]);
   }
   for (size_t begin = 0; begin < nonempty.size(); begin += kMaxDequantizePiecesPerLaunch) {
-    const int64_t chunk = std::min<int64_t>(kMaxDequantizePiecesPerLaunch, static_cast<int64_t>(nonempty.size() - begin));
+    const int64_t left = static_cast<int64_t>(nonempty.size() - begin);
+    const int64_t chunk = std::min<int64_t>(kMaxDequantizePiecesPerLaunch, left);
     const cudaError_t error = launch_dequantize_pieces<T>(nonempty.data() + begin, chunk, table, weight_kind, stream);
     if (error != cudaSuccess) return error;
   }
@@ -309,10 +312,6 @@ cudaError_t dequantize_4bit(const uint8_t* packed, const Table4bit& table, const
   }
   return cudaErrorInvalidValue;
 }
-
-}  // namespace finetune::cuda_kernels
-
-namespace finetune::cuda_kernels {
 
 cudaError_t dequantize_4bit_pieces(const Dequantize4bitPiece* pieces, int64_t count, const Table4bit& table,
                                    ElementKind weight_kind, ElementKind out_kind, cudaStream_t stream) {

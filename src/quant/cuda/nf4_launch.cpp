@@ -53,8 +53,9 @@ void dequantize_4bit(const Nf4Weight& w, const at::Tensor& table, at::Tensor& ou
   using namespace cuda_kernels;
   check_contiguous_on(out, w.device(), "dequantize_nf4: out");
   const c10::cuda::CUDAGuard guard(w.device());
+  const auto weight_kind = element_kind(w.dtype, "dequantize_nf4: weight dtype");
   check_launch(cuda_kernels::dequantize_4bit(w.packed.data_ptr<uint8_t>(), table_values(table), absmax_of(w),
-                                             w.blocksize, w.numel(), element_kind(w.dtype, "dequantize_nf4: weight dtype"),
+                                             w.blocksize, w.numel(), weight_kind,
                                              element_kind(out.scalar_type(), "dequantize_nf4: out"), out.data_ptr(),
                                              current_stream(out)),
                "dequantize_4bit");
