@@ -13,9 +13,10 @@
 #      (bench/peer_wheels.sh) installed under /tmp/site: peak GiB and tokens/s
 #   3. best (GPU 0): bench.py --settings best, ours on packed rows, the loop at its largest batch (bench.py's
 #      PACKED_ROWS, BEST_CHECKPOINTING, REFERENCE_BEST_BATCH)
-#   4. parity (GPU 1): bench/gpu_parity.py (the 4 first rows and the 2 longest, 1.3-1.6k tokens: past
-#      Gemma-3's 1,024-token window; bound 1.01) and bench/gpu_train_parity.py (3 steps; its bound), on the
-#      reduced-depth shapes gemma-3-4b-6l, gemma-2-9b-4l, phi-4-mini-4l (made here if the build did not)
+#   4. parity (GPU 1): bench/gpu_parity.py (the 4 first rows and the 2 longest, 2,048 tokens: past
+#      Gemma-3's 1,024-token window, not Gemma-2-9B's 4,096; bound 1.01) and bench/gpu_train_parity.py (3 steps
+#      on the first 24 rows; its bound, 1.5x), on the reduced-depth shapes gemma-3-4b-6l, gemma-2-9b-4l,
+#      phi-4-mini-4l (made here if the build did not)
 # PARALLEL=1 (the default where 2 GPUs are seen): 1 then 3 on GPU 0 while 2 then 4 run on GPU 1, each lane on
 # half of the cores (taskset). Ours and the loop are timed one at a time on GPU 0; Unsloth's runs share the
 # host with them, so its tokens/s are indicative (its memory is not affected). PARALLEL=0: 1, 2, 3, 4 in
@@ -108,7 +109,7 @@ stage_unsloth() {
 stage_parity() {
   for shape in $SHAPES; do
     local reduced=${PARITY_SHAPE[$shape]}
-    [ "$(left)" -gt $(( RESERVE_S + $(est parity "$reduced") )) ] || { note "parity-$reduced: skipped"; continue; }
+    [ "$(left)" -gt $(( RESERVE_S + $(est parity "$reduced") )) ] || { note "parity-$reduced: skipped ($(( $(left) - RESERVE_S )) s left)"; continue; }
     ensure_inputs "$reduced" > "$RESULTS/inputs-$reduced.log" 2>&1
     mkdir -p "$BENCH/parity-$reduced"  # its rows and both logit dumps
     run_step "parity-$reduced" "$(est parity "$reduced")" python3 "$ROOT/bench/gpu_parity.py" \
