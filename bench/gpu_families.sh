@@ -109,7 +109,9 @@ stage_unsloth() {
 stage_parity() {
   for shape in $SHAPES; do
     local reduced=${PARITY_SHAPE[$shape]}
-    [ "$(left)" -gt $(( RESERVE_S + $(est parity "$reduced") )) ] || { note "parity-$reduced: skipped ($(( $(left) - RESERVE_S )) s left)"; continue; }
+    if [ "$(left)" -le $(( RESERVE_S + $(est parity "$reduced") )) ]; then  # not even its inputs
+      note "parity-$reduced: skipped ($(( $(left) - RESERVE_S )) s left)"; continue
+    fi
     ensure_inputs "$reduced" > "$RESULTS/inputs-$reduced.log" 2>&1
     mkdir -p "$BENCH/parity-$reduced"  # its rows and both logit dumps
     run_step "parity-$reduced" "$(est parity "$reduced")" python3 "$ROOT/bench/gpu_parity.py" \
@@ -142,9 +144,10 @@ parallel=${PARALLEL:-1}
 [ "${gpus:-0}" -ge 2 ] || parallel=0
 if [ "$parallel" = 1 ]; then
   half=$(( $(nproc) / 2 ))
-  note "parallel: seed then best on GPU 0 (cores 0-$(( half - 1 ))), Unsloth then parity on GPU 1 (cores $half-$(( $(nproc) - 1 )))"
+  last=$(( $(nproc) - 1 ))
+  note "parallel: seed then best on GPU 0 (cores 0-$(( half - 1 ))), Unsloth then parity on GPU 1 (cores $half-$last)"
   lane 0 "0-$(( half - 1 ))" stage_seed stage_best &
-  lane 1 "$half-$(( $(nproc) - 1 ))" stage_unsloth stage_parity &
+  lane 1 "$half-$last" stage_unsloth stage_parity &
   wait
 else
   note "sequential on GPU 0: seed, Unsloth, best, parity"
@@ -159,7 +162,8 @@ for err in "$RESULTS"/*.err; do
   kind=${name%%-*} setting=$(cut -d- -f2 <<< "$name")
   shape=${name#"$kind-$setting-"}
   case $kind in  # the tool's own log: which paths it chose
-    ours) grep -a -E "kernels:|CUDA graphs|step planning|finetune \| model" "$BENCH/ours-$shape-$setting-lora-1.log" | head -8 ;;
+    ours) grep -a -E "kernels:|CUDA graphs|step planning|finetune \| model" "$BENCH/ours-$shape-$setting-lora-1.log" |
+            head -8 ;;
     unsloth) grep -a -E "^(🦥|Unsloth)" "$BENCH/unsloth-$shape-$setting-lora-1-b1a4.log" | head -12 ;;
   esac
   tail -c 1500 "$err"; tail -c 600 "$RESULTS/$name.out"; echo

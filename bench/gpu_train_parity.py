@@ -43,7 +43,8 @@ def main():
     adapter = os.path.join(work, "init_adapter")
     if transformers.AutoConfig.from_pretrained(args.model).model_type == "phi3" and not os.path.exists(adapter):
         # parity_inputs makes Llama's projections (only o_proj and down_proj on Phi-3): the fused ones too
-        reference_loop.make_init_adapter(args.model, adapter, r=16, alpha=16, target_modules=reference_loop.PHI3_TARGETS)
+        reference_loop.make_init_adapter(args.model, adapter, r=16, alpha=16,
+                                         target_modules=reference_loop.PHI3_TARGETS)
     rows, data, adapter, initial = reference_loop.parity_inputs(work, args.model, args.data, args.rows)
 
     out = os.path.join(work, "ours")
