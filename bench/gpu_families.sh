@@ -5,7 +5,7 @@
 # bench models of bench/gpu_step_planning.sh in the same call:
 #   export CALL_START=$(date +%s) RUNS="gemma-3-4b gemma-2-9b phi-4-mini gemma-3-4b-6l gemma-2-9b-4l phi-4-mini-4l"
 #   bash bench/gpu_step_planning.sh build && WAIT_S=400 bash bench/gpu_step_planning.sh wait; bash bench/gpu_families.sh
-# What runs, most wanted first; a run starts only while its estimate (EST below) fits what is left of CALL_S
+# What runs, most wanted first; a run starts only while its estimate (est below) fits what is left of CALL_S
 # seconds (default 585) counted from CALL_START (default: this script's start), and is stopped at what is left:
 #   1. seed (GPU 0): bench/bench.py --settings seed, batch 1 x accumulation 4, per shape ours (30 steps timed
 #      after 10) then the loop (8 after 2): tokens/s, peak GiB (the target: ours >= 5x the loop)
@@ -25,7 +25,7 @@
 # SHAPES, BENCH_WORK (/tmp/bench), BUILD (gpu_step_planning.sh's build-gpu), CALL_S, CALL_START pass through.
 # Expected time, from the Qwen3-8B / Llama-3.2-1B runs of bench/RESULTS.md and dpo_bench.py's estimates:
 # GPU 0 ~250 s of seed runs, then ~250 s of best; GPU 1 ~330 s of Unsloth (load, compile, 13 steps), then
-# ~70 s of parity per shape. With ~400 s left after the build, the seed runs and Unsloth fit; the best
+# ~85 s of parity per shape. With ~400 s left after the build, the seed runs and Unsloth fit; the best
 # setting and parity take what remains (skipped runs are listed: RESUME=1 in a second call runs them).
 # Results under $OUT: summary.txt (appended: machine and versions, each run's exit status and seconds, the
 # tables of bench/families_summary.py), families.json (every result), run_logs.txt (each run's log end,
