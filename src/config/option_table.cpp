@@ -15,6 +15,7 @@
 #include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/checkpoint_policy.h"
+#include "finetune/train/lm_head_loss_names.h"
 #include "finetune/train/lr_scheduler_names.h"
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/optimizer_names.h"
@@ -370,6 +371,11 @@ std::vector<OptionRow> build_option_table() {
                  "with gradient checkpointing, keep each layer's checkpointed input in pinned host memory until its "
                  "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
                  "device memory free when training starts (never on the CPU)"),
+      choice_row("lm_head_loss", {"training", kTrain}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
+                 "how the fused LM head + cross-entropy of training walks the trained positions x vocabulary "
+                 "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
+                 "logsumexp) or row_chunks (~256 MiB of fp32 logits of whole-vocabulary rows at a time); the "
+                 "same loss and gradients either way"),
 
       // --- preference training (dpo, orpo): TRL 1.16's DPOConfig / ORPOConfig
       float_row("beta", {"preference", kPreference}, &Options::beta, kPositive,

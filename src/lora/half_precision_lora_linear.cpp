@@ -6,6 +6,7 @@
 
 #include "finetune/lora/lora_kernels.h"
 #include "finetune/model/device_selection.h"
+#include "finetune/model/half_gemm.h"
 
 namespace finetune {
 namespace {
@@ -20,14 +21,6 @@ using torch::autograd::variable_list;
 // result are summed. The products that form the adapter gradients (x A^T for dB, dy B for dA, and
 // those two intermediates against dy and x) go this way, so the gradients keep about fp32
 // accuracy although every GEMM reads half-precision operands.
-
-// a (m, k) @ b (k, n) of half-precision operands with an fp32 result: the GEMM's fp32
-// accumulator is returned unrounded. With KernelPolicy::half_gemm_fp32_output (cuBLAS) in one
-// call; otherwise (the CPU) the operands are widened (exactly) and multiplied in fp32.
-at::Tensor matmul_to_float(const at::Tensor& a, const at::Tensor& b, bool fp32_output_gemm) {
-  if (fp32_output_gemm) return at::mm(a, b, at::kFloat);
-  return at::mm(a.to(at::kFloat), b.to(at::kFloat));
-}
 
 struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionLoraLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& lora_A,
