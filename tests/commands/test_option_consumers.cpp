@@ -228,6 +228,11 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
                                                         {"bias", "lora_only"}, {"modules_to_save", "embed_tokens"}}));
 }
 
+TEST(OptionConsumers, LoraOperandCacheReachesTheAdapterSetup) {
+  EXPECT_TRUE(adapter_setup_from(parse_train({}).options).lora_operand_cache);
+  EXPECT_FALSE(adapter_setup_from(parse_train({"--lora_operand_cache", "false"}).options).lora_operand_cache);
+}
+
 TEST(OptionConsumers, PreferenceChoicesAreTheOnesTheObjectiveAndRowsRead) {
   std::set<std::string> objective_types;
   for (const auto& [name, type] : dpo_loss_types()) objective_types.insert(name);
