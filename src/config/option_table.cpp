@@ -375,7 +375,8 @@ std::vector<OptionRow> build_option_table() {
                  ChoiceSet{offload_activations_names()},
                  "with gradient checkpointing, keep each layer's checkpointed input in pinned host memory until its "
                  "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
-                 "device memory free when training starts (never on the CPU)"),
+                 "device memory free when training starts (never on the CPU; never for CUDA-graph micro-steps, "
+                 "which true offloads too, into one pinned arena)"),
       choice_row("lm_head_loss", {"training", kTrain}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
                  "how the fused LM head + cross-entropy of training walks the trained positions x vocabulary "
                  "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
