@@ -24,8 +24,9 @@ using torch::autograd::variable_list;
 
 // Note [Operands split per use]
 // With LoraAdapter::cache_operands off, the [hi, lo] split of lora_A and lora_B is made inside
-// each forward that reads it (one split_hi_lo_into of both: one small kernel on CUDA) into memory
-// of its own, which the node saves for its backward. Under gradient checkpointing the first
+// each forward that reads it (one split_hi_lo_into of both: one small kernel on CUDA, its two jobs
+// passed as kernel arguments, so a CUDA graph captures it) into memory of its own, which the node
+// saves for its backward. Under gradient checkpointing the first
 // forward's split is freed with the layer and the recompute splits again, so the splits of at most
 // the layers being back-propagated are alive, instead of every adapter's for the whole step (0.16
 // GiB on Qwen3-8B at r 16, alive at the LM head, where the step's peak is). The cost: each

@@ -1,5 +1,6 @@
 // LoRA operands split per use (Note [Operands split per use] in lora/half_precision_lora_linear.cpp)
 // on the GPU, with the split kernel and fp32-output GEMMs as the CUDA policy runs them:
+//  - the split kernel's jobs passed as arguments (two targets) split as its job table does;
 //  - output and gradients equal the cached operands' bit for bit, bf16 and fp16;
 //  - in a CUDA graph the split is part of the replay: after an in-place update of lora_A and
 //    lora_B (as the optimizer makes), a replay with no refresh gives the eager result of the new
@@ -11,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "finetune/lora/half_precision_lora_linear.h"
+#include "finetune/lora/lora_kernels.h"
 #include "finetune/model/kernel_policy.h"
 #include "finetune/model/linear.h"
 #include "kernel_comparison.h"
@@ -56,6 +58,23 @@ TEST(LoraOperandsPerUse, EqualTheCachedOperandsBitForBit) {
     EXPECT_TRUE(cuda_testing::equal_values(per_use.adapter.lora_B.grad(), cached.adapter.lora_B.grad()));
     EXPECT_FALSE(per_use.adapter.half_precision_operands);
   }
+}
+
+// Two targets travel as the kernel's arguments, three in a device table: the same values.
+TEST(LoraOperandsPerUse, JobsAsArgumentsSplitAsTheJobTable) {
+  const auto options = at::TensorOptions().device(at::Device(at::kCUDA, 0));
+  at::manual_seed(22);
+  const auto A = at::randn({16, 300}, options), B = at::randn({200, 16}, options), C = at::randn({7, 5}, options);
+  const auto out_like = [](const at::Tensor& t, int64_t dim) {
+    return at::empty({t.size(0) * (dim == 0 ? 2 : 1), t.size(1) * (dim == 1 ? 2 : 1)}, t.options().dtype(at::kBFloat16));
+  };
+  const auto A2 = out_like(A, 0), B2 = out_like(B, 1), A3 = out_like(A, 0), B3 = out_like(B, 1), C3 = out_like(C, 1);
+  split_hi_lo_into({{A, A2, 0}, {B, B2, 1}}, /*cuda_kernel=*/true);
+  split_hi_lo_into({{A, A3, 0}, {B, B3, 1}, {C, C3, 1}}, /*cuda_kernel=*/true);
+  EXPECT_TRUE(cuda_testing::equal_values(A2, A3));
+  EXPECT_TRUE(cuda_testing::equal_values(B2, B3));
+  EXPECT_TRUE(cuda_testing::equal_values(A2, split_hi_lo(A, at::kBFloat16, 0)));
+  EXPECT_TRUE(cuda_testing::equal_values(C3, split_hi_lo(C, at::kBFloat16, 1)));
 }
 
 TEST(LoraOperandsPerUse, AReplaySplitsTheUpdatedAdapterWithoutARefresh) {
