@@ -83,7 +83,9 @@ ActivationOffloader::ActivationOffloader(const at::Device& device, std::shared_p
 
 // The host tensor a slot's copy of `input` goes to: the arena's next bytes, or a tensor of its own.
 at::Tensor ActivationOffloader::host_copy_of(const at::Tensor& input) {
-  if (!arena_) return at::empty(input.sizes(), input.options().device(at::kCPU).pinned_memory(side_stream_.has_value()));
+  if (!arena_) {
+    return at::empty(input.sizes(), input.options().device(at::kCPU).pinned_memory(side_stream_.has_value()));
+  }
   auto host = arena_->view(arena_offset_, input.sizes(), input.scalar_type());
   arena_offset_ += offload_arena_bytes(input.numel(), 1, 1, input.scalar_type());
   return host;

@@ -34,7 +34,8 @@ CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInput
   const auto aux = load_balancing_loss(router_logits, moe.num_experts, moe.num_experts_per_tok, batch.token_mask);
   const auto trained = static_cast<double>(batch.targets.positions.numel());
   out.aux_loss_sum = aux.detach().to(at::kDouble) * trained;
-  out.loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets, tiling) + aux * (moe.router_aux_loss_coef * trained);
+  out.loss_sum =
+      causal_lm_loss_sum(model, out.hidden, batch.targets, tiling) + aux * (moe.router_aux_loss_coef * trained);
   return out;
 }
 

@@ -66,7 +66,8 @@ TEST(LoraOperandsPerUse, JobsAsArgumentsSplitAsTheJobTable) {
   at::manual_seed(22);
   const auto A = at::randn({16, 300}, options), B = at::randn({200, 16}, options), C = at::randn({7, 5}, options);
   const auto out_like = [](const at::Tensor& t, int64_t dim) {
-    return at::empty({t.size(0) * (dim == 0 ? 2 : 1), t.size(1) * (dim == 1 ? 2 : 1)}, t.options().dtype(at::kBFloat16));
+    return at::empty({t.size(0) * (dim == 0 ? 2 : 1), t.size(1) * (dim == 1 ? 2 : 1)},
+                     t.options().dtype(at::kBFloat16));
   };
   const auto A2 = out_like(A, 0), B2 = out_like(B, 1), A3 = out_like(A, 0), B3 = out_like(B, 1), C3 = out_like(C, 1);
   split_hi_lo_into({{A, A2, 0}, {B, B2, 1}}, /*cuda_kernel=*/true);

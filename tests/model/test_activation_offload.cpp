@@ -118,7 +118,8 @@ TEST(ActivationOffload, ArenaSlotsFollowEachOtherAndBoundTheForward) {
     ActivationOffloader(at::Device(at::kCPU), arena).offload(at::zeros({3, 7, 20}));
     FAIL() << "an input larger than the arena";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("1680 bytes at offset 0 do not fit its 1024 bytes"), std::string::npos) << e.what();
+    const std::string message = e.what();
+    EXPECT_NE(message.find("1680 bytes at offset 0 do not fit its 1024 bytes"), std::string::npos) << message;
   }
 }
 
