@@ -100,35 +100,50 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 // attention). At the end logsumexp = m + log S, the token loss is logsumexp - z_target and
 // d loss / d h = G / S - z'_target W_target: (softmax - onehot) W without a (rows x vocab) tensor.
 // Each tile runs the two GEMMs of the row-chunk path (logits, and probabilities times W), so the
-// arithmetic is the same; the weight is read twice per row tile (the second time mostly from L2),
-// as today's row chunks read it twice per chunk. The extra work is the rescale: G (rows x hidden
-// fp32) read and written once per tile (~0.4 ms per 2,048 rows at Qwen3-8B's 152k x 4,096 head).
+// arithmetic is the same; the weight is read twice per row tile of at most 512 rows, as the row
+// chunks (441 rows at Qwen3's vocabulary) read it twice per chunk. The extra work is the rescale:
+// each tile's product written in fp32 and added to G (rows x hidden fp32) rescaled, ~24 MiB of
+// traffic per 512-row tile (~1 GB, ~0.3 ms per 2,048 rows at Qwen3-8B's 152k x 4,096 head), and
+// about 15 small kernels per tile (40 tiles per 2,048 rows there) where a row chunk launches 10.
 // The logits are those of the row-chunk path (the head GEMM in the model dtype, upcast); the
 // probabilities are rounded to the model dtype for their GEMM as there, but relative to m rather
 // than to logsumexp, and the products are summed in fp32 over the tiles and rounded once at the end.
 struct RowTileState {
-  at::Tensor running_max;   // (n) fp32: m
-  at::Tensor exp_sum;       // (n) fp32: S
-  at::Tensor target_logit;  // (n) fp32
-  at::Tensor target_slope;  // (n) fp32: the soft-cap's slope at the target; undefined without one
-  at::Tensor grad_sum;      // (n, C) fp32: G
+  int64_t tile_vocab = 0;    // columns of every tile but the last
+  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in
+  at::Tensor target_column;  // (n, 1) int64: its column there
+  at::Tensor running_max;    // (n) fp32: m
+  at::Tensor exp_sum;        // (n) fp32: S
+  at::Tensor target_logit;   // (n) fp32
+  at::Tensor target_slope;   // (n) fp32: the soft-cap's slope at the target; undefined without one
+  at::Tensor grad_sum;       // (n, C) fp32: G
 };
 
+// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab columns.
+RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab) {
+  RowTileState state;
+  state.tile_vocab = tile_vocab;
+  state.target_tile = targets.div(tile_vocab, "floor");                          // (n)
+  state.target_column = (targets - state.target_tile * tile_vocab).unsqueeze(1);  // (n, 1)
+  return state;
+}
+
 // One (rows x vocabulary tile) step of Note [Vocabulary-tiled LM head loss]: weight_tile holds the
-// vocabulary rows [vocab_start, vocab_start + v). The first tile of a row sweep starts the state.
-void sweep_vocab_tile(RowTileState& state, const at::Tensor& rows, const at::Tensor& weight_tile, int64_t vocab_start,
-                      const at::Tensor& targets, const Softcap& softcap, bool fp32_output_gemm) {
+// vocabulary rows of tile `tile` (tile_vocab columns each, the last one possibly fewer). The first
+// tile of a row sweep starts the running sums.
+void sweep_vocab_tile(RowTileState& state, const at::Tensor& rows, const at::Tensor& weight_tile, int64_t tile,
+                      const Softcap& softcap, bool fp32_output_gemm) {
   const bool first = !state.running_max.defined();
-  const int64_t v = weight_tile.size(0);
   auto [logits, slope] = head_logits(rows, weight_tile, softcap);  // (n, v) fp32; slope holds tanh
   if (slope.defined()) slope.square_().neg_().add_(1);             // 1 - tanh^2
-  // The target's column, when it lies in this tile (each target lies in exactly one).
-  const auto local = targets - vocab_start;                                  // (n)
-  const auto inside = local.ge(0).logical_and_(local.lt(v));                 // (n)
-  const auto column = local.clamp(0, v - 1).unsqueeze(1);                    // (n, 1)
-  const auto zero = at::zeros({}, logits.options());
-  const auto base_logit = first ? zero : state.target_logit;
-  state.target_logit = at::where(inside, logits.gather(1, column).squeeze(1), base_logit);
+  // The target's logit (and slope) from the tile it lies in: each target lies in exactly one. Rows
+  // whose target lies elsewhere gather a column of this tile (their own column can be past its
+  // end only in the last, shorter tile) and keep their value.
+  const int64_t v = logits.size(1);
+  const auto inside = state.target_tile.eq(tile);  // (n)
+  const auto column = v < state.tile_vocab ? state.target_column.clamp_max(v - 1) : state.target_column;  // (n, 1)
+  const auto zero = first ? at::zeros({}, logits.options()) : at::Tensor();
+  state.target_logit = at::where(inside, logits.gather(1, column).squeeze(1), first ? zero : state.target_logit);
   if (slope.defined()) {
     state.target_slope = at::where(inside, slope.gather(1, column).squeeze(1), first ? zero : state.target_slope);
   }
@@ -168,11 +183,10 @@ struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCross
       const auto rows = hidden.narrow(0, start, n);                  // (n, C)
       const auto row_targets = targets.narrow(0, start, n);          // (n)
       const int64_t tile_vocab = logit_tile_vocab(n, vocab_size);
-      RowTileState state;
-      for (int64_t vocab_start = 0; vocab_start < vocab_size; vocab_start += tile_vocab) {
-        const int64_t v = std::min(tile_vocab, vocab_size - vocab_start);
-        sweep_vocab_tile(state, rows, weight.narrow(0, vocab_start, v), vocab_start, row_targets, softcap,
-                         fp32_output_gemm);
+      RowTileState state = row_sweep_start(row_targets, tile_vocab);
+      for (int64_t tile = 0; tile * tile_vocab < vocab_size; ++tile) {
+        const int64_t vocab_start = tile * tile_vocab, v = std::min(tile_vocab, vocab_size - vocab_start);
+        sweep_vocab_tile(state, rows, weight.narrow(0, vocab_start, v), tile, softcap, fp32_output_gemm);
       }
       auto token_losses = state.exp_sum.log().add_(state.running_max).sub_(state.target_logit);  // (n)
       auto grad = state.grad_sum.div_(state.exp_sum.unsqueeze(1));                               // (n, C) fp32
