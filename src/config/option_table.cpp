@@ -381,7 +381,7 @@ std::vector<OptionRow> build_option_table() {
                  "how the fused LM head + cross-entropy of training walks the trained positions x vocabulary "
                  "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
                  "logsumexp) or row_chunks (~256 MiB of fp32 logits of whole-vocabulary rows at a time); the "
-                 "same loss and gradients either way"),
+                 "same loss and gradients either way (row_chunks is the default until vocab_tiles is timed on a GPU)"),
 
       // --- preference training (dpo, orpo): TRL 1.16's DPOConfig / ORPOConfig
       float_row("beta", {"preference", kPreference}, &Options::beta, kPositive,

@@ -75,7 +75,7 @@ TEST(OptionConsumers, OffloadActivationsNamesMeanTheSameToParserAndTrainer) {
 
 TEST(OptionConsumers, LmHeadLossNamesMeanTheSameToParserAndLoss) {
   EXPECT_EQ(spec_of("lm_head_loss").choices, lm_head_loss_names());
-  EXPECT_EQ(parse_train({}).options.lm_head_loss, "vocab_tiles");
+  EXPECT_EQ(parse_train({}).options.lm_head_loss, "row_chunks");
   for (const auto& name : lm_head_loss_names()) {
     const auto parsed = parse_train({"--lm_head_loss", name}).options.lm_head_loss;
     EXPECT_EQ(lm_head_loss_name(lm_head_loss_from_name(parsed)), name);

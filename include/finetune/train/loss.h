@@ -31,7 +31,7 @@ LmHeadLoss lm_head_loss_from_name(const std::string& name);  // Error for anothe
 const std::string& lm_head_loss_name(LmHeadLoss tiling);
 
 struct HeadLossOptions {
-  LmHeadLoss tiling = LmHeadLoss::vocab_tiles;
+  LmHeadLoss tiling = LmHeadLoss::row_chunks;
   // GEMMs of half-precision operands may return their fp32 accumulator (KernelPolicy::
   // half_gemm_fp32_output); otherwise vocab tiles widen the operands to fp32 for that product.
   bool fp32_output_gemm = false;
@@ -48,7 +48,7 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights = {});
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets,
-                              LmHeadLoss tiling = LmHeadLoss::vocab_tiles);
+                              LmHeadLoss tiling = LmHeadLoss::row_chunks);
 
 // A model's head-loss options: `tiling`, and its kernel policy's fp32-output GEMMs.
 HeadLossOptions head_loss_options(const CausalLM& model, LmHeadLoss tiling);
