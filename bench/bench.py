@@ -29,14 +29,18 @@ SETTINGS = {"seed": dict(batch=1, accum=4), "b8": dict(batch=8, accum=1), "best"
 # (so it also fits an H100); the 1B shape's "best" already runs without recompute.
 FAST_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 4}
 # "best" for us: packed rows of max_seq_length (2048) tokens, this many rows per micro-batch
-# (the 8B shape keeps one row to stay within its memory target).
-PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1}
+# (the 8B shape keeps one row to stay within its memory target; so does the 9B Gemma-2 shape, whose
+# soft-capped attention is eager).
+PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1, "gemma-3-4b": 2, "gemma-2-9b": 1, "phi-4-mini": 2}
 # "best" for us also drops layer recompute where memory allows (the 1B shape: about 30 GiB of
-# activations at 8 x 2048 tokens); the 8B shape keeps it (its 18 GiB target).
-BEST_CHECKPOINTING = {"llama-3.2-1b": False, "qwen3-8b": True}
+# activations at 8 x 2048 tokens; the 4B shapes, scaled by layers x hidden size: about 20 GiB at
+# 2 x 2048); the 8B and 9B shapes keep it (the 8B shape's 18 GiB target).
+BEST_CHECKPOINTING = {"llama-3.2-1b": False, "qwen3-8b": True, "gemma-3-4b": False, "gemma-2-9b": True,
+                      "phi-4-mini": False}
 # "best" for the reference: the largest batch that fits (batch 8 on the 8B shape runs out of the
-# H200's 141 GB: it materialises fp32 logits over the 152k vocabulary).
-REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2}
+# H200's 141 GB: it materialises fp32 logits over the 152k vocabulary; the Gemma and Phi-4-mini
+# vocabularies are 200k-262k).
+REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2, "gemma-3-4b": 4, "gemma-2-9b": 2, "phi-4-mini": 4}
 # Each variant's flags, ours and the reference's.
 VARIANTS = {"lora": ([], []),
             "qlora": (["--load_in_4bit"], ["--load_in_4bit"]),
@@ -112,7 +116,7 @@ def reference(args, model, data, setting, n, work, variant="lora"):
     script = os.path.join(HERE, "reference_train.py")
     cmd = (["python3", script] if n == 1 else ["torchrun", "--standalone", f"--nproc_per_node={n}", script])
     cmd += ["--model", model, "--data", data, "--batch", str(s["batch"]), "--accum", str(s["accum"]),
-            "--steps", str(args.ref_steps), "--warmup_steps", "3"] + VARIANTS[variant][1]
+            "--steps", str(args.ref_steps), "--warmup_steps", str(args.ref_warmup)] + VARIANTS[variant][1]
     stdout, wall = run(cmd, os.path.join(work, f"ref-{os.path.basename(model)}-{setting}-{variant}-{n}.log"),
                        args.timeout, args.dry_run)
     if args.dry_run:
@@ -133,10 +137,13 @@ def main():
                    help="first check bf16 QLoRA logits against fp32 on the same dequantized weights (gpu_qlora_check.py)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--ref_steps", type=int, default=10)
+    p.add_argument("--ref_warmup", type=int, default=3, help="the reference's warm-up steps before timing")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--work", default="/tmp/bench")
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/bench"))
     p.add_argument("--skip_reference", action="store_true")
+    p.add_argument("--skip_ours", action="store_true",
+                   help="the reference (and --peers) only: a failing run of one does not cost the other's figures")
     p.add_argument("--timeout", type=int, default=900)
     p.add_argument("--parity", action="store_true",
                    help="first check bf16 logits against transformers (bf16 and fp32) on each shape")
@@ -203,7 +210,8 @@ def main():
             for n in map(int, args.gpus.split(",")):
                 for variant in variants:
                     row = {"shape": shape, "setting": setting, "variant": variant, "gpus": n}
-                    row["ours"] = ours(args, model, data, setting, n, args.work, variant=variant)
+                    if not args.skip_ours:
+                        row["ours"] = ours(args, model, data, setting, n, args.work, variant=variant)
                     # "fast" is ours only (the reference and the peers have their "best").
                     if not args.skip_reference and setting != "fast":
                         row["reference"] = reference(args, model, data, setting, n, args.work, variant=variant)
@@ -216,7 +224,7 @@ def main():
                     print(json.dumps(row), flush=True)
                     with open(os.path.join(args.out, "bench-" + args.shapes.replace(",", "_") + ".json"), "w") as f:
                         json.dump(results, f, indent=1)
-    if args.dry_run:
+    if args.dry_run or args.skip_ours:  # the table compares with ours; the JSON lines above hold the rest
         return
     print(f"\n{'shape':14} {'setting':7} {'variant':7} {'gpus':>4} {'ours tok/s/gpu':>15} {'ref tok/s/gpu':>14} "
           f"{'ratio':>6} {'ours GiB':>9} {'ref GiB':>8} {'ours steps/s':>12}"

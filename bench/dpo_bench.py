@@ -150,9 +150,11 @@ def ours_result(summary, metrics_path, n):
     lines = [json.loads(l) for l in open(metrics_path)]
     first, last = lines[0], lines[-1]  # the first window is the warm-up
     seconds = last["elapsed_s"] - first["elapsed_s"]
+    imbalance = [l["rank_imbalance"] for l in lines[1:] if "rank_imbalance" in l]
     return {"tokens_per_s_per_gpu": (last["tokens"] - first["tokens"]) / seconds / n,
             "steps_per_s": (last["step"] - first["step"]) / seconds, "timed_steps": last["step"] - first["step"],
-            "peak_memory_gib": summary.get("peak_memory_gib")}
+            "peak_memory_gib": summary.get("peak_memory_gib"),
+            "rank_imbalance": sum(imbalance) / len(imbalance) if imbalance else None}
 
 
 def trl_run(args, shape, n):

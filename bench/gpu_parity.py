@@ -28,23 +28,33 @@ from numerics import relative_error  # noqa: E402
 RATIO_BOUND = 1.01  # ours-vs-fp32 / transformers-bf16-vs-fp32, worst rows (bench/RESULTS.md)
 
 
+def parity_rows(path, first, longest):
+    """The first `first` rows of the JSONL file `path`, then its `longest` longest other rows."""
+    rows = [json.loads(l) for l in open(path)]
+    others = sorted(rows[first:], key=lambda r: len(r["input_ids"]), reverse=True)
+    return rows[:first] + others[:longest]
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--finetune", required=True)
     p.add_argument("--model", required=True)
     p.add_argument("--data", required=True)
-    p.add_argument("--rows", type=int, default=6)
+    p.add_argument("--rows", type=int, default=6, help="the data's first ROWS rows")
+    p.add_argument("--long_rows", type=int, default=0,
+                   help="and its LONG_ROWS longest others (rows past Gemma-3's 1,024-token window)")
     p.add_argument("--batch", type=int, default=3)
     p.add_argument("--work", required=True)
+    p.add_argument("--device", default="cuda", help="cuda; cpu checks the script itself on a tiny model")
     args = p.parse_args()
-    rows = [json.loads(l) for l in open(args.data)][:args.rows]
+    rows = parity_rows(args.data, args.rows, args.long_rows)
     subset = f"{args.work}/parity_rows.jsonl"
     with open(subset, "w") as f:
         for r in rows:
             f.write(json.dumps({"input_ids": r["input_ids"]}) + "\n")
     dump = f"{args.work}/ours_logits.safetensors"
     proc = subprocess.run([args.finetune, "eval", "--model_name", args.model, "--dataset", subset, "--dtype", "bfloat16",
-                           "--device", "cuda", "--per_device_eval_batch_size", str(args.batch), "--max_seq_length",
+                           "--device", args.device, "--per_device_eval_batch_size", str(args.batch), "--max_seq_length",
                            "4096", "--dump_logits", dump], capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout, proc.stderr)
@@ -58,7 +68,7 @@ def main():
     config = transformers.AutoConfig.from_pretrained(args.model)
     attention = "eager" if getattr(config, "attn_logit_softcapping", None) else None
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        args.model, dtype=torch.bfloat16, attn_implementation=attention).cuda().eval()
+        args.model, dtype=torch.bfloat16, attn_implementation=attention).to(args.device).eval()
     hf_load = time.time() - t0
     results = {"ours_eval": ours_summary, "transformers_load_s": hf_load, "rows": []}
 
@@ -73,7 +83,7 @@ def main():
                 ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
                 mask[i, :len(r["input_ids"])] = 1
             with torch.no_grad():
-                logits = m(input_ids=ids.cuda(), attention_mask=mask.cuda()).logits.float().cpu()
+                logits = m(input_ids=ids.to(args.device), attention_mask=mask.to(args.device)).logits.float().cpu()
             out += [logits[i, :len(r["input_ids"])] for i, r in enumerate(chunk)]
         return out
 

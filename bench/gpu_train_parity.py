@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import torch
+import transformers
 from safetensors.torch import load_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,6 +40,11 @@ def main():
     p.add_argument("--device", default="cuda")
     args = p.parse_args()
     work = os.path.join(args.work, "train_parity-" + os.path.basename(args.model))
+    adapter = os.path.join(work, "init_adapter")
+    if transformers.AutoConfig.from_pretrained(args.model).model_type == "phi3" and not os.path.exists(adapter):
+        # parity_inputs makes Llama's projections (only o_proj and down_proj on Phi-3): the fused ones too
+        reference_loop.make_init_adapter(args.model, adapter, r=16, alpha=16,
+                                         target_modules=reference_loop.PHI3_TARGETS)
     rows, data, adapter, initial = reference_loop.parity_inputs(work, args.model, args.data, args.rows)
 
     out = os.path.join(work, "ours")
@@ -88,6 +94,10 @@ def main():
     loss_ok = result["loss_rel_error"]["ours_vs_fp32"] <= 1.5 * result["loss_rel_error"]["reference_bf16_vs_fp32"] + 4e-3
     update_ok = (result["adapter_update_rel_error"]["ours_vs_fp32"] <=
                  1.5 * result["adapter_update_rel_error"]["reference_bf16_vs_fp32"])
+    # The same two errors as ratios (ours / the reference's own bf16 error), for comparison with other bounds.
+    result["ratio_ours_to_reference_bf16_vs_fp32"] = {
+        key: result[key]["ours_vs_fp32"] / max(result[key]["reference_bf16_vs_fp32"], 1e-30)
+        for key in ("loss_rel_error", "adapter_update_rel_error")}
     result["pass"] = bool(loss_ok and update_ok)
     print(json.dumps(result, indent=1))
     sys.exit(0 if result["pass"] else 1)

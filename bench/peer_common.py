@@ -5,6 +5,14 @@ import argparse
 import peft
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+# Phi-3's checkpoints fuse q/k/v and gate/up: PEFT's names for its projections (finetune's default targets
+# resolve to these on a Phi-3 model).
+FUSED_PROJECTIONS = {"phi3": ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]}
+
+
+def projections(model_type=None):
+    """Every linear projection of a decoder layer of `model_type` (config.json's), by PEFT's names."""
+    return FUSED_PROJECTIONS.get(model_type, PROJECTIONS)
 
 
 def run_arguments(steps, warmup_steps):
@@ -20,7 +28,7 @@ def run_arguments(steps, warmup_steps):
     return p
 
 
-def lora_config():
+def lora_config(model_type=None):
     """The adapter every peer trains: r 16, alpha 16, no dropout, no bias, every linear projection."""
     return peft.LoraConfig(r=16, lora_alpha=16, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM",
-                           target_modules=PROJECTIONS)
+                           target_modules=projections(model_type))

@@ -1,8 +1,10 @@
 """Peer: Unsloth, the way its notebooks and multi-GPU guide train a LoRA adapter.
 FastLanguageModel.from_pretrained (bf16, or 4-bit with --load_in_4bit), FastLanguageModel.get_peft_model
-(r=16, alpha=16, all seven projections, Unsloth gradient checkpointing) and TRL's SFTTrainer as Unsloth
-patches it (its padding-free batching is on by default; --packing turns on its sample packing). Launch with
-torchrun for several GPUs (Unsloth's DDP recipe), plain python for one.
+(r=16, alpha=16, every linear projection (peer_common.projections: Phi-3's are fused), Unsloth gradient
+checkpointing) and TRL's SFTTrainer as Unsloth patches it (its padding-free batching is on by default; --packing
+turns on its sample packing). Launch with torchrun for several GPUs (Unsloth's DDP recipe), plain python for
+one. Unsloth runs Llama, Qwen3 and Gemma-2 on its own model code (FastLlamaModel, FastQwen3Model,
+FastGemma2Model), Gemma-3 text and Phi-3 on transformers' classes as it compiles them (FastModel).
 
 Measured as bench/reference_train.py measures: non-padding tokens of the micro-batches of the steps after
 `--warmup_steps`, over the wall time between two synchronised points (ends of optimizer steps), and the
@@ -29,27 +31,35 @@ import torch.distributed as dist  # noqa: E402
 import transformers  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+from peer_common import projections  # noqa: E402
+
 # Special tokens of the real tokenizers, at their real ids (padding must not be a new token: Unsloth would
-# grow the embedding for it).
+# grow the embedding for it). Phi-4-mini's own tokenizer pads with its end-of-text token, which Unsloth
+# replaces (a pad equal to eos), adding a token where its vocabulary has no reserved pad-like one: the view
+# names a distinct pad at the vocabulary's last id instead (the rows never use it: bench/shapes.py draws
+# ids below vocab - 100).
+GEMMA_TOKENS = dict(bos=(2, "<bos>"), eos=(1, "<eos>"), pad=(0, "<pad>"))
 SPECIAL_TOKENS = {"llama": dict(bos=(128000, "<|begin_of_text|>"), eos=(128001, "<|end_of_text|>"),
                                 pad=(128004, "<|finetune_right_pad_id|>")),
-                  "qwen3": dict(bos=None, eos=(151645, "<|im_end|>"), pad=(151643, "<|endoftext|>"))}
+                  "qwen3": dict(bos=None, eos=(151645, "<|im_end|>"), pad=(151643, "<|endoftext|>")),
+                  "gemma2": GEMMA_TOKENS, "gemma3_text": GEMMA_TOKENS,
+                  "phi3": dict(bos=(199999, "<|endoftext|>"), eos=(199999, "<|endoftext|>"), pad=(200063, "<|pad|>"))}
 
 
 def write_tokenizer(config, out_dir):
     """A word-level fast tokenizer over config.vocab_size ids: `<t{i}>` for each id, the special tokens at
     their ids. Only padding and the special-token ids matter here (the rows are token ids already)."""
     import tokenizers
+    if config.model_type not in SPECIAL_TOKENS:
+        raise ValueError(f"no special tokens for model_type {config.model_type!r}: add them to SPECIAL_TOKENS")
     special = {k: v for k, v in SPECIAL_TOKENS[config.model_type].items() if v is not None}
-    vocab = {f"<t{i}>": i for i in range(config.vocab_size)}
-    for i, token in special.values():
-        del vocab[f"<t{i}>"]
-        vocab[token] = i
+    tokens = dict(special.values())  # id -> token (one role may share another's token: Phi-3's bos and eos)
+    vocab = {f"<t{i}>": i for i in range(config.vocab_size) if i not in tokens}
+    vocab.update({token: i for i, token in tokens.items()})
     model = tokenizers.models.WordLevel(vocab, unk_token=special["pad"][1])
     tok = tokenizers.Tokenizer(model)
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens([tokenizers.AddedToken(t, special=True) for _, t in special.values()])
+    tok.add_special_tokens([tokenizers.AddedToken(t, special=True) for t in tokens.values()])
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=config.max_position_embeddings,
                                                 **{f"{k}_token": t for k, (_, t) in special.items()})
     fast.save_pretrained(out_dir)
@@ -131,10 +141,12 @@ def main():
     args = p.parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
+    model_type = transformers.AutoConfig.from_pretrained(args.model).model_type
     model, tokenizer = FastLanguageModel.from_pretrained(model_view(args.model), max_seq_length=args.max_seq_length,
                                                          dtype=torch.bfloat16, load_in_4bit=args.load_in_4bit)
     model = FastLanguageModel.get_peft_model(model, r=16, lora_alpha=16, lora_dropout=0, bias="none",
-                                             target_modules=PROJECTIONS, use_gradient_checkpointing="unsloth",
+                                             target_modules=projections(model_type),
+                                             use_gradient_checkpointing="unsloth",
                                              random_state=3407)
     rows = [json.loads(line) for line in open(args.data)]
     rows = rows[:args.rows] if args.rows else rows

@@ -3,8 +3,13 @@
   liger    the reference loop (transformers + PEFT) on Liger kernels (reference_train.py --liger)
 Both report tokens/s per GPU the way reference_train.py does. A peer that cannot run (a missing
 wheel, an error in its code, a timeout) gives {"error": <why>} instead of stopping the benchmark.
-Their packages travel as wheels: bench/peer_wheels.sh.
+Their packages travel as wheels: bench/peer_wheels.sh. One peer alone, on one shape and setting (what
+bench/gpu_families.sh runs beside ours on another GPU), prints its result as one JSON line:
+
+  python3 bench/peers.py unsloth --model /tmp/bench/gemma-2-9b --data /tmp/bench/gemma-2-9b.jsonl \
+      --setting seed --steps 8 --warmup 5 --work /tmp/bench --timeout 200
 """
+import argparse
 import json
 import os
 import re
@@ -17,7 +22,8 @@ PEERS = ("unsloth", "liger")
 # "best" for each peer: the micro-batches tried (accumulation 1), the fastest reported. Unsloth packs
 # rows into 2048-token sequences (its sample packing): our packed row counts and twice them. Liger
 # pads each batch to its longest row, but keeps no logits, so it fits larger batches than the reference.
-UNSLOTH_BEST_PACKED_ROWS = {"llama-3.2-1b": [8, 16], "qwen3-8b": [1, 4]}
+UNSLOTH_BEST_PACKED_ROWS = {"llama-3.2-1b": [8, 16], "qwen3-8b": [1, 4], "gemma-3-4b": [2, 4], "gemma-2-9b": [1, 4],
+                            "phi-4-mini": [2, 4]}
 LIGER_BEST_BATCH = {"llama-3.2-1b": [8, 16], "qwen3-8b": [4, 8]}
 
 
@@ -117,3 +123,34 @@ def run(peer, model, data, setting, settings, n, variant, variant_flags, args):
     if len(results) > 1:
         best["tries"] = results
     return best
+
+
+def main():
+    import bench  # its settings and variants (bench imports this module: not at the top)
+    p = argparse.ArgumentParser()
+    p.add_argument("peer", choices=PEERS)
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--setting", default="seed", choices=list(bench.SETTINGS))
+    p.add_argument("--variant", default="lora", choices=list(bench.VARIANTS))
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--steps", type=int, default=8, help="timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="steps before timing")
+    p.add_argument("--work", default="/tmp/bench")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per configuration")
+    p.add_argument("--quick", action="store_true", help="'best': the first configuration only")
+    p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    # run() reads the options under bench.py's names
+    options = argparse.Namespace(peer_quick=args.quick, ref_steps=args.steps, peer_warmup=args.warmup,
+                                 work=args.work, timeout=args.timeout, dry_run=args.dry_run)
+    result = run(args.peer, args.model, args.data, args.setting, bench.SETTINGS, args.gpus, args.variant,
+                 bench.VARIANTS[args.variant][1], options)
+    if result is not None:
+        print(json.dumps(dict(result, peer=args.peer, shape=os.path.basename(args.model), setting=args.setting)),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

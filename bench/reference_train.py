@@ -1,12 +1,14 @@
 """The reference: a hand-written PyTorch DDP + transformers + PEFT LoRA loop, bf16 base, fp32
-adapters, gradient checkpointing, fused AdamW, token-normalised loss. With --load_in_4bit the base
-is quantized by transformers + bitsandbytes (NF4, double quantization, bf16 compute: QLoRA) and
-PEFT wraps its Linear4bit layers; --optim adamw_8bit uses bitsandbytes' AdamW8bit. With --liger the same loop
-runs on Liger kernels (a benchmark peer): liger_kernel patches transformers' Llama/Qwen3 classes before the model
-is made (RMSNorm, SwiGLU MLP, RoPE, and the LM head fused with the cross-entropy, so no logits are kept), and the
-loss comes from the model's forward (sum over tokens / num_items_in_batch, the same normalisation). Launch with
-torchrun (or plain python for one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding
-tokens), optimizer steps/s and peak GPU memory, measured after `--warmup_steps` steps.
+adapters, gradient checkpointing, fused AdamW, token-normalised loss; the LoRA on every linear projection
+of the family (Phi-3's fused qkv_proj and gate_up_proj), Gemma-2 on transformers' eager attention (the
+one that soft-caps). With --load_in_4bit the base is quantized by transformers + bitsandbytes (NF4,
+double quantization, bf16 compute: QLoRA) and PEFT wraps its Linear4bit layers; --optim adamw_8bit uses
+bitsandbytes' AdamW8bit. With --liger the same loop runs on Liger kernels (a benchmark peer): liger_kernel
+patches transformers' Llama/Qwen3 classes before the model is made (RMSNorm, SwiGLU MLP, RoPE, and the LM
+head fused with the cross-entropy, so no logits are kept), and the loss comes from the model's forward
+(sum over tokens / num_items_in_batch, the same normalisation). Launch with torchrun (or plain python for
+one GPU). Prints one JSON line (rank 0) with tokens/s per GPU (non-padding tokens), optimizer steps/s and
+peak GPU memory, measured after `--warmup_steps` steps.
 """
 import json
 import os
@@ -47,18 +49,21 @@ def main():
     if args.liger:
         apply_liger(args.model)
 
+    model_type = transformers.AutoConfig.from_pretrained(args.model).model_type
+    # transformers' default SDPA attention drops Gemma-2's attn_logit_softcapping without a word; its
+    # eager attention computes the model (as bench/gpu_parity.py's reference does).
+    load = dict(dtype=torch.bfloat16, attn_implementation="eager" if model_type == "gemma2" else None)
     if args.load_in_4bit:
         quantization = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                                        bnb_4bit_use_double_quant=True,
                                                        bnb_4bit_compute_dtype=torch.bfloat16)
-        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16,
-                                                                  quantization_config=quantization,
-                                                                  device_map={"": local_rank})
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, quantization_config=quantization,
+                                                                  device_map={"": local_rank}, **load)
     else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, **load).to(device)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.enable_input_require_grads()
-    model = peft.get_peft_model(model, lora_config())
+    model = peft.get_peft_model(model, lora_config(model_type))
     # from_pretrained returns eval mode, where transformers skips checkpointing: train() makes the
     # checkpointed layers recompute (dropout is 0, so nothing else changes).
     model.train()

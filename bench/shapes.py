@@ -12,6 +12,10 @@
   mixtral-8x7b-4l   Mixtral-8x7B's per-layer shapes (8 experts of 14336, top-2), 4 of its 32 layers
   phi-4-mini    Phi-4-mini's config (fused qkv/gate_up, partial rotary 0.75, longrope; the long
                 factors are a ramp of the real one's range, 1 to 64, not its values)
+  gemma-3-4b-6l, gemma-2-9b-4l, phi-4-mini-4l
+                the same per-layer shapes and configs with 6, 4 and 4 layers (one period of
+                Gemma-3's 5-local:1-global pattern, two of Gemma-2's alternation): the families' GPU
+                parity runs (bench/gpu_families.sh), where an fp32 copy of the model is made as well
 Weights are random (no hub access): speed and memory depend only on the shapes.
 """
 import argparse
@@ -75,6 +79,19 @@ SHAPES = {
         max_position_embeddings=32768, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
         eos_token_id=2, sliding_window=None, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 }
+
+
+def fewer_layers(shape, layers):
+    """`shape`'s config with its first `layers` decoder layers (and their layer types)."""
+    config_class, model_class, kwargs = SHAPES[shape]
+    kwargs = dict(kwargs, num_hidden_layers=layers)
+    if "layer_types" in kwargs:
+        kwargs["layer_types"] = kwargs["layer_types"][:layers]
+    return config_class, model_class, kwargs
+
+
+for _shape, _layers in (("gemma-3-4b", 6), ("gemma-2-9b", 4), ("phi-4-mini", 4)):
+    SHAPES[f"{_shape}-{_layers}l"] = fewer_layers(_shape, _layers)
 
 
 def make_model(shape, out_dir, seed=0):

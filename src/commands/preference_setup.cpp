@@ -113,8 +113,9 @@ TrainingObjective training_objective_for(Action action, const Options& options, 
     return out;
   }
   if (action != Action::Dpo) {
-    out.objective = std::make_unique<CausalLmObjective>(model.config());
-    out.description = "causal_lm";
+    const LmHeadLoss tiling = lm_head_loss_from_name(options.lm_head_loss);
+    out.objective = std::make_unique<CausalLmObjective>(model.config(), tiling);
+    out.description = "causal_lm (LM head loss in " + lm_head_loss_name(tiling) + ")";
     return out;
   }
   DpoLossConfig config;

@@ -139,6 +139,7 @@ AttachedAdapter setup_adapter(CausalLM& model, const AdapterSetup& setup) {
     log::info("starting from adapter " + setup.init_adapter + " (r=" + std::to_string(attached.config.r) + ")");
   }
   attached.trainable = attach_lora(model, attached.config, setup.random_state);
+  set_lora_operand_cache(model, setup.lora_operand_cache);
   if (!setup.init_adapter.empty()) load_adapter_weights(model, setup.init_adapter);
   return attached;
 }

@@ -42,6 +42,7 @@ AdapterSetup adapter_setup_from(const Options& options) {
   setup.lora.bias = options.bias;
   setup.lora.modules_to_save = options.modules_to_save;
   setup.gradient_checkpointing = options.use_gradient_checkpointing;
+  setup.lora_operand_cache = options.lora_operand_cache;
   // train reads --init_adapter, generate/chat/export --adapter, eval either (the parser refuses
   // both at once): one adapter to load, named as the user named it.
   const bool adapter_named = options.init_adapter.empty() && !options.adapter.empty();

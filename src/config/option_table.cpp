@@ -15,6 +15,7 @@
 #include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
 #include "finetune/train/checkpoint_policy.h"
+#include "finetune/train/lm_head_loss_names.h"
 #include "finetune/train/lr_scheduler_names.h"
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/optimizer_names.h"
@@ -289,6 +290,11 @@ std::vector<OptionRow> build_option_table() {
                "recompute activations in the backward pass (\"unsloth\" means true)", {"unsloth"}),
       int_row("random_state", {"LoRA", kTrain}, &Options::random_state, 0, "seed for the LoRA A initialisation"),
       bool_row("use_rslora", {"LoRA", kTrain}, &Options::use_rslora, "rank-stabilised scaling alpha/sqrt(r)"),
+      bool_row("lora_operand_cache", {"LoRA", kTrain}, &Options::lora_operand_cache,
+               "on CUDA in bf16/fp16, keep each adapter's half-precision [hi, lo] split of lora_A and lora_B from "
+               "one optimizer step to the next (4 bytes per adapter weight: 0.16 GiB on Qwen3-8B at r 16); false "
+               "splits them again in every forward and recompute that reads them (one small kernel per adapter "
+               "per use) and frees them with the layer: the same values, less memory at the step's peak"),
       bool_row("use_dora", {"LoRA", kTrain}, &Options::use_dora,
                "DoRA: weight-decomposed LoRA (PEFT's use_dora), a trained magnitude per output row"),
       unsupported_string_row("loftq_config", {"LoRA", kTrain},
@@ -369,7 +375,13 @@ std::vector<OptionRow> build_option_table() {
                  ChoiceSet{offload_activations_names()},
                  "with gradient checkpointing, keep each layer's checkpointed input in pinned host memory until its "
                  "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
-                 "device memory free when training starts (never on the CPU)"),
+                 "device memory free when training starts (never on the CPU; never for CUDA-graph micro-steps, "
+                 "which true offloads too, into one pinned arena)"),
+      choice_row("lm_head_loss", {"training", kTrain}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
+                 "how the fused LM head + cross-entropy of training walks the trained positions x vocabulary "
+                 "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
+                 "logsumexp) or row_chunks (~256 MiB of fp32 logits of whole-vocabulary rows at a time); the "
+                 "same loss and gradients either way (row_chunks is the default until vocab_tiles is timed on a GPU)"),
 
       // --- preference training (dpo, orpo): TRL 1.16's DPOConfig / ORPOConfig
       float_row("beta", {"preference", kPreference}, &Options::beta, kPositive,

@@ -137,6 +137,15 @@ NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t ran
   return lora_parameters(model);
 }
 
+void set_lora_operand_cache(CausalLM& model, bool cache) {
+  for (auto& [name, linear] : model.named_linears()) {
+    auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get());
+    if (!lora) continue;
+    lora->cache_operands = cache;
+    if (!cache) lora->half_precision_operands.reset();
+  }
+}
+
 void mark_modules_to_save(CausalLM& model, const std::vector<std::string>& modules) {
   for (const auto& module : modules) {
     const std::string why = module_to_save_refusal(module);

@@ -27,7 +27,9 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool tr
 }
 
 void LoraAdapter::refresh_derived_tensors(at::ScalarType dtype) const {
-  if (kernels.half_precision_lora && is_half_precision(dtype)) finetune::half_precision_operands(*this, dtype);
+  if (cache_operands && kernels.half_precision_lora && is_half_precision(dtype)) {
+    finetune::half_precision_operands(*this, dtype);
+  }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LoraAdapter::named_parameters() const {

@@ -31,7 +31,8 @@ void check_split_target(const SplitTarget& target) {
 }
 
 #ifdef FINETUNE_WITH_CUDA
-// All targets in one launch: their jobs travel to the device in one copy.
+// All targets in one launch: up to kSplitJobsByValue jobs as the kernel's arguments (capturable:
+// Note [Operands split per use] in half_precision_lora_linear.cpp), more in one copy to the device.
 void split_hi_lo_into_cuda(const std::vector<SplitTarget>& targets) {
   const auto& first = targets.front().out;
   std::vector<cuda_kernels::SplitOperandJob> jobs;
@@ -44,6 +45,14 @@ void split_hi_lo_into_cuda(const std::vector<SplitTarget>& targets) {
     jobs.push_back({target.source.data_ptr<float>(), target.out.data_ptr(), target.source.size(0),
                     target.source.size(1), target.dim});
     max_elements = std::max(max_elements, target.source.numel());
+  }
+  const auto count = static_cast<int64_t>(jobs.size());
+  if (count <= cuda_kernels::kSplitJobsByValue) {
+    cuda_kernels::check_launch(cuda_kernels::lora_split_operands_by_value(jobs.data(), count, max_elements,
+                                                                           cuda_kernels::half_kind(first),
+                                                                           cuda_kernels::current_stream(first)),
+                               "lora_split_operands_by_value");
+    return;
   }
   const auto bytes = static_cast<int64_t>(jobs.size() * sizeof(cuda_kernels::SplitOperandJob));
   auto host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));

@@ -2,6 +2,7 @@
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/accumulate.h>
 
 #include "finetune/util/errors.h"
 
@@ -22,6 +23,14 @@ namespace finetune {
 //    stream's work so far (the block's previous users).
 // Host copies live on one side stream, so each copy back follows its copy out (stream order).
 // Bits do not change: a copy is a copy, and the recompute reads the same values.
+// With an arena (Note [Offload arena]), for micro-steps captured as CUDA graphs, the copy out goes
+// to the arena instead of a pinned tensor of its own, and its input's block is not recorded on
+// the side stream (the caching allocator would keep a block with a stream use until the capture
+// ends, saving nothing): the compute stream waits for the copy out at the end of the layer's
+// forward (finish_offload, before the input is dropped), so the block's reuse follows the copy in
+// stream order. The copy overlaps the layer it was started before. Every side-stream copy is
+// joined back into the compute stream by an event (the copy out by finish_offload, the copy back
+// by restore), as a capture requires of a stream it forks.
 
 namespace {
 
@@ -36,6 +45,23 @@ void order_after(const c10::Stream& stream, const c10::Stream& waiter) {
 
 }  // namespace
 
+OffloadArena::OffloadArena(const at::Device& device, int64_t capacity_bytes)
+    : buffer_(at::empty({capacity_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(is_cuda(device)))) {}
+
+at::Tensor OffloadArena::view(int64_t offset, at::IntArrayRef sizes, at::ScalarType dtype) const {
+  const int64_t bytes = c10::multiply_integers(sizes) * static_cast<int64_t>(c10::elementSize(dtype));
+  if (offset < 0 || offset + bytes > capacity_bytes()) {
+    throw Error("activation offload arena: " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                " do not fit its " + std::to_string(capacity_bytes()) + " bytes");
+  }
+  return buffer_.narrow(0, offset, bytes).view(dtype).view(sizes);
+}
+
+int64_t offload_arena_bytes(int64_t tokens, int64_t hidden_size, int64_t layers, at::ScalarType dtype) {
+  const int64_t slot = tokens * hidden_size * static_cast<int64_t>(c10::elementSize(dtype));
+  return (slot + kOffloadSlotAlignment - 1) / kOffloadSlotAlignment * kOffloadSlotAlignment * layers;
+}
+
 std::optional<int64_t> offload_above_bytes(OffloadActivations mode, std::optional<int64_t> free_device_bytes) {
   switch (mode) {
     case OffloadActivations::kOn: return 0;
@@ -47,31 +73,57 @@ std::optional<int64_t> offload_above_bytes(OffloadActivations mode, std::optiona
   return std::nullopt;
 }
 
-ActivationOffloader::ActivationOffloader(const at::Device& device) : device_(device) {
+ActivationOffloader::ActivationOffloader(const at::Device& device, std::shared_ptr<const OffloadArena> arena)
+    : device_(device), arena_(std::move(arena)) {
   if (is_cuda(device_)) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
     side_stream_ = guard.getStreamFromGlobalPool(guard.getDevice(), /*isHighPriority=*/false);
   }
 }
 
+// The host tensor a slot's copy of `input` goes to: the arena's next bytes, or a tensor of its own.
+at::Tensor ActivationOffloader::host_copy_of(const at::Tensor& input) {
+  if (!arena_) {
+    return at::empty(input.sizes(), input.options().device(at::kCPU).pinned_memory(side_stream_.has_value()));
+  }
+  auto host = arena_->view(arena_offset_, input.sizes(), input.scalar_type());
+  arena_offset_ += offload_arena_bytes(input.numel(), 1, 1, input.scalar_type());
+  return host;
+}
+
 size_t ActivationOffloader::offload(const at::Tensor& input) {
   std::lock_guard<std::mutex> lock(mutex_);
   Slot slot;
+  slot.host = host_copy_of(input);
   if (side_stream_) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
-    slot.host = at::empty(input.sizes(), input.options().device(at::kCPU).pinned_memory(true));
     order_after(guard.getStream(input.device()), *side_stream_);
     {
       const c10::StreamGuard on_side(*side_stream_);
       slot.host.copy_(input, /*non_blocking=*/true);
     }
-    guard.recordDataPtrOnStream(input.storage().data_ptr(), *side_stream_);
+    if (arena_) {
+      slot.copied.emplace(device_.type());
+      slot.copied->record(*side_stream_);
+    } else {
+      guard.recordDataPtrOnStream(input.storage().data_ptr(), *side_stream_);
+    }
   } else {
-    slot.host = input.clone();  // the CPU: host memory already; a copy keeps the bookkeeping the same
+    slot.host.copy_(input);  // the CPU: host memory already; a copy keeps the bookkeeping the same
   }
   slots_.push_back(std::move(slot));
   trace_.push_back({OffloadRecord::kOffloaded, slots_.size() - 1});
   return slots_.size() - 1;
+}
+
+void ActivationOffloader::finish_offload(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
+  Slot& slot = slots_[index];
+  if (!slot.copied) return;
+  const c10::impl::VirtualGuardImpl guard(device_.type());
+  slot.copied->block(guard.getStream(side_stream_->device()));
+  slot.copied.reset();
 }
 
 void ActivationOffloader::start_prefetch(size_t index) {

@@ -327,7 +327,7 @@ std::shared_ptr<ActivationOffloader> CausalLM::activation_offloader(const at::Te
   const int64_t input_bytes = embedded.numel() * static_cast<int64_t>(embedded.element_size()) *
                               static_cast<int64_t>(layers_.size());  // every layer's checkpointed input
   if (input_bytes <= *options.offload_activations_above_bytes) return nullptr;
-  return std::make_shared<ActivationOffloader>(device_);
+  return std::make_shared<ActivationOffloader>(device_, options.offload_arena);
 }
 
 bool CausalLM::adapters_draw_random_numbers() const {

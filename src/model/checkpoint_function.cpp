@@ -37,7 +37,9 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       ctx->save_for_backward({hidden});
     }
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
-    return layer(hidden);
+    auto output = layer(hidden);
+    if (offloader) offloader->finish_offload(state->offload_slot);  // before the caller drops `hidden`
+    return output;
   }
 
   static at::Tensor saved_input(torch::autograd::AutogradContext* ctx, const RecomputeState& state) {

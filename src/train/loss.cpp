@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "finetune/data/sample.h"
+#include "finetune/model/half_gemm.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -17,6 +18,9 @@ namespace {
 // QLoRA at 2048 tokens under 8 GiB, and the chunk's GEMM (rows x hidden x vocab) still runs at
 // full speed (bench/RESULTS.md, issue 12).
 constexpr int64_t kLogitChunkBytes = int64_t{256} << 20;
+// A vocabulary tile's fp32 logits (Note [Vocabulary-tiled LM head loss]): with its model-dtype
+// logits and probabilities and the row tile's two (rows x hidden) fp32 sums, ~64 MiB is live at once.
+constexpr int64_t kLogitTileBytes = int64_t{32} << 20;
 
 // Note [Fused LM head + cross-entropy]
 // Training never keeps (tokens x vocab) logits alive for the backward pass. The forward pass
@@ -86,7 +90,153 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
   }
 };
 
+// Note [Vocabulary-tiled LM head loss]
+// The same loss and hidden-state gradient as Note [Fused LM head + cross-entropy], with the logits
+// walked in tiles of (at most kLogitTileRows rows) x (logit_tile_vocab columns, ~32 MiB of fp32)
+// instead of row chunks of the whole vocabulary (~256 MiB). For each row tile the vocabulary is
+// swept once, keeping per row a running maximum m, the sum S = sum exp(z - m) and an fp32
+// accumulator G = sum exp(z - m) z' W_v (z' the soft-cap's slope, 1 without one); when a tile
+// raises m, S and G are rescaled by exp(m_old - m_new) first (the online softmax of flash
+// attention). At the end logsumexp = m + log S, the token loss is logsumexp - z_target and
+// d loss / d h = G / S - z'_target W_target: (softmax - onehot) W without a (rows x vocab) tensor.
+// Each tile runs the two GEMMs of the row-chunk path (logits, and probabilities times W), so the
+// arithmetic is the same; the weight is read twice per row tile of at most 512 rows, as the row
+// chunks (441 rows at Qwen3's vocabulary) read it twice per chunk. The extra work is the rescale:
+// each tile's product written in fp32 and added to G (rows x hidden fp32) rescaled, ~24 MiB of
+// traffic per 512-row tile (~1 GB, ~0.3 ms per 2,048 rows at Qwen3-8B's 152k x 4,096 head), and
+// about 15 small kernels per tile (40 tiles per 2,048 rows there) where a row chunk launches 10.
+// The logits are those of the row-chunk path (the head GEMM in the model dtype, upcast); the
+// probabilities are rounded to the model dtype for their GEMM as there, but relative to m rather
+// than to logsumexp, and the products are summed in fp32 over the tiles and rounded once at the end.
+struct RowTileState {
+  int64_t tile_vocab = 0;    // columns of every tile but the last
+  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in
+  at::Tensor target_column;  // (n, 1) int64: its column there
+  at::Tensor running_max;    // (n) fp32: m
+  at::Tensor exp_sum;        // (n) fp32: S
+  at::Tensor target_logit;   // (n) fp32
+  at::Tensor target_slope;   // (n) fp32: the soft-cap's slope at the target; undefined without one
+  at::Tensor grad_sum;       // (n, C) fp32: G
+};
+
+// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab columns.
+RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab) {
+  RowTileState state;
+  state.tile_vocab = tile_vocab;
+  state.target_tile = targets.div(tile_vocab, "floor");                          // (n)
+  state.target_column = (targets - state.target_tile * tile_vocab).unsqueeze(1);  // (n, 1)
+  return state;
+}
+
+// One (rows x vocabulary tile) step of Note [Vocabulary-tiled LM head loss]: weight_tile holds the
+// vocabulary rows of tile `tile` (tile_vocab columns each, the last one possibly fewer). The first
+// tile of a row sweep starts the running sums.
+void sweep_vocab_tile(RowTileState& state, const at::Tensor& rows, const at::Tensor& weight_tile, int64_t tile,
+                      const Softcap& softcap, bool fp32_output_gemm) {
+  const bool first = !state.running_max.defined();
+  auto [logits, slope] = head_logits(rows, weight_tile, softcap);  // (n, v) fp32; slope holds tanh
+  if (slope.defined()) slope.square_().neg_().add_(1);             // 1 - tanh^2
+  // The target's logit (and slope) from the tile it lies in: each target lies in exactly one. Rows
+  // whose target lies elsewhere gather a column of this tile (their own column can be past its
+  // end only in the last, shorter tile) and keep their value.
+  const int64_t v = logits.size(1);
+  const auto inside = state.target_tile.eq(tile);  // (n)
+  const auto column = v < state.tile_vocab ? state.target_column.clamp_max(v - 1) : state.target_column;  // (n, 1)
+  const auto zero = first ? at::zeros({}, logits.options()) : at::Tensor();
+  state.target_logit = at::where(inside, logits.gather(1, column).squeeze(1), first ? zero : state.target_logit);
+  if (slope.defined()) {
+    state.target_slope = at::where(inside, slope.gather(1, column).squeeze(1), first ? zero : state.target_slope);
+  }
+  const auto tile_max = logits.amax(1);  // (n)
+  at::Tensor rescale;                    // (n): exp(m_old - m_new)
+  if (first) {
+    state.running_max = tile_max;
+  } else {
+    auto raised = at::maximum(state.running_max, tile_max);
+    rescale = (state.running_max - raised).exp_();
+    state.running_max = raised;
+  }
+  auto probs = logits.sub_(state.running_max.unsqueeze(1)).exp_();  // (n, v), in place
+  auto tile_sum = probs.sum(1);                                     // (n)
+  if (slope.defined()) probs.mul_(slope);
+  auto product = matmul_to_float(probs.to(weight_tile.scalar_type()), weight_tile, fp32_output_gemm);  // (n, C)
+  if (first) {
+    state.exp_sum = tile_sum;
+    state.grad_sum = product;
+    return;
+  }
+  state.exp_sum = tile_sum.addcmul_(state.exp_sum, rescale);
+  state.grad_sum = product.addcmul_(state.grad_sum, rescale.unsqueeze(1));
+}
+
+struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCrossEntropy> {
+  // As FusedLinearCrossEntropy::forward (the same arguments and result), in vocabulary tiles.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& targets, const RowWeights& row_weights_of_targets,
+                            const Softcap& softcap, bool fp32_output_gemm) {
+    const at::Tensor& target_weights = row_weights_of_targets.weights;
+    auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
+    auto grad_hidden = at::empty_like(hidden);  // (N, C)
+    const int64_t count = hidden.size(0), vocab_size = weight.size(0);
+    for (int64_t start = 0; start < count; start += kLogitTileRows) {
+      const int64_t n = std::min(kLogitTileRows, count - start);
+      const auto rows = hidden.narrow(0, start, n);                  // (n, C)
+      const auto row_targets = targets.narrow(0, start, n);          // (n)
+      const int64_t tile_vocab = logit_tile_vocab(n, vocab_size);
+      RowTileState state = row_sweep_start(row_targets, tile_vocab);
+      for (int64_t tile = 0; tile * tile_vocab < vocab_size; ++tile) {
+        const int64_t vocab_start = tile * tile_vocab, v = std::min(tile_vocab, vocab_size - vocab_start);
+        sweep_vocab_tile(state, rows, weight.narrow(0, vocab_start, v), tile, softcap, fp32_output_gemm);
+      }
+      auto token_losses = state.exp_sum.log().add_(state.running_max).sub_(state.target_logit);  // (n)
+      auto grad = state.grad_sum.div_(state.exp_sum.unsqueeze(1));                               // (n, C) fp32
+      const auto target_rows = weight.index_select(0, row_targets);                               // (n, C)
+      if (state.target_slope.defined()) {
+        grad.addcmul_(target_rows, state.target_slope.neg().unsqueeze(1));
+      } else {
+        grad.sub_(target_rows);
+      }
+      if (target_weights.defined()) {
+        const auto row_weights = target_weights.narrow(0, start, n);  // (n)
+        token_losses.mul_(row_weights);
+        grad.mul_(row_weights.unsqueeze(1));
+      }
+      total += token_losses.sum();
+      grad_hidden.narrow(0, start, n).copy_(grad);
+    }
+    ctx->save_for_backward({grad_hidden});
+    return total;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto grad_hidden = ctx->get_saved_variables()[0];
+    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+LmHeadLoss lm_head_loss_from_name(const std::string& name) {
+  const auto& names = lm_head_loss_names();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == name) return static_cast<LmHeadLoss>(i);
+  }
+  throw Error("lm_head_loss: unknown tiling \"" + name + "\" (vocab_tiles or row_chunks)");
+}
+
+const std::string& lm_head_loss_name(LmHeadLoss tiling) { return lm_head_loss_names().at(static_cast<size_t>(tiling)); }
+
+HeadLossOptions head_loss_options(const CausalLM& model, LmHeadLoss tiling) {
+  return {tiling, model.kernel_policy().half_gemm_fp32_output};
+}
+
+int64_t logit_tile_vocab(int64_t rows, int64_t vocab_size) {
+  constexpr int64_t kAlign = 128;
+  const int64_t columns = kLogitTileBytes / (std::max<int64_t>(rows, 1) * static_cast<int64_t>(sizeof(float)));
+  return std::min(vocab_size, std::max(kAlign, columns / kAlign * kAlign));
+}
 
 void backward_normalised_loss(const at::Tensor& loss_sum, const at::Tensor& global_tokens,
                               const at::Tensor& loss_scale) {
@@ -110,21 +260,28 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
   return causal_lm_loss_sum(model, hidden, positions, targets.index_select(0, positions));
 }
 
-at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets) {
-  return causal_lm_loss_sum(model, hidden, targets.positions, targets.ids, targets.weights);
+at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets,
+                              LmHeadLoss tiling) {
+  return output_head_loss_sum(model.output_head(), hidden, targets, head_loss_options(model, tiling));
 }
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights) {
-  return output_head_loss_sum(model.output_head(), hidden, {target_positions, target_ids, target_weights});
+  return output_head_loss_sum(model.output_head(), hidden, {target_positions, target_ids, target_weights},
+                              head_loss_options(model, LmHeadLoss::vocab_tiles));
 }
 
-at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets) {
+at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets,
+                                const HeadLossOptions& options) {
   // Masked positions cost nothing here: only the N trained rows are gathered (N x C copies; the
   // gather's backward scatters into a (B*T, C) gradient), and only they go through the head.
   auto selected = hidden.reshape({-1, hidden.size(-1)}).index_select(0, targets.positions);  // (N, C)
   const Softcap softcap{head.final_logit_softcapping};
   if (selected.requires_grad() && at::GradMode::is_enabled()) {
+    if (options.tiling == LmHeadLoss::vocab_tiles) {
+      return VocabTiledCrossEntropy::apply(selected, head.weight, targets.ids, RowWeights{targets.weights}, softcap,
+                                           options.fp32_output_gemm);
+    }
     return FusedLinearCrossEntropy::apply(selected, head.weight, targets.ids, RowWeights{targets.weights}, softcap);
   }
   if (targets.weights.defined()) throw Error("causal_lm_loss_sum: target weights are for training (the fused loss)");

@@ -15,11 +15,11 @@ bool adds_router_loss(const ModelConfig& config) {
 }
 
 CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInputs& batch,
-                                    const ForwardOptions& forward) {
+                                    const ForwardOptions& forward, LmHeadLoss tiling) {
   CausalLmLoss out;
   if (!adds_router_loss(model.config())) {
     out.hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, forward);  // (B, T, C)
-    out.loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets);
+    out.loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets, tiling);
     return out;
   }
   // Note [Router load-balancing loss]
@@ -32,7 +32,7 @@ CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInput
   out.hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, with_router);  // (B, T, C)
   const auto& moe = *model.config().moe;
   const auto aux = load_balancing_loss(router_logits, moe.num_experts, moe.num_experts_per_tok, batch.token_mask);
-  const auto loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets);
+  const auto loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets, tiling);
   if (batch.targets.weights.defined()) {
     // Weighted rows (a graph's weight-0 filler rows): the trained count is their weights' sum, on
     // the device, so a replayed graph reads no host value.
@@ -47,7 +47,8 @@ CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInput
   return out;
 }
 
-CausalLmObjective::CausalLmObjective(const ModelConfig& config) : router_loss_(adds_router_loss(config)) {}
+CausalLmObjective::CausalLmObjective(const ModelConfig& config, LmHeadLoss tiling)
+    : router_loss_(adds_router_loss(config)), tiling_(tiling) {}
 
 double CausalLmObjective::normaliser_share(const HostBatch& batch) const {
   return static_cast<double>(batch.trainable_tokens);
@@ -55,7 +56,7 @@ double CausalLmObjective::normaliser_share(const HostBatch& batch) const {
 
 at::Tensor CausalLmObjective::loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                                        const ForwardOptions& forward) const {
-  return causal_lm_forward_loss(model, batch, forward).loss_sum;
+  return causal_lm_forward_loss(model, batch, forward, tiling_).loss_sum;
 }
 
 std::vector<std::string> CausalLmObjective::metric_names() const {
@@ -65,7 +66,7 @@ std::vector<std::string> CausalLmObjective::metric_names() const {
 
 LossAndMetrics CausalLmObjective::loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,
                                                        const ForwardOptions& forward) const {
-  const CausalLmLoss loss = causal_lm_forward_loss(model, batch, forward);
+  const CausalLmLoss loss = causal_lm_forward_loss(model, batch, forward, tiling_);
   if (router_loss_ != loss.aux_loss_sum.defined()) {
     throw Error("causal_lm objective: built for a model " + std::string(router_loss_ ? "with" : "without") +
                 " the router load-balancing loss, run on one " + (router_loss_ ? "without" : "with"));

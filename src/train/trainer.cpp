@@ -48,8 +48,9 @@ ForwardOptions training_forward(const TrainerConfig& config, const at::Device& d
   return options;
 }
 
-// CUDA graphs capture short micro-steps, whose inputs are never worth offloading; the offload
-// copies (host memory, side stream) are not capturable.
+// CUDA graphs capture short micro-steps: their inputs go to host memory only with
+// --offload_activations true, into the graphs' own arena (MicroStepGraphsConfig::offload_activations),
+// never by auto's threshold, whose pinned tensor per input could not be captured.
 ForwardOptions without_offloading(ForwardOptions options) {
   options.offload_activations_above_bytes.reset();
   return options;
@@ -103,8 +104,9 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   const bool graphs_asked = config.cuda_graphs && config.neftune_noise_alpha == 0;
   const std::string graphs_unsupported = graphs_asked ? micro_step_graphs_unsupported_reason(model, objective) : "";
   if (graphs_asked && graphs_unsupported.empty()) {
-    graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), MicroStepGraphsConfig{},
-                                                 objective);
+    MicroStepGraphsConfig graph_config;
+    graph_config.offload_activations = config.offload_activations == OffloadActivations::kOn;
+    graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), graph_config, objective);
   } else if (graphs_asked && model.device().is_cuda() && communicator.rank() == 0) {
     log::info("CUDA graphs off: " + graphs_unsupported + "; micro-steps run eagerly");
   }

@@ -20,6 +20,7 @@
 #include "finetune/model/dtype_names.h"
 #include "finetune/model/offload_activations_names.h"
 #include "finetune/model/projection_names.h"
+#include "finetune/train/loss.h"
 #include "finetune/train/lr_schedule.h"
 #include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/train/micro_step_graphs.h"
@@ -70,6 +71,16 @@ TEST(OptionConsumers, OffloadActivationsNamesMeanTheSameToParserAndTrainer) {
     EXPECT_EQ(trainer_config_from(options, 10).offload_activations, modes.at(name)) << name;
   }
   EXPECT_THROW(parse_train({"--offload_activations", "sometimes"}), UsageError);
+}
+
+TEST(OptionConsumers, LmHeadLossNamesMeanTheSameToParserAndLoss) {
+  EXPECT_EQ(spec_of("lm_head_loss").choices, lm_head_loss_names());
+  EXPECT_EQ(parse_train({}).options.lm_head_loss, "row_chunks");
+  for (const auto& name : lm_head_loss_names()) {
+    const auto parsed = parse_train({"--lm_head_loss", name}).options.lm_head_loss;
+    EXPECT_EQ(lm_head_loss_name(lm_head_loss_from_name(parsed)), name);
+  }
+  EXPECT_THROW(parse_train({"--lm_head_loss", "columns"}), UsageError);
 }
 
 TEST(OptionConsumers, StepPlanningNamesMeanTheSameToParserAndStream) {
@@ -215,6 +226,11 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
                                                         {"use_dora", "false"}, {"target_modules", "q_proj,v_proj"},
                                                         {"target_parameters", "mlp.experts.gate_up_proj,mlp.experts.down_proj"},
                                                         {"bias", "lora_only"}, {"modules_to_save", "embed_tokens"}}));
+}
+
+TEST(OptionConsumers, LoraOperandCacheReachesTheAdapterSetup) {
+  EXPECT_TRUE(adapter_setup_from(parse_train({}).options).lora_operand_cache);
+  EXPECT_FALSE(adapter_setup_from(parse_train({"--lora_operand_cache", "false"}).options).lora_operand_cache);
 }
 
 TEST(OptionConsumers, PreferenceChoicesAreTheOnesTheObjectiveAndRowsRead) {

@@ -10,6 +10,7 @@
 #include "finetune/ddp/communicator.h"
 #include "finetune/ddp/grad_reducer.h"
 #include "finetune/launch/launch_env.h"
+#include "finetune/lora/attach_lora.h"
 #include "finetune/model/causal_lm.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/loss.h"
@@ -55,9 +56,12 @@ struct Trace {
 // Two optimizer steps of 4 micro-steps each, a plain SGD update in between (the graphs must read
 // the updated adapter in place). mode: 0 eager unpadded (the trainer's path without graphs),
 // 1 padded eagerly, 2 padded through graphs, 3 through graphs captured ahead (Note [Capture
-// ahead]) right after the eager warm-up micro-step, in the middle of the first step.
-Trace train(int mode) {
+// ahead]) right after the eager warm-up micro-step, in the middle of the first step. `offload`:
+// the graphs' checkpointed inputs in their host arena (Note [Offload arena]); `cache_operands`
+// false: the adapters' half-precision operands split per use (Note [Operands split per use]).
+Trace train(int mode, bool offload = false, bool cache_operands = true) {
   auto model = testing::random_lora_model(kCuda);
+  set_lora_operand_cache(*model, cache_operands);
   const NamedTensors trainable = lora_parameters(*model);
   auto communicator = make_communicator(LaunchEnv{}, kCuda, CommunicatorOptions{});
   GradReducer reducer(trainable, *communicator, GradReducerOptions{});
@@ -70,6 +74,7 @@ Trace train(int mode) {
     MicroStepGraphsConfig config;
     config.capture = mode >= 2;
     config.eager_warmup = 1;
+    config.offload_activations = offload;
     graphs = std::make_unique<MicroStepGraphs>(*model, forward, config, objective);
   }
   const auto batches = micro_batches();
@@ -161,6 +166,31 @@ TEST(MicroStepGraphs, ReplaysTrainBitwiseWhatThePaddedEagerStepsTrain) {
   }
   for (size_t p = 0; p < captured_ahead.final_parameters.size(); ++p) {
     EXPECT_TRUE(captured_ahead.final_parameters[p].equal(eager_a.final_parameters[p])) << "parameter " << p;
+  }
+}
+
+// The memory options change where tensors wait, not what is computed: graphs whose checkpointed
+// inputs go to the host arena and back, whose adapters split their operands in every forward, or
+// both (captured ahead), train bitwise what the padded eager steps train.
+TEST(MicroStepGraphs, OffloadedInputsAndOperandsSplitPerUseReplayBitwise) {
+  const bool was_deterministic = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  const Trace eager = train(1);
+  const Trace offloaded = train(2, /*offload=*/true);
+  const Trace per_use = train(2, /*offload=*/false, /*cache_operands=*/false);
+  const Trace both_ahead = train(3, /*offload=*/true, /*cache_operands=*/false);
+  at::globalContext().setDeterministicAlgorithms(was_deterministic, false);
+  for (const Trace* run : {&offloaded, &per_use, &both_ahead}) {
+    EXPECT_EQ(run->captured, 3);
+    EXPECT_EQ(run->replays, 7);
+    for (size_t i = 0; i < run->losses.size(); ++i) EXPECT_TRUE(run->losses[i].equal(eager.losses[i])) << i;
+    for (size_t s = 0; s < run->grads.size(); ++s) {
+      EXPECT_TRUE(run->grads[s].equal(eager.grads[s])) << "step " << s << ": relative error "
+                                                        << relative_error(run->grads[s], eager.grads[s]);
+    }
+    for (size_t p = 0; p < run->final_parameters.size(); ++p) {
+      EXPECT_TRUE(run->final_parameters[p].equal(eager.final_parameters[p])) << "parameter " << p;
+    }
   }
 }
 

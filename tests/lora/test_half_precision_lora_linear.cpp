@@ -68,12 +68,13 @@ Result peft_expression(const Case& c, std::optional<at::ScalarType> compute_dtyp
   return {y.detach(), x.grad(), lora_A.grad(), lora_B.grad()};
 }
 
-Result half_precision(const Case& c) {
+Result half_precision(const Case& c, bool cache_operands = true) {
   auto x = c.x.detach().requires_grad_(true);
   LoraAdapter adapter;
   adapter.lora_A = c.lora_A.detach().requires_grad_(true);
   adapter.lora_B = c.lora_B.detach().requires_grad_(true);
   adapter.scaling = c.scaling;
+  adapter.cache_operands = cache_operands;
   const auto base = base_of(c);
   auto y = half_precision_lora_linear(x, base, adapter);
   y.backward(c.grad_out);
@@ -241,6 +242,32 @@ TEST(HalfPrecisionLoraLinear, RefreshingManyAdaptersEqualsRefreshingEachInPlace)
     // Up to date: asking one adapter alone reuses what the refresh left.
     EXPECT_EQ(half_precision_operands(*all[i], at::kBFloat16).get(), all[i]->half_precision_operands.get()) << i;
   }
+}
+
+// Note [Operands split per use]: an adapter that keeps no operands splits lora_A and lora_B in its
+// forward; the output and all three gradients are those of the cached operands, bit for bit, and
+// neither half_precision_operands' cache nor a refresh leaves any operands on the adapter.
+TEST(HalfPrecisionLoraLinear, OperandsSplitPerUseGiveTheCachedResultsBitForBit) {
+  for (const bool with_bias : {false, true}) {
+    const auto c = make_case(with_bias);
+    const auto cached = half_precision(c, /*cache_operands=*/true);
+    const auto per_use = half_precision(c, /*cache_operands=*/false);
+    EXPECT_TRUE(at::equal(per_use.y, cached.y)) << with_bias;
+    EXPECT_TRUE(at::equal(per_use.dx, cached.dx)) << with_bias;
+    EXPECT_TRUE(at::equal(per_use.d_lora_A, cached.d_lora_A)) << with_bias;
+    EXPECT_TRUE(at::equal(per_use.d_lora_B, cached.d_lora_B)) << with_bias;
+  }
+  const auto c = make_case(false);
+  LoraAdapter adapter;
+  adapter.lora_A = c.lora_A.detach().requires_grad_(true);
+  adapter.lora_B = c.lora_B.detach().requires_grad_(true);
+  adapter.kernels.half_precision_lora = true;
+  adapter.cache_operands = false;
+  const auto base = base_of(c);
+  half_precision_lora_linear(c.x, base, adapter).sum().backward();
+  refresh_derived_tensors({&adapter}, at::kBFloat16);
+  adapter.refresh_derived_tensors(at::kBFloat16);
+  EXPECT_FALSE(adapter.half_precision_operands) << "nothing kept between forwards";
 }
 
 TEST(HalfPrecisionLoraLinear, SplitIntoRefusesMismatchedOutputs) {

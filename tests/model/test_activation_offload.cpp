@@ -59,7 +59,8 @@ TEST(ActivationOffload, ModelGradientsAreBitwiseEqualWithOffloading) {
   attach_lora(model, small_lora(0.2, {"q_proj", "v_proj", "gate_proj", "up_proj", "down_proj"}), 1);
   for (auto& [name, tensor] : lora_parameters(model)) tensor.detach().normal_(0.0, 0.2, generator);
 
-  auto step = [&](std::optional<int64_t> offload_above_bytes, int64_t mlp_tile_bytes) {
+  auto step = [&](std::optional<int64_t> offload_above_bytes, int64_t mlp_tile_bytes,
+                  std::shared_ptr<const OffloadArena> arena = nullptr) {
     for (auto& [name, tensor] : lora_parameters(model)) tensor.mutable_grad() = at::Tensor();
     seed_default_generator(13);
     auto ids = at::tensor({3, 7, 1, 9, 4, 4, 8, 2, 6, 5, 1, 3}, at::kLong).view({2, 6});
@@ -69,6 +70,7 @@ TEST(ActivationOffload, ModelGradientsAreBitwiseEqualWithOffloading) {
     options.gradient_checkpointing = true;
     options.offload_activations_above_bytes = offload_above_bytes;
     options.mlp_tile_bytes = mlp_tile_bytes;
+    options.offload_arena = arena;
     auto loss = causal_lm_loss_sum(model, model.forward_hidden(ids, positions, AttentionMask{}, options), ids);
     loss.backward();
     std::vector<at::Tensor> out{loss.detach()};
@@ -80,11 +82,44 @@ TEST(ActivationOffload, ModelGradientsAreBitwiseEqualWithOffloading) {
     const auto kept = step(std::nullopt, mlp_tile_bytes);
     const auto offloaded = step(0, mlp_tile_bytes);
     const auto below_threshold = step(int64_t{1} << 40, mlp_tile_bytes);  // auto's rule, inputs too small: kept
+    // Note [Offload arena]: one arena for two forwards in a row (as graphs share it), each filling it from 0.
+    const auto arena = std::make_shared<OffloadArena>(at::Device(at::kCPU), offload_arena_bytes(12, 32, 3, at::kFloat));
+    const auto in_arena = step(0, mlp_tile_bytes, arena);
+    const auto in_arena_again = step(0, mlp_tile_bytes, arena);
     ASSERT_EQ(kept.size(), offloaded.size());
     for (size_t i = 0; i < kept.size(); ++i) {
       EXPECT_TRUE(at::equal(kept[i], offloaded[i])) << "tensor " << i;
       EXPECT_TRUE(at::equal(kept[i], below_threshold[i])) << "tensor " << i;
+      EXPECT_TRUE(at::equal(kept[i], in_arena[i])) << "tensor " << i;
+      EXPECT_TRUE(at::equal(kept[i], in_arena_again[i])) << "tensor " << i;
     }
+  }
+}
+
+// Note [Offload arena]: slots follow each other from offset 0 at aligned starts, hold the inputs'
+// values, come back in reverse order as without an arena, and a forward that outgrows the arena
+// is an error naming the bytes.
+TEST(ActivationOffload, ArenaSlotsFollowEachOtherAndBoundTheForward) {
+  EXPECT_EQ(offload_arena_bytes(5, 3, 2, at::kBFloat16), 2 * kOffloadSlotAlignment);  // 30 bytes a slot, aligned
+  EXPECT_EQ(offload_arena_bytes(2048, 4096, 36, at::kBFloat16), int64_t{36} * 2048 * 4096 * 2);  // Qwen3-8B's 0.60 GB
+  const auto arena = std::make_shared<OffloadArena>(at::Device(at::kCPU), offload_arena_bytes(7, 4, 2, at::kFloat));
+  ActivationOffloader offloader(at::Device(at::kCPU), arena);
+  const auto first = at::arange(28, at::kFloat).view({7, 4});
+  const auto second = first * 2;
+  EXPECT_EQ(offloader.offload(first), 0u);
+  offloader.finish_offload(0);
+  EXPECT_EQ(offloader.offload(second), 1u);
+  offloader.finish_offload(1);
+  EXPECT_TRUE(at::equal(arena->view(0, {7, 4}, at::kFloat), first));
+  EXPECT_TRUE(at::equal(arena->view(kOffloadSlotAlignment, {7, 4}, at::kFloat), second));
+  EXPECT_TRUE(at::equal(offloader.restore(1), second));
+  EXPECT_TRUE(at::equal(offloader.restore(0), first));
+  try {
+    ActivationOffloader(at::Device(at::kCPU), arena).offload(at::zeros({3, 7, 20}));
+    FAIL() << "an input larger than the arena";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("1680 bytes at offset 0 do not fit its 1024 bytes"), std::string::npos) << message;
   }
 }
 

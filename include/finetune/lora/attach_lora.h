@@ -27,6 +27,11 @@ namespace finetune {
 // Returns the trainable tensors, in registration order, with their PEFT (saved) names.
 NamedTensors attach_lora(CausalLM& model, const LoraConfig& config, uint64_t random_state);
 
+// --lora_operand_cache: whether each plain LoRA adapter of `model` keeps its half-precision
+// operands between forwards (LoraAdapter::cache_operands; Note [Operands split per use] in
+// lora/half_precision_lora_linear.cpp). Off also drops the ones already made.
+void set_lora_operand_cache(CausalLM& model, bool cache);
+
 // PEFT's LoraConfig.bias: "none" trains no bias; "all" every bias of the model; "lora_only" the
 // biases of the projections that have an adapter. The bias tensors themselves train (requires
 // grad), in the model's dtype, as PEFT's do. UsageError for another value, or for "all" on a

@@ -28,6 +28,10 @@ class LoraAdapter : public LinearAdapter {
   // Half-precision copies of lora_A/lora_B for the GEMMs, rebuilt when either changes (their
   // version counters move at every optimizer step); see half_precision_lora_linear.h.
   mutable std::shared_ptr<const HalfPrecisionOperands> half_precision_operands;
+  // Whether those copies are kept between forwards (4 bytes per adapter weight), or split again in
+  // every forward (and recompute) that reads them and freed with its layer's saved tensors
+  // (--lora_operand_cache false: Note [Operands split per use] in half_precision_lora_linear.cpp).
+  bool cache_operands = true;
 
   at::Tensor forward(const Linear& base, const at::Tensor& x, bool training) const override;
   bool draws_random_numbers() const override { return dropout > 0; }

@@ -54,6 +54,9 @@ struct ForwardOptions {
   // [Activation offloading]) when all of them together take more bytes than this (0: always);
   // nullopt: never. offload_above_bytes() (activation_offload.h) turns --offload_activations into it.
   std::optional<int64_t> offload_activations_above_bytes;
+  // Where offloaded inputs go: null, a pinned host tensor each; else this arena, capturable in a
+  // CUDA graph (Note [Offload arena]; the graphed micro-steps share one).
+  std::shared_ptr<const OffloadArena> offload_arena;
   // NEFTune: noise added to the input embeddings when training (model/embedding_noise.h); nullopt:
   // none. The trainer sets it per micro-batch (its padded length and seed).
   std::optional<EmbeddingNoise> embedding_noise;

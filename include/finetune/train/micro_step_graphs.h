@@ -21,6 +21,8 @@
 //  - One memory pool for all graphs: they run one at a time, and each keeps only its outputs.
 //  - Warm-up: the first micro-steps run the same code without capture, so libraries initialise
 //    lazily (handles, workspaces) outside any capture.
+//  - Offloaded inputs (MicroStepGraphsConfig::offload_activations): the copies out and back are
+//    part of each graph, into one pinned host arena allocated here before any capture.
 //
 // Note [Capture ahead]
 // A capture costs about one eager micro-step of host time plus the graph's instantiation (~110 ms
@@ -75,6 +77,10 @@ struct MicroStepGraphsConfig {
   int64_t eager_warmup = 2;    // micro-steps run without capture first
   bool capture = true;         // false: the same padded micro-steps, eagerly (for tests)
   int64_t filler_token_id = 0;
+  // With gradient checkpointing (the forward options'), every micro-step's checkpointed layer
+  // inputs go to host memory (Note [Activation offloading]): into one pinned arena sized for
+  // max_tokens, which all graphs share (Note [Offload arena]). --offload_activations true.
+  bool offload_activations = false;
 };
 
 // Whether micro-steps of `model` under `objective` can be graphed: KernelPolicy::cuda_graphs (a

@@ -115,16 +115,18 @@ struct CausalLmLoss {
 // The token cross-entropy over the trained positions (transformers' ForCausalLMLoss through the
 // LM head, train/loss.h) with the router term when `config` adds one (Note [Router load-balancing
 // loss]); the training objective and the evaluation (train/evaluate.h) both compute it here.
+// `tiling`: how the fused training loss walks the logits (train/loss.h; evaluation ignores it).
 CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInputs& batch,
-                                    const ForwardOptions& forward);
+                                    const ForwardOptions& forward, LmHeadLoss tiling = LmHeadLoss::row_chunks);
 
 // Supervised fine-tuning: causal_lm_forward_loss, normalised by the step's global count of
 // trained tokens. Row weights in the targets (a graph's filler rows) are honoured. Metrics: aux_loss
 // when the model adds the router loss (Note [Router load-balancing loss]), else none.
 class CausalLmObjective final : public Objective {
  public:
-  // The objective for a model of this config (whether it adds the router loss).
-  explicit CausalLmObjective(const ModelConfig& config);
+  // The objective for a model of this config (whether it adds the router loss), its training loss
+  // walking the logits as `tiling` says (--lm_head_loss, train/loss.h).
+  explicit CausalLmObjective(const ModelConfig& config, LmHeadLoss tiling = LmHeadLoss::row_chunks);
   std::string name() const override { return "causal_lm"; }
   double normaliser_share(const HostBatch& batch) const override;
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
@@ -138,6 +140,7 @@ class CausalLmObjective final : public Objective {
 
  private:
   bool router_loss_;  // adds_router_loss(config)
+  LmHeadLoss tiling_;
 };
 
 }  // namespace finetune

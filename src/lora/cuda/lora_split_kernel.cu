@@ -21,10 +21,9 @@ __global__ void scaled_sum_split_kernel(const float* __restrict__ product, T* __
   out[row * 2 * r + j + r] = from_float<T>(v - to_float(hi));
 }
 
-// One job per blockIdx.y; the x blocks stride over its elements.
+// One job's elements, the x blocks striding over them.
 template <typename T>
-__global__ void split_operands_kernel(const SplitOperandJob* __restrict__ jobs) {
-  const SplitOperandJob job = jobs[blockIdx.y];
+__device__ void split_job(const SplitOperandJob& job) {
   T* out = static_cast<T*>(job.out);
   const int64_t n = job.rows * job.cols;
   for (int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; index < n;
@@ -43,26 +42,62 @@ __global__ void split_operands_kernel(const SplitOperandJob* __restrict__ jobs) 
   }
 }
 
+// One job per blockIdx.y, from a device array.
+template <typename T>
+__global__ void split_operands_kernel(const SplitOperandJob* __restrict__ jobs) {
+  split_job<T>(jobs[blockIdx.y]);
+}
+
+// One job per blockIdx.y, from the kernel's arguments.
+struct SplitOperandArguments {
+  SplitOperandJob jobs[kSplitJobsByValue];
+};
+
+template <typename T>
+__global__ void split_operands_by_value_kernel(SplitOperandArguments arguments) {
+  split_job<T>(arguments.jobs[blockIdx.y]);
+}
+
+constexpr int kSplitThreads = 256;
+
+dim3 split_blocks(int64_t max_elements, int64_t jobs) {
+  const int64_t wanted = (max_elements + kSplitThreads - 1) / kSplitThreads;
+  return dim3(static_cast<unsigned>(wanted < 64 ? wanted : 64), static_cast<unsigned>(jobs));
+}
+
 }  // namespace
 
 cudaError_t lora_split_operands(const SplitOperandJob* jobs, int64_t count, int64_t max_elements, HalfKind kind,
                                 cudaStream_t stream) {
   if (count == 0 || max_elements == 0) return cudaSuccess;
-  constexpr int threads = 256;
   constexpr int64_t max_grid_y = 65535;
-  const int64_t wanted = (max_elements + threads - 1) / threads;
   for (int64_t first = 0; first < count; first += max_grid_y) {
     const int64_t chunk = count - first < max_grid_y ? count - first : max_grid_y;
-    const dim3 blocks(static_cast<unsigned>(wanted < 64 ? wanted : 64), static_cast<unsigned>(chunk));
+    const dim3 blocks = split_blocks(max_elements, chunk);
     if (kind == HalfKind::BFloat16) {
-      split_operands_kernel<__nv_bfloat16><<<blocks, threads, 0, stream>>>(jobs + first);
+      split_operands_kernel<__nv_bfloat16><<<blocks, kSplitThreads, 0, stream>>>(jobs + first);
     } else {
-      split_operands_kernel<__half><<<blocks, threads, 0, stream>>>(jobs + first);
+      split_operands_kernel<__half><<<blocks, kSplitThreads, 0, stream>>>(jobs + first);
     }
     const cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;
   }
   return cudaSuccess;
+}
+
+cudaError_t lora_split_operands_by_value(const SplitOperandJob* host_jobs, int64_t count, int64_t max_elements,
+                                         HalfKind kind, cudaStream_t stream) {
+  if (count < 0 || count > kSplitJobsByValue) return cudaErrorInvalidValue;
+  if (count == 0 || max_elements == 0) return cudaSuccess;
+  SplitOperandArguments arguments{};
+  for (int64_t i = 0; i < count; ++i) arguments.jobs[i] = host_jobs[i];
+  const dim3 blocks = split_blocks(max_elements, count);
+  if (kind == HalfKind::BFloat16) {
+    split_operands_by_value_kernel<__nv_bfloat16><<<blocks, kSplitThreads, 0, stream>>>(arguments);
+  } else {
+    split_operands_by_value_kernel<__half><<<blocks, kSplitThreads, 0, stream>>>(arguments);
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t lora_scaled_sum_split(const float* product, void* out, int64_t rows, int64_t r, float scaling,

@@ -29,4 +29,10 @@ struct SplitOperandJob {
 cudaError_t lora_split_operands(const SplitOperandJob* jobs, int64_t count, int64_t max_elements, HalfKind kind,
                                 cudaStream_t stream);
 
+// The same for at most kSplitJobsByValue jobs read from host memory: they travel as the kernel's
+// arguments, so the launch needs no copy and can be captured in a CUDA graph.
+constexpr int64_t kSplitJobsByValue = 2;
+cudaError_t lora_split_operands_by_value(const SplitOperandJob* host_jobs, int64_t count, int64_t max_elements,
+                                         HalfKind kind, cudaStream_t stream);
+
 }  // namespace finetune::cuda_kernels

@@ -66,6 +66,13 @@ struct MicroStepGraphs::State {
       if (linear->adapter) adapters.push_back(linear->adapter.get());
     }
     for (const LinearAdapter* adapter : objective.swapped_in_adapters()) adapters.push_back(adapter);
+    if (config.offload_activations && forward.gradient_checkpointing) {
+      const auto& model_config = model.config();
+      this->forward.offload_arena = std::make_shared<OffloadArena>(
+          model.device(), offload_arena_bytes(config.max_tokens, model_config.hidden_size,
+                                              model_config.num_hidden_layers, model.dtype()));
+      this->forward.offload_activations_above_bytes = 0;
+    }
   }
 
   // The micro-step on an entry's static inputs: what a graph captures, and what runs eagerly.
