@@ -274,8 +274,7 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights) {
-  return output_head_loss_sum(model.output_head(), hidden, {target_positions, target_ids, target_weights},
-                              head_loss_options(model, LmHeadLoss::vocab_tiles));
+  return causal_lm_loss_sum(model, hidden, TokenTargets{target_positions, target_ids, target_weights});
 }
 
 at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets,
