@@ -51,8 +51,12 @@ WORDS = ("the a sun moon tree rock fox owl cat dog red blue green over under nea
 # the shapes' SFT timings (bench/RESULTS.md) with DPO's reference forward and TRL's ~1 min 8B
 # load: only to skip a run that cannot finish inside --budget_s.
 # A 1-GPU run of ours (twice the steps of a 2-GPU one) is the longer; TRL on 2 GPUs starts slower.
-ESTIMATE_S = {("ours", "llama-3.2-1b"): 25, ("ours", "qwen3-8b"): 75,
+ESTIMATE_S = {("ours", "llama-3.2-1b"): 35, ("ours", "qwen3-8b"): 75,
               ("trl", "llama-3.2-1b"): 40, ("trl", "qwen3-8b"): 100}
+# Timed steps of the widest run when --steps is not given: the 1B's 60 steps last 3.5 s on two
+# H200s, and its 5-step windows ranged 52k-82k tok/s there (bench/RESULTS.md, 2026-11-27), so it
+# gets 200; the 8B's 60 last 14 s.
+DEFAULT_STEPS = {"llama-3.2-1b": 200}
 TINY = dict(vocab_size=600, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
 
@@ -128,7 +132,8 @@ def ours_run(args, shape, n, factor, graphs):
     so that its timed steps cover the same pairs as the widest run's."""
     model = os.path.join(args.work, shape)
     out = os.path.join(args.work, f"dpo-ours-{shape}-{n}{'' if graphs else '-eager'}")
-    warmup, steps = args.warmup * factor, args.steps * factor
+    timed = args.steps if args.steps is not None else DEFAULT_STEPS.get(shape, 60)
+    warmup, steps = args.warmup * factor, timed * factor
     cmd = launcher(n) + [args.finetune, "dpo", "--model_name", model, "--dataset", os.path.join(args.work, "dpo_pairs.jsonl"),
                          "--max_steps", str(warmup + steps), "--per_device_train_batch_size", "1",
                          "--gradient_accumulation_steps", "4", "--learning_rate", "2e-4", "--warmup_steps", "5",
@@ -268,7 +273,7 @@ def parse_args(argv=None):
     p.add_argument("--finetune", required=True)
     p.add_argument("--shapes", default="llama-3.2-1b,qwen3-8b")
     p.add_argument("--gpus", default="1,2")
-    p.add_argument("--steps", type=int, default=60, help="timed steps of the widest run")
+    p.add_argument("--steps", type=int, help="timed steps of the widest run (default: DEFAULT_STEPS, else 60)")
     p.add_argument("--warmup", type=int, default=5, help="warm-up steps of the widest run")
     p.add_argument("--eager_shapes", default="llama-3.2-1b,qwen3-8b",
                    help="shapes with an eager (--cuda_graphs false) 1-GPU run; empty: none")

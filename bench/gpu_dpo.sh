@@ -9,7 +9,8 @@
 #      machine's own site-packages is replaced
 #   3. bench/dpo_bench.py: ours (graphed, and eager on 1 GPU) and TRL's DPOTrainer + PEFT on the
 #      Llama-3.2-1B and Qwen3-8B shapes, 1 and 2 GPUs, batch 1 x accumulation 4; the 2-GPU run of
-#      ours timed over STEPS (default 60) steps after 5, the 1-GPU runs over the same pairs
+#      ours timed over STEPS steps after 5 (default: 200 on the 1B, 60 on the 8B: dpo_bench.py's
+#      DEFAULT_STEPS), the 1-GPU runs over the same pairs
 # Time: the tests and the bench share CALL_S seconds (default 510) counted from CALL_START (epoch
 # seconds; default: this script's start, so export CALL_START=$(date +%s) first when the build
 # runs in the same call); the bench skips what no longer fits (see dpo_bench.py) and stops a run
@@ -61,7 +62,7 @@ print('packages:', ', '.join(f'{n} {m.version(n)}' for n in names))"; } 2>&1 | t
 budget=$(( $(left) - 10 ))  # 10 s for the logs below
 echo "bench budget ${budget} s" | tee -a "$OUT/summary.txt"
 python3 "$ROOT/bench/dpo_bench.py" --finetune "$BUILD/finetune" --shapes "${SHAPES:-llama-3.2-1b,qwen3-8b}" \
-  --gpus 1,2 --steps "${STEPS:-60}" --warmup 5 --ref_steps "${REF_STEPS:-8}" --ref_warmup 2 \
+  --gpus 1,2 ${STEPS:+--steps "$STEPS"} --warmup 5 --ref_steps "${REF_STEPS:-8}" --ref_warmup 2 \
   --budget_s "$budget" --work "$WORK" --out "$OUT" ${RESUME:+--previous "$WORK/dpo_bench.json"} ${BENCH_FLAGS:-} \
   > "$WORK/dpo_bench.out" 2>&1
 status=$?

@@ -38,6 +38,8 @@ def main():
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--gradient_checkpointing", default="true")
     p.add_argument("--device", default="cuda")
+    p.add_argument("--bound", type=float, default=1.5,
+                   help="our bf16 error against fp32 may be this many times the reference's own (issue 27: 1.01)")
     args = p.parse_args()
     work = os.path.join(args.work, "train_parity-" + os.path.basename(args.model))
     adapter = os.path.join(work, "init_adapter")
@@ -89,11 +91,13 @@ def main():
             "reference_bf16_vs_fp32": relative_error(update(bf16_adapter), update(fp32_adapter)),
             "ours_vs_reference_bf16": relative_error(update(ours_adapter), update(bf16_adapter))},
     }
-    # Bound: our bf16 error against fp32 within 1.5x (plus a bf16 ulp's worth on the losses) of the
-    # reference's own bf16 error; the bf16 reference is the accepted accuracy of this training.
-    loss_ok = result["loss_rel_error"]["ours_vs_fp32"] <= 1.5 * result["loss_rel_error"]["reference_bf16_vs_fp32"] + 4e-3
+    # Bound: our bf16 error against fp32 within --bound times (plus a bf16 ulp's worth on the losses)
+    # the reference's own bf16 error; the bf16 reference is the accepted accuracy of this training.
+    bound = args.bound
+    loss_ok = result["loss_rel_error"]["ours_vs_fp32"] <= bound * result["loss_rel_error"]["reference_bf16_vs_fp32"] + 4e-3
     update_ok = (result["adapter_update_rel_error"]["ours_vs_fp32"] <=
-                 1.5 * result["adapter_update_rel_error"]["reference_bf16_vs_fp32"])
+                 bound * result["adapter_update_rel_error"]["reference_bf16_vs_fp32"])
+    result["bound"] = bound
     # The same two errors as ratios (ours / the reference's own bf16 error), for comparison with other bounds.
     result["ratio_ours_to_reference_bf16_vs_fp32"] = {
         key: result[key]["ours_vs_fp32"] / max(result[key]["reference_bf16_vs_fp32"], 1e-30)

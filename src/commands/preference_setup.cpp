@@ -76,12 +76,14 @@ void use_pair_units(MicroBatchStreamConfig& config, const Options& options, Acti
   if (action == Action::Orpo && options.given.count("step_planning") == 0) config.planning = StepPlanning::literal;
 }
 
-ReferenceAdapters frozen_adapter_copy(CausalLM& model, const LoraConfig& config, const std::string& adapter_dir) {
+ReferenceAdapters frozen_adapter_copy(CausalLM& model, const LoraConfig& config, const std::string& adapter_dir,
+                                      bool cache_operands) {
   auto trained = take_adapters(model);
   std::map<std::string, std::unique_ptr<LinearAdapter>> copy;
   try {
     attach_lora(model, config, /*random_state=*/0);  // every tensor is then loaded from adapter_dir
     load_adapter_weights(model, adapter_dir);
+    set_lora_operand_cache(model, cache_operands);
     copy = take_adapters(model);
   } catch (...) {
     put_back_adapters(model, trained);
@@ -123,7 +125,8 @@ TrainingObjective training_objective_for(Action action, const Options& options, 
   config.beta = options.beta;
   config.label_smoothing = options.label_smoothing;
   out.reference = std::make_unique<ReferenceAdapters>(
-      init_adapter.empty() ? ReferenceAdapters() : frozen_adapter_copy(model, adapter_config, init_adapter));
+      init_adapter.empty() ? ReferenceAdapters() : frozen_adapter_copy(model, adapter_config, init_adapter,
+                                                                           options.lora_operand_cache));
   auto dpo = std::make_unique<DpoObjective>(config, model, *out.reference);
   out.dpo = dpo.get();
   out.objective = std::move(dpo);

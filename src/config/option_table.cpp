@@ -377,8 +377,8 @@ std::vector<OptionRow> build_option_table() {
                  "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
                  "device memory free when training starts (never on the CPU; never for CUDA-graph micro-steps, "
                  "which true offloads too, into one pinned arena)"),
-      choice_row("lm_head_loss", {"training", kTrain}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
-                 "how the fused LM head + cross-entropy of training walks the trained positions x vocabulary "
+      choice_row("lm_head_loss", {"training", kSft}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
+                 "how the fused LM head + cross-entropy of SFT training walks the trained positions x vocabulary "
                  "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
                  "logsumexp) or row_chunks (~256 MiB of fp32 logits of whole-vocabulary rows at a time); the "
                  "same loss and gradients either way (row_chunks is the default until vocab_tiles is timed on a GPU)"),

@@ -43,6 +43,12 @@ void order_after(const c10::Stream& stream, const c10::Stream& waiter) {
   event.block(waiter);
 }
 
+// The arena bytes one slot of `elements` values of `dtype` takes: its size, aligned.
+int64_t offload_slot_bytes(int64_t elements, at::ScalarType dtype) {
+  const int64_t bytes = elements * static_cast<int64_t>(c10::elementSize(dtype));
+  return (bytes + kOffloadSlotAlignment - 1) / kOffloadSlotAlignment * kOffloadSlotAlignment;
+}
+
 }  // namespace
 
 OffloadArena::OffloadArena(const at::Device& device, int64_t capacity_bytes)
@@ -58,8 +64,7 @@ at::Tensor OffloadArena::view(int64_t offset, at::IntArrayRef sizes, at::ScalarT
 }
 
 int64_t offload_arena_bytes(int64_t tokens, int64_t hidden_size, int64_t layers, at::ScalarType dtype) {
-  const int64_t slot = tokens * hidden_size * static_cast<int64_t>(c10::elementSize(dtype));
-  return (slot + kOffloadSlotAlignment - 1) / kOffloadSlotAlignment * kOffloadSlotAlignment * layers;
+  return offload_slot_bytes(tokens * hidden_size, dtype) * layers;
 }
 
 std::optional<int64_t> offload_above_bytes(OffloadActivations mode, std::optional<int64_t> free_device_bytes) {
@@ -87,7 +92,7 @@ at::Tensor ActivationOffloader::host_copy_of(const at::Tensor& input) {
     return at::empty(input.sizes(), input.options().device(at::kCPU).pinned_memory(side_stream_.has_value()));
   }
   auto host = arena_->view(arena_offset_, input.sizes(), input.scalar_type());
-  arena_offset_ += offload_arena_bytes(input.numel(), 1, 1, input.scalar_type());
+  arena_offset_ += offload_slot_bytes(input.numel(), input.scalar_type());
   return host;
 }
 

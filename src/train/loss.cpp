@@ -50,6 +50,17 @@ std::pair<at::Tensor, at::Tensor> head_logits(const at::Tensor& rows, const at::
   return {(tanh * *softcap.cap).to(at::kFloat), tanh.to(at::kFloat)};
 }
 
+// The backward of both fused losses below: the hidden-state gradient their forward saved, times
+// the loss's incoming gradient; none for the forward's other `inputs` - 1 inputs.
+torch::autograd::variable_list saved_hidden_gradient(torch::autograd::AutogradContext* ctx,
+                                                     const torch::autograd::variable_list& grad_outputs,
+                                                     size_t inputs) {
+  const auto grad_hidden = ctx->get_saved_variables()[0];
+  torch::autograd::variable_list grads(inputs);
+  grads[0] = grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type());
+  return grads;
+}
+
 struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCrossEntropy> {
   // target_weights: undefined, or (N) fp32: each row's loss and gradient times its weight (a 0 row
   // adds nothing: Note [Graphed micro-steps], the filler rows that pad a graph's target count).
@@ -84,9 +95,7 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto grad_hidden = ctx->get_saved_variables()[0];
-    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return saved_hidden_gradient(ctx, grad_outputs, /*inputs=*/5);
   }
 };
 
@@ -210,9 +219,7 @@ struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCross
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    auto grad_hidden = ctx->get_saved_variables()[0];
-    return {grad_hidden * grad_outputs[0].to(grad_hidden.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return saved_hidden_gradient(ctx, grad_outputs, /*inputs=*/6);
   }
 };
 
@@ -267,8 +274,7 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights) {
-  return output_head_loss_sum(model.output_head(), hidden, {target_positions, target_ids, target_weights},
-                              head_loss_options(model, LmHeadLoss::vocab_tiles));
+  return causal_lm_loss_sum(model, hidden, TokenTargets{target_positions, target_ids, target_weights});
 }
 
 at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden, const TokenTargets& targets,

@@ -76,11 +76,16 @@ TEST(OptionConsumers, OffloadActivationsNamesMeanTheSameToParserAndTrainer) {
 TEST(OptionConsumers, LmHeadLossNamesMeanTheSameToParserAndLoss) {
   EXPECT_EQ(spec_of("lm_head_loss").choices, lm_head_loss_names());
   EXPECT_EQ(parse_train({}).options.lm_head_loss, "row_chunks");
+  EXPECT_EQ(lm_head_loss_from_name(parse_train({}).options.lm_head_loss), kDefaultLmHeadLoss);
   for (const auto& name : lm_head_loss_names()) {
     const auto parsed = parse_train({"--lm_head_loss", name}).options.lm_head_loss;
     EXPECT_EQ(lm_head_loss_name(lm_head_loss_from_name(parsed)), name);
   }
   EXPECT_THROW(parse_train({"--lm_head_loss", "columns"}), UsageError);
+  // Only the SFT objective takes it (commands/preference_setup.cpp): dpo and orpo refuse it.
+  EXPECT_TRUE(spec_of("lm_head_loss").read_by(Action::Train));
+  EXPECT_FALSE(spec_of("lm_head_loss").read_by(Action::Dpo));
+  EXPECT_FALSE(spec_of("lm_head_loss").read_by(Action::Orpo));
 }
 
 TEST(OptionConsumers, StepPlanningNamesMeanTheSameToParserAndStream) {

@@ -15,6 +15,7 @@
 #include "finetune/checkpoint/adapter_io.h"
 #include "finetune/commands/preference_setup.h"
 #include "finetune/lora/attach_lora.h"
+#include "finetune/lora/lora_adapter.h"
 #include "finetune/model/attention_mask.h"
 #include "finetune/train/device_batch.h"
 #include "finetune/train/dpo_objective.h"
@@ -132,6 +133,23 @@ TEST(PairObjective, AFrozenCopyOfTheAdapterIsTheReferenceAndPrecomputedValuesMat
   const PairValues looked_up = objective.reference_log_probs(indexed, pair_sequences(inputs, "DPO"));
   EXPECT_TRUE(at::equal(looked_up.chosen, forward.chosen));
   EXPECT_TRUE(at::equal(looked_up.rejected, forward.rejected));
+}
+
+// --lora_operand_cache false reaches the reference's copy as it does the trained adapters.
+TEST(PairObjective, TheFrozenCopyTakesTheOperandCacheSetting) {
+  auto model = preference_model_with_peft_adapter();
+  for (const bool cache : {true, false}) {
+    const ReferenceAdapters reference = frozen_adapter_copy(
+        *model, read_adapter_config(preference_objective_dir("adapter")), preference_objective_dir("adapter"), cache);
+    int64_t lora_adapters = 0;
+    for (const LinearAdapter* adapter : reference.adapters()) {
+      const auto* lora = dynamic_cast<const LoraAdapter*>(adapter);
+      if (lora == nullptr) continue;
+      EXPECT_EQ(lora->cache_operands, cache);
+      ++lora_adapters;
+    }
+    EXPECT_GT(lora_adapters, 0);
+  }
 }
 
 // The micro-batch a CUDA graph replays (train/graph_batch.h: a filler sample, weight-0 targets,

@@ -35,7 +35,9 @@ void use_pair_units(MicroBatchStreamConfig& config, const Options& options, Acti
 // A frozen copy of the adapter in `adapter_dir` (config: its adapter_config.json), as TRL's PEFT
 // reference with ref_adapter_name: attached and loaded beside the model's own adapters, which are
 // left as they were.
-ReferenceAdapters frozen_adapter_copy(CausalLM& model, const LoraConfig& config, const std::string& adapter_dir);
+// `cache_operands`: --lora_operand_cache, for the copy as for the trained adapters (set_lora_operand_cache).
+ReferenceAdapters frozen_adapter_copy(CausalLM& model, const LoraConfig& config, const std::string& adapter_dir,
+                                      bool cache_operands = true);
 
 // The objective a training command trains (train: CausalLmObjective) and what it keeps alive.
 struct TrainingObjective {

@@ -27,11 +27,13 @@ struct TokenTargets {
 // logsumexp (Note [Vocabulary-tiled LM head loss]); row_chunks = logit_chunk_rows rows x the whole
 // vocabulary at a time (Note [Fused LM head + cross-entropy]). Evaluation takes row chunks either way.
 enum class LmHeadLoss { vocab_tiles, row_chunks };  // in lm_head_loss_names()' order
+// What training uses unless told (--lm_head_loss's default names it too: Options::lm_head_loss).
+inline constexpr LmHeadLoss kDefaultLmHeadLoss = LmHeadLoss::row_chunks;
 LmHeadLoss lm_head_loss_from_name(const std::string& name);  // Error for another name
 const std::string& lm_head_loss_name(LmHeadLoss tiling);
 
 struct HeadLossOptions {
-  LmHeadLoss tiling = LmHeadLoss::row_chunks;
+  LmHeadLoss tiling = kDefaultLmHeadLoss;
   // GEMMs of half-precision operands may return their fp32 accumulator (KernelPolicy::
   // half_gemm_fp32_output); otherwise vocab tiles widen the operands to fp32 for that product.
   bool fp32_output_gemm = false;
@@ -48,7 +50,7 @@ at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, c
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const at::Tensor& target_positions,
                               const at::Tensor& target_ids, const at::Tensor& target_weights = {});
 at::Tensor causal_lm_loss_sum(const CausalLM& model, const at::Tensor& hidden, const TokenTargets& targets,
-                              LmHeadLoss tiling = LmHeadLoss::row_chunks);
+                              LmHeadLoss tiling = kDefaultLmHeadLoss);
 
 // A model's head-loss options: `tiling`, and its kernel policy's fp32-output GEMMs.
 HeadLossOptions head_loss_options(const CausalLM& model, LmHeadLoss tiling);

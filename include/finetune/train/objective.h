@@ -117,7 +117,7 @@ struct CausalLmLoss {
 // loss]); the training objective and the evaluation (train/evaluate.h) both compute it here.
 // `tiling`: how the fused training loss walks the logits (train/loss.h; evaluation ignores it).
 CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInputs& batch,
-                                    const ForwardOptions& forward, LmHeadLoss tiling = LmHeadLoss::row_chunks);
+                                    const ForwardOptions& forward, LmHeadLoss tiling = kDefaultLmHeadLoss);
 
 // Supervised fine-tuning: causal_lm_forward_loss, normalised by the step's global count of
 // trained tokens. Row weights in the targets (a graph's filler rows) are honoured. Metrics: aux_loss
@@ -126,7 +126,7 @@ class CausalLmObjective final : public Objective {
  public:
   // The objective for a model of this config (whether it adds the router loss), its training loss
   // walking the logits as `tiling` says (--lm_head_loss, train/loss.h).
-  explicit CausalLmObjective(const ModelConfig& config, LmHeadLoss tiling = LmHeadLoss::row_chunks);
+  explicit CausalLmObjective(const ModelConfig& config, LmHeadLoss tiling = kDefaultLmHeadLoss);
   std::string name() const override { return "causal_lm"; }
   double normaliser_share(const HostBatch& batch) const override;
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
