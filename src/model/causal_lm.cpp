@@ -341,7 +341,9 @@ bool CausalLM::cuda_graph_safe() const {
   if (projections_4bit_) return false;
   // Soft-capped attention walks the samples' lengths on the host (Note [Soft-capped attention]).
   if (config_.attn_logit_softcapping) return false;
-  if (architecture_->moe) return false;  // expert routing has not been verified under capture on a GPU
+  for (const auto& layer : layers_) {
+    if (layer.moe && !moe_layer_graph_safe(*layer.moe, device_)) return false;  // Note [Graphed expert routing]
+  }
   for (const auto& [name, linear] : named_linears()) {
     if (linear->adapter && !linear->adapter->cuda_graph_safe()) return false;
   }

@@ -51,6 +51,10 @@ struct ExpertGemm4bit : public torch::autograd::Function<ExpertGemm4bit> {
 
 }  // namespace
 
+#ifndef FINETUNE_WITH_CUDA  // CUDA builds: cuda/grouped_gemm_support.cpp
+bool grouped_gemms_sync_free(const at::Device&) { return false; }
+#endif
+
 at::Tensor experts_gemm(const at::Tensor& weight, const at::Tensor& rows, const ExpertGemmPlan& plan) {
   if (plan.grouped) return at::_grouped_mm(rows, weight.transpose(1, 2), plan.offsets);  // (M, out)
   return per_expert(rows, plan.counts, weight.size(1),

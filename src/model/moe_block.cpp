@@ -10,11 +10,14 @@ namespace {
 
 // Note [Grouped expert GEMMs]: _grouped_mm runs bf16 on the GPU, with every row stride a multiple
 // of 16 bytes (8 bf16 values) in both operands (an adapter's rank included).
-bool grouped_mm_applies(const at::Tensor& rows, const ExpertStack& stack) {
+bool stack_runs_grouped(const ExpertStack& stack, const at::Device& device) {
   bool aligned = stack.in_features() % 8 == 0 && stack.out_features() % 8 == 0;
   if (stack.adapter) aligned = aligned && stack.adapter->factors().a.size(1) % 8 == 0;
-  return rows.is_cuda() && rows.scalar_type() == at::kBFloat16 && stack.weight.scalar_type() == at::kBFloat16 &&
-         aligned;
+  return device.is_cuda() && stack.weight.scalar_type() == at::kBFloat16 && aligned;
+}
+
+bool grouped_mm_applies(const at::Tensor& rows, const ExpertStack& stack) {
+  return rows.scalar_type() == at::kBFloat16 && stack_runs_grouped(stack, rows.device());
 }
 
 // rows (M, in) sorted by expert -> rows_e W_e^T plus the adapter's update (M, out). Grouped: PEFT
@@ -80,6 +83,14 @@ at::Tensor ExpertStack::merged_weight() const {
   const auto factors = adapter->factors();
   const auto delta = at::bmm(factors.b, factors.a) * factors.scaling;  // (E, out, in) in the adapter's dtype
   return (dense_weight().to(at::kFloat) + delta.to(at::kFloat)).to(weight.scalar_type());
+}
+
+bool moe_layer_graph_safe(const MoeLayer& layer, const at::Device& device) {
+  if (!layer.sparse) return true;
+  for (const ExpertStack* stack : {&layer.gate_up_proj, &layer.down_proj}) {
+    if (stack->is_4bit() || !stack_runs_grouped(*stack, device)) return false;
+  }
+  return grouped_gemms_sync_free(device);
 }
 
 MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& config, int64_t layer,
@@ -155,8 +166,8 @@ at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int
     const auto probabilities = at::softmax(logits, -1);  // (N, E) in the logits' dtype, as transformers
     const auto chosen = std::get<1>(at::topk(probabilities, top_k, -1)).reshape({-1});  // (N*k)
     const auto mask = row_mask.defined() ? row_mask.to(options) : at::ones({logits.size(0)}, options);  // (N)
-    tokens_per_expert = tokens_per_expert + at::zeros({num_experts}, options)
-                                                .scatter_add(0, chosen, mask.repeat_interleave(top_k));
+    const auto mask_per_choice = mask.unsqueeze(1).expand({mask.size(0), top_k}).reshape({-1});  // (N*k)
+    tokens_per_expert = tokens_per_expert + at::zeros({num_experts}, options).scatter_add(0, chosen, mask_per_choice);
     probability_per_expert = probability_per_expert + (probabilities.to(at::kFloat) * mask.unsqueeze(-1)).sum(0);
     rows = rows + mask.sum();
   }

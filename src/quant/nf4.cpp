@@ -255,7 +255,10 @@ Nf4Weight quantize_nf4(const at::Tensor& weight, bool compress_statistics, int64
   return w;
 }
 
-void dequantize_nf4_into(const Nf4Weight& w, at::Tensor& out) {
+namespace {
+
+// Throws unless w is consistent and out is a buffer dequantize_nf4_into can fill with it.
+void check_dequantize_target(const Nf4Weight& w, const at::Tensor& out) {
   check_consistent(w);
   const auto type = out.scalar_type();
   if ((type != at::kFloat && type != at::kBFloat16 && type != at::kHalf) || !out.is_contiguous() ||
@@ -264,6 +267,43 @@ void dequantize_nf4_into(const Nf4Weight& w, at::Tensor& out) {
                 c10::str(at::IntArrayRef(w.shape)) + " on " + w.device().str() + ", got " + out.toString() + " " +
                 c10::str(out.sizes()) + " on " + out.device().str());
   }
+}
+
+// Whether the batch can be one CUDA launch: one device, decode table, weight dtype and out dtype.
+bool one_cuda_launch(const std::vector<const Nf4Weight*>& weights, const std::vector<at::Tensor>& outs) {
+  const Nf4Weight& first = *weights.front();
+  if (!first.device().is_cuda()) return false;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Nf4Weight& w = *weights[i];
+    if (w.device() != first.device() || w.quant_type != first.quant_type || w.dtype != first.dtype ||
+        outs[i].scalar_type() != outs.front().scalar_type()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+void dequantize_nf4_batch_into(const std::vector<const Nf4Weight*>& weights, std::vector<at::Tensor>& outs) {
+  if (weights.size() != outs.size()) {
+    throw Error("dequantize_nf4_batch_into: " + std::to_string(weights.size()) + " weights but " +
+                std::to_string(outs.size()) + " outputs");
+  }
+  if (weights.empty()) return;
+  if (one_cuda_launch(weights, outs)) {
+#ifdef FINETUNE_WITH_CUDA
+    for (size_t i = 0; i < weights.size(); ++i) check_dequantize_target(*weights[i], outs[i]);
+    quant_cuda::dequantize_4bit_batch(weights, decode_table(*weights.front()), outs);
+    return;
+#endif
+  }
+  for (size_t i = 0; i < weights.size(); ++i) dequantize_nf4_into(*weights[i], outs[i]);
+}
+
+void dequantize_nf4_into(const Nf4Weight& w, at::Tensor& out) {
+  check_dequantize_target(w, out);
+  const auto type = out.scalar_type();
   const auto table = decode_table(w);
   if (w.device().is_cuda()) {
 #ifdef FINETUNE_WITH_CUDA

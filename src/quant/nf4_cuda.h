@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -18,5 +19,11 @@ void quantize_4bit(const at::Tensor& A, int64_t blocksize, QuantType4bit type, a
 // dequantize_nf4_into's CUDA kernel: the absmax rebuilt inline from w's statistics (contiguous on
 // w's device); table: the 16 values the codes stand for.
 void dequantize_4bit(const Nf4Weight& w, const at::Tensor& table, at::Tensor& out);
+
+// dequantize_4bit of weights[i] into outs[i] (each checked as dequantize_nf4_into checks it) in one
+// kernel launch (cuda_kernels::dequantize_4bit_pieces): the weights share one device, dtype and
+// decode table, and the outs one dtype.
+void dequantize_4bit_batch(const std::vector<const Nf4Weight*>& weights, const at::Tensor& table,
+                           std::vector<at::Tensor>& outs);
 
 }  // namespace finetune::quant_cuda

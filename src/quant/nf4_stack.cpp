@@ -48,10 +48,13 @@ void dequantize_nf4_stack_into(const Nf4Stack& stack, at::Tensor& out) {
     throw Error("dequantize_nf4_stack_into: out must be contiguous of shape " + c10::str(at::IntArrayRef(stack.shape)) +
                 ", got " + c10::str(out.sizes()));
   }
+  std::vector<const Nf4Weight*> weights;
+  std::vector<at::Tensor> rows;  // each piece's (rows, in), contiguous
   for (const auto& piece : stack.pieces) {
-    auto rows = out[piece.expert].narrow(0, piece.row_begin, piece.weight.shape[0]);  // (rows, in), contiguous
-    dequantize_nf4_into(piece.weight, rows);
+    weights.push_back(&piece.weight);
+    rows.push_back(out[piece.expert].narrow(0, piece.row_begin, piece.weight.shape[0]));
   }
+  dequantize_nf4_batch_into(weights, rows);
 }
 
 at::Tensor dequantize_nf4_stack(const Nf4Stack& stack, at::ScalarType dtype) {

@@ -182,6 +182,14 @@ GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape) {
   return in;
 }
 
+at::Tensor filler_free_token_mask(const at::Tensor& cu_seqlens, int64_t tokens) {
+  // The filler is the last sample with tokens: it starts at the largest sample end below the row's
+  // length (the empty samples after it repeat the row's length).
+  const auto ends = cu_seqlens.to(at::kLong);                                     // (samples + 1)
+  const auto real_tokens = at::where(ends < tokens, ends, at::zeros_like(ends)).max();  // device scalar
+  return at::arange(tokens, ends.options()).lt(real_tokens).to(at::kFloat);       // (tokens)
+}
+
 MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape) {
   MicroBatchInputs batch;
   batch.input_ids = in.input_ids;
@@ -190,6 +198,7 @@ MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shap
   batch.mask.cu_seqlens = in.cu_seqlens;
   batch.mask.max_seqlen = shape.tokens;  // bounds every sample's length: one launch for any lengths
   batch.targets = {in.target_positions, in.target_ids, in.target_weights};
+  batch.token_mask = filler_free_token_mask(in.cu_seqlens, shape.tokens);
   batch.pairs = in.pairs;
   return batch;
 }

@@ -12,7 +12,7 @@ std::string micro_step_graphs_unsupported_reason(const CausalLM& model, const Ob
   if (!objective.graph_capturable()) return "the " + objective.name() + " objective cannot be captured";
   if (!model.cuda_graph_safe()) {
     return "the model's adapters or weights cannot be replayed (LoRA dropout, DoRA, 4-bit weights, soft-capped "
-           "attention or mixture-of-experts layers)";
+           "attention, or mixture-of-experts layers without grouped expert GEMMs on the device)";
   }
   if (!model.kernel_policy().cuda_graphs) {
     return "its kernels have no CUDA graphs (a CUDA build and device, 16-bit weights and padding-free batches)";

@@ -32,10 +32,18 @@ CausalLmLoss causal_lm_forward_loss(const CausalLM& model, const MicroBatchInput
   out.hidden = model.forward_hidden(batch.input_ids, batch.position_ids, batch.mask, with_router);  // (B, T, C)
   const auto& moe = *model.config().moe;
   const auto aux = load_balancing_loss(router_logits, moe.num_experts, moe.num_experts_per_tok, batch.token_mask);
+  const auto loss_sum = causal_lm_loss_sum(model, out.hidden, batch.targets, tiling);
+  if (batch.targets.weights.defined()) {
+    // Weighted rows (a graph's weight-0 filler rows): the trained count is their weights' sum, on
+    // the device, so a replayed graph reads no host value.
+    const auto trained = batch.targets.weights.sum();  // fp32 scalar
+    out.aux_loss_sum = aux.detach().to(at::kDouble) * trained.to(at::kDouble);
+    out.loss_sum = loss_sum + aux * trained * moe.router_aux_loss_coef;
+    return out;
+  }
   const auto trained = static_cast<double>(batch.targets.positions.numel());
   out.aux_loss_sum = aux.detach().to(at::kDouble) * trained;
-  out.loss_sum =
-      causal_lm_loss_sum(model, out.hidden, batch.targets, tiling) + aux * (moe.router_aux_loss_coef * trained);
+  out.loss_sum = loss_sum + aux * (moe.router_aux_loss_coef * trained);
   return out;
 }
 

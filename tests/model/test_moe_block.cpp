@@ -10,6 +10,7 @@
 #include "finetune/lora/expert_lora_adapter.h"
 #include "finetune/lora/lora_config.h"
 #include "finetune/util/errors.h"
+#include "finetune/model/expert_gemms.h"
 #include "finetune/model/moe_block.h"
 #include "finetune/model/moe_names.h"
 
@@ -136,6 +137,15 @@ TEST(MoeBlock, LoadBalancingLossIsTransformersFormula) {
     const auto got = load_balancing_loss(logits, experts, top_k, masked ? mask : at::Tensor());
     EXPECT_NEAR(got.item<double>(), expected, 1e-6);
   }
+}
+
+TEST(MoeBlock, OnlyDenseLayersAreGraphSafeOffTheGpu) {
+  // Note [Graphed expert routing]: a sparse layer needs grouped GEMMs on a GPU that reads their
+  // offsets there (tests/cuda/test_moe_micro_step_graphs.cpp covers the GPU's answers).
+  EXPECT_FALSE(moe_layer_graph_safe(random_layer(8, 16, 8), at::kCPU));
+  EXPECT_FALSE(grouped_gemms_sync_free(at::kCPU));
+  MoeLayer dense;
+  EXPECT_TRUE(moe_layer_graph_safe(dense, at::kCPU));
 }
 
 TEST(MoeBlock, CheckpointPiecesNameEveryExpert) {

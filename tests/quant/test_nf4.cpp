@@ -106,6 +106,20 @@ TEST(Nf4, DequantizeIntoFillsTheCallersBuffer) {
   EXPECT_THROW(dequantize_nf4_into(w, strided), Error);
 }
 
+TEST(Nf4, BatchDequantizeIntoIsOneDequantizeIntoPerWeight) {
+  at::manual_seed(0);
+  const auto first = quantize_nf4(at::randn({32, 64}, at::TensorOptions().dtype(at::kBFloat16)));
+  const auto second = quantize_nf4(at::randn({7, 9}), false, 32, QuantType4bit::FP4);
+  std::vector<at::Tensor> outs = {at::empty({32, 64}, at::kHalf), at::empty({7, 9}, at::kFloat)};
+  dequantize_nf4_batch_into({&first, &second}, outs);
+  EXPECT_TRUE(same_bits(outs[0], dequantize_nf4(first, at::kHalf)));
+  EXPECT_TRUE(same_bits(outs[1], dequantize_nf4(second, at::kFloat)));
+  std::vector<at::Tensor> too_few = {at::empty({32, 64}, at::kHalf)};
+  EXPECT_THROW(dequantize_nf4_batch_into({&first, &second}, too_few), Error);
+  std::vector<at::Tensor> wrong_shape = {at::empty({64, 32}, at::kHalf)};
+  EXPECT_THROW(dequantize_nf4_batch_into({&first}, wrong_shape), Error);
+}
+
 TEST(Nf4, WeightDescribesItself) {
   const auto w = quantize_nf4(at::randn({96, 40}, at::TensorOptions().dtype(at::kBFloat16)));
   EXPECT_EQ(w.numel(), 96 * 40);

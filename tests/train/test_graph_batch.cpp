@@ -47,6 +47,8 @@ TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
   EXPECT_TRUE(in.target_weights.narrow(0, real, 64 - real).equal(at::zeros({64 - real})));
   EXPECT_TRUE(in.target_positions.narrow(0, real, 64 - real).eq(63).all().item<bool>());
   EXPECT_TRUE(in.cu_seqlens.equal(at::tensor({0, 5, 8, 10, 64, 64, 64, 64, 64}, at::TensorOptions().dtype(at::kInt))));
+  // The router loss's token mask: the 10 real tokens, not the filler's 54.
+  EXPECT_TRUE(graph_micro_batch(in, padded.shape).token_mask.equal(at::arange(64).lt(10).to(at::kFloat)));
 }
 
 TEST(GraphBatch, ShapeOfAnyLayoutIsTheShapeOfItsFlattenedBatch) {

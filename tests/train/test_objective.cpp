@@ -83,7 +83,7 @@ TEST(CausalLmObjective, RouterLossIsInTheLossAndItsAuxLossMetric) {
   const auto model = tiny_moe_model(kCoef);
   const CausalLmObjective objective(model->config());
   EXPECT_EQ(objective.metric_names(), std::vector<std::string>{"aux_loss"});
-  EXPECT_FALSE(objective.graph_capturable());  // a graph returns the loss sum alone
+  EXPECT_TRUE(objective.graph_capturable());  // the model decides (CausalLM::cuda_graph_safe)
   const HostBatch host = collate(testing::tiny_samples(4), {0, 1, 2, 3}, 0);  // rows of different lengths
   const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
   // transformers' load_balancing_loss_func over the real tokens (model/moe_block.h, its own test).
@@ -109,6 +109,32 @@ TEST(CausalLmObjective, RouterLossIsInTheLossAndItsAuxLossMetric) {
     EXPECT_NEAR(out.metric_sums[0].item<double>(), aux * trained, 1e-6 * aux * trained);
     EXPECT_NEAR(out.loss_sum.item<double>(), expected_loss, 1e-5 * expected_loss);
   }
+}
+
+TEST(CausalLmObjective, RouterLossCountsTheTrainedRowsByTheirWeights) {
+  constexpr double kCoef = 0.05;
+  const auto model = tiny_moe_model(kCoef);
+  // A trained tensor, so the loss takes its training path (the one that honours row weights).
+  for (auto& [name, parameter] : model->named_parameters()) {
+    if (name == "model.layers.0.self_attn.q_proj.weight") parameter.requires_grad_(true);
+  }
+  const CausalLmObjective objective(model->config());
+  const HostBatch host = collate(testing::tiny_samples(4), {0, 1, 2, 3}, 0);
+  const auto batch = to_device(host, at::kCPU, BatchLayout::kPaddedRows);
+  const auto plain = objective.loss_and_metric_sums(*model, micro_batch_inputs(batch), training_forward());
+  const int64_t rows = batch.target_positions.size(0);
+  // Weight 1 everywhere: the count of rows, as without weights.
+  MicroBatchInputs inputs = micro_batch_inputs(batch);
+  inputs.targets.weights = at::ones({rows}, at::kFloat);
+  const auto ones = objective.loss_and_metric_sums(*model, inputs, training_forward());
+  EXPECT_NEAR(ones.metric_sums[0].item<double>(), plain.metric_sums[0].item<double>(),
+              1e-6 * plain.metric_sums[0].item<double>());
+  EXPECT_NEAR(ones.loss_sum.item<double>(), plain.loss_sum.item<double>(), 1e-5 * plain.loss_sum.item<double>());
+  // A weight-0 row (a graph's filler row) is not counted.
+  inputs.targets.weights[rows - 1] = 0.0;
+  const auto filler = objective.loss_and_metric_sums(*model, inputs, training_forward());
+  const double per_row = plain.metric_sums[0].item<double>() / static_cast<double>(rows);
+  EXPECT_NEAR(filler.metric_sums[0].item<double>(), per_row * static_cast<double>(rows - 1), 1e-6 * per_row * rows);
 }
 
 TEST(CausalLmObjective, NoMetricsWithoutTheRouterLoss) {

@@ -113,7 +113,8 @@ class CausalLM {
   // Whether training micro-steps may be replayed from CUDA graphs (train/micro_step_graphs.h):
   // dense base weights and adapters that say so (plain LoRA without dropout). 4-bit weights and
   // DoRA have not been verified under capture on a GPU and run eagerly; soft-capped attention
-  // (Gemma-2) reads the samples' lengths on the host.
+  // (Gemma-2) reads the samples' lengths on the host; mixture-of-experts layers need their expert
+  // GEMMs grouped on the device (moe_layer_graph_safe, Note [Graphed expert routing]).
   bool cuda_graph_safe() const;
 
   // Base parameters, a 4-bit weight counted by its elements.

@@ -22,6 +22,11 @@ struct ExpertGemmPlan {
   std::vector<int64_t> counts;
 };
 
+// Whether at::_grouped_mm runs bf16 on `device` without a host sync: its CUTLASS kernels (compute
+// capability 9.x and 10.x) read the offsets on the device; elsewhere ATen's fallback copies them to
+// the host. False for the CPU and in builds without CUDA (model/cuda/grouped_gemm_support.cpp).
+bool grouped_gemms_sync_free(const at::Device& device);
+
 // rows (M, in) sorted by expert, weight (E, out, in) -> rows_e weight_e^T (M, out).
 at::Tensor experts_gemm(const at::Tensor& weight, const at::Tensor& rows, const ExpertGemmPlan& plan);
 

@@ -13,6 +13,18 @@
 // (the CPU, fp32, or shapes _grouped_mm refuses) one GEMM per expert that received rows. An expert
 // no row reached runs nothing; its adapter slices get zero gradients (the adapter tensors are one
 // tensor per stack, so every rank's reducer sees them used).
+//
+// Note [Graphed expert routing]
+// With the grouped GEMMs reading their offsets on the device, a sparse layer's forward and
+// backward read nothing back to the host and make no shape from device values, so a CUDA graph
+// can replay them (Note [Graphed micro-steps] in train/micro_step_graphs.h): the router's linear,
+// softmax and top-k; the stable argsort of the assignments; the rows per expert by scatter_add
+// (bincount would size its output on the host) and their cumsum as the offsets; the gather
+// (index_select), the _grouped_mm kernels and the weighted index_add; their gradients; and the
+// load-balancing loss (top-k, scatter_add and sums). Every size is N*k rows, fixed by the shape.
+// The per-expert fallback copies the counts to the host and sizes each GEMM from them, so a model
+// is graph-safe only where every sparse layer runs grouped (moe_layer_graph_safe), which its sizes,
+// adapter ranks, dtype and device decide once.
 #pragma once
 
 #include <memory>
@@ -91,6 +103,12 @@ struct MoeLayer {
 // stacks]); the router stays in the model dtype, as transformers keeps it.
 MoeLayer make_moe_layer(const Architecture& architecture, const ModelConfig& config, int64_t layer,
                         const at::TensorOptions& options, bool projections_4bit);
+
+// Whether a CUDA graph can capture the layer's forward and backward on `device` (Note [Graphed
+// expert routing]): a dense layer, or a sparse one whose 16-bit stacks (4-bit ones are not verified
+// under capture) run as grouped GEMMs (bf16, sizes and adapter ranks multiples of 8) that read their
+// offsets on the device (grouped_gemms_sync_free).
+bool moe_layer_graph_safe(const MoeLayer& layer, const at::Device& device);
 
 // The router's choice for x (N, C): logits (N, E) in x's dtype, weights (N, k) (fp32, or the
 // model dtype where the config says so) and experts (N, k) int64.

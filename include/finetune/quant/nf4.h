@@ -73,4 +73,9 @@ at::Tensor dequantize_nf4(const Nf4Weight& w, at::ScalarType dtype);
 // on w's device.
 void dequantize_nf4_into(const Nf4Weight& w, at::Tensor& out);
 
+// dequantize_nf4_into(*weights[i], outs[i]) for every i, bit for bit. On CUDA, weights of one
+// device, quant_type and dtype into outputs of one dtype dequantize in one kernel launch (per 256
+// weights: an expert stack's pieces, quant/nf4_stack.h); otherwise one call each.
+void dequantize_nf4_batch_into(const std::vector<const Nf4Weight*>& weights, std::vector<at::Tensor>& outs);
+
 }  // namespace finetune

@@ -41,7 +41,8 @@ void check_nf4_stack(const Nf4Stack& stack, const std::string& context);
 
 // Every piece dequantized (dequantize_nf4_into, bit for bit bitsandbytes' dequantize_4bit) into
 // its rows of `out`: contiguous (E, out, in), bf16/fp16/fp32, on the stack's device. On CUDA one
-// kernel per piece on the current stream, no host sync.
+// kernel launch for the whole stack (dequantize_nf4_batch_into: per 256 pieces) on the current
+// stream, no host sync.
 void dequantize_nf4_stack_into(const Nf4Stack& stack, at::Tensor& out);
 
 // The same into a fresh tensor of `dtype`.

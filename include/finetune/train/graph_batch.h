@@ -83,8 +83,13 @@ struct GraphInputs {
 };
 GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape);
 
+// (tokens) fp32: 1 at the real tokens of a graph's row, 0 at its filler sample's, computed on the
+// device from its cu_seqlens (a graph replays it for every batch of its shape).
+at::Tensor filler_free_token_mask(const at::Tensor& cu_seqlens, int64_t tokens);
+
 // The micro-batch the objective reads from a graph's inputs: variable-length attention over
-// cu_seqlens (max_seqlen: the whole row, which bounds every sample), the weighted targets, the pairs.
+// cu_seqlens (max_seqlen: the whole row, which bounds every sample), the weighted targets, the
+// token mask without the filler (the router loss counts real tokens only), the pairs.
 MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape);
 
 }  // namespace finetune

@@ -131,9 +131,9 @@ class CausalLmObjective final : public Objective {
   double normaliser_share(const HostBatch& batch) const override;
   at::Tensor loss_sum(const CausalLM& model, const MicroBatchInputs& batch,
                       const ForwardOptions& forward) const override;
-  // The router loss (mixture-of-experts models, which are not graphed: CausalLM::cuda_graph_safe)
-  // has not been verified under capture.
-  bool graph_capturable() const override { return !router_loss_; }
+  // The router loss reads only device tensors (Note [Graphed expert routing] in model/moe_block.h);
+  // whether the model's layers can be captured is CausalLM::cuda_graph_safe's to say.
+  bool graph_capturable() const override { return true; }
   std::vector<std::string> metric_names() const override;
   LossAndMetrics loss_and_metric_sums(const CausalLM& model, const MicroBatchInputs& batch,
                                       const ForwardOptions& forward) const override;

@@ -3,10 +3,14 @@
 // trees) in their fast-math arithmetic, one warp per block; dequantization is a memory-bound pass
 // that rebuilds each block's absmax inline from the nested statistics (as bitsandbytes'
 // dequantize_blockwise + offset add + kDequantizeBlockwise compute it) and writes 16 elements per
-// thread. Note [bitsandbytes' CPU and CUDA 4-bit quantizers] (nf4.cpp) says where CPU and CUDA differ.
+// thread; the pieces of an expert stack (up to 256 weights) dequantize in one launch, one grid row
+// (blockIdx.y) per piece, with the same per-element code as one weight's launch. Note
+// [bitsandbytes' CPU and CUDA 4-bit quantizers] (nf4.cpp) says where CPU and CUDA differ.
 #include "nf4_kernels.h"
 
+#include <algorithm>
 #include <cfloat>
+#include <vector>
 
 #include "finetune/kernels/bnb_fast_math.cuh"
 #include "finetune/kernels/half_precision.cuh"
@@ -122,7 +126,36 @@ struct alignas(16) Group {
   T v[kGroup];
 };
 
-// n % 16 == 0, blocksize % 16 == 0, packed 8-byte and out 16-byte aligned: one thread per 16 elements.
+// Group g (16 elements, 8 packed bytes) of a weight: n % 16 == 0, blocksize % 16 == 0, packed
+// 8-byte and out 16-byte aligned. table: the 16 code values.
+template <typename T>
+__device__ __forceinline__ void dequantize_group(const uint8_t* __restrict__ packed, const float* table,
+                                                 const Absmax4bit& a, int64_t blocksize, int64_t g,
+                                                 ElementKind weight_kind, T* __restrict__ out) {
+  const uint2 bytes = __ldg(reinterpret_cast<const uint2*>(packed) + g);
+  const float scale = block_absmax(a, g * kGroup / blocksize);
+  Group<T> values;
+#pragma unroll
+  for (int j = 0; j < kGroup / 2; ++j) {
+    const unsigned byte = ((j < 4 ? bytes.x : bytes.y) >> (8 * (j % 4))) & 0xffu;
+    values.v[2 * j] = output_value<T>(mul_ftz(table[byte >> 4], scale), weight_kind);
+    values.v[2 * j + 1] = output_value<T>(mul_ftz(table[byte & 0xfu], scale), weight_kind);
+  }
+  reinterpret_cast<Group<T>*>(out)[g] = values;
+}
+
+// Packed byte k (elements 2k and 2k + 1 < n) of a weight of any n and (even) blocksize.
+template <typename T>
+__device__ __forceinline__ void dequantize_byte(const uint8_t* __restrict__ packed, const float* table,
+                                                const Absmax4bit& a, int64_t blocksize, int64_t n, int64_t k,
+                                                ElementKind weight_kind, T* __restrict__ out) {
+  const unsigned byte = packed[k];
+  const float scale = block_absmax(a, 2 * k / blocksize);
+  out[2 * k] = output_value<T>(mul_ftz(table[byte >> 4], scale), weight_kind);
+  if (2 * k + 1 < n) out[2 * k + 1] = output_value<T>(mul_ftz(table[byte & 0xfu], scale), weight_kind);
+}
+
+// One thread per 16 elements (dequantize_group's conditions).
 template <typename T>
 __global__ void dequantize_4bit_group_kernel(const uint8_t* __restrict__ packed, Table4bit table, Absmax4bit a,
                                              int64_t blocksize, int64_t groups, ElementKind weight_kind,
@@ -132,16 +165,7 @@ __global__ void dequantize_4bit_group_kernel(const uint8_t* __restrict__ packed,
   __syncthreads();
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
        g += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint2 bytes = __ldg(reinterpret_cast<const uint2*>(packed) + g);
-    const float scale = block_absmax(a, g * kGroup / blocksize);
-    Group<T> values;
-#pragma unroll
-    for (int j = 0; j < kGroup / 2; ++j) {
-      const unsigned byte = ((j < 4 ? bytes.x : bytes.y) >> (8 * (j % 4))) & 0xffu;
-      values.v[2 * j] = output_value<T>(mul_ftz(s_table[byte >> 4], scale), weight_kind);
-      values.v[2 * j + 1] = output_value<T>(mul_ftz(s_table[byte & 0xfu], scale), weight_kind);
-    }
-    reinterpret_cast<Group<T>*>(out)[g] = values;
+    dequantize_group(packed, s_table, a, blocksize, g, weight_kind, out);
   }
 }
 
@@ -153,10 +177,33 @@ __global__ void dequantize_4bit_byte_kernel(const uint8_t* __restrict__ packed, 
   const int64_t bytes = (n + 1) / 2;
   for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < bytes;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const unsigned byte = packed[k];
-    const float scale = block_absmax(a, 2 * k / blocksize);
-    out[2 * k] = output_value<T>(mul_ftz(table.value[byte >> 4], scale), weight_kind);
-    if (2 * k + 1 < n) out[2 * k + 1] = output_value<T>(mul_ftz(table.value[byte & 0xfu], scale), weight_kind);
+    dequantize_byte(packed, table.value, a, blocksize, n, k, weight_kind, out);
+  }
+}
+
+struct PieceBatch {
+  Dequantize4bitPiece piece[kMaxDequantizePiecesPerLaunch];
+};
+
+// blockIdx.y picks the piece; the x blocks stride over its groups (Grouped: every piece meets
+// dequantize_group's conditions) or packed bytes. __grid_constant__: the pieces are read in place
+// from the parameter space, never copied per thread.
+template <typename T, bool Grouped>
+__global__ void dequantize_4bit_pieces_kernel(const __grid_constant__ PieceBatch batch,
+                                              const __grid_constant__ Table4bit table, ElementKind weight_kind) {
+  __shared__ float s_table[16];
+  if (threadIdx.x < 16) s_table[threadIdx.x] = table.value[threadIdx.x];
+  __syncthreads();
+  const Dequantize4bitPiece& piece = batch.piece[blockIdx.y];
+  T* out = static_cast<T*>(piece.out);
+  const int64_t items = Grouped ? piece.n / kGroup : (piece.n + 1) / 2;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (Grouped) {
+      dequantize_group(piece.packed, s_table, piece.absmax, piece.blocksize, i, weight_kind, out);
+    } else {
+      dequantize_byte(piece.packed, s_table, piece.absmax, piece.blocksize, piece.n, i, weight_kind, out);
+    }
   }
 }
 
@@ -181,13 +228,15 @@ cudaError_t launch_quantize(const void* A, float* absmax, uint8_t* packed, int64
                                : launch_quantize<T, Code4bit::FP4>(A, absmax, packed, n, blocksize, stream);
 }
 
+bool groups_apply(const uint8_t* packed, int64_t blocksize, int64_t n, const void* out) {
+  return n % kGroup == 0 && blocksize % kGroup == 0 && reinterpret_cast<uintptr_t>(packed) % 8 == 0 && aligned16(out);
+}
+
 template <typename T>
 cudaError_t launch_dequantize(const uint8_t* packed, const Table4bit& table, const Absmax4bit& absmax,
                               int64_t blocksize, int64_t n, ElementKind weight_kind, void* out, cudaStream_t stream) {
   auto* typed = static_cast<T*>(out);
-  const bool grouped = n % kGroup == 0 && blocksize % kGroup == 0 && reinterpret_cast<uintptr_t>(packed) % 8 == 0 &&
-                       aligned16(out);
-  if (grouped) {
+  if (groups_apply(packed, blocksize, n, out)) {
     const int64_t groups = n / kGroup;
     dequantize_4bit_group_kernel<T><<<grid_for(groups), kThreads, 0, stream>>>(packed, table, absmax, blocksize,
                                                                                groups, weight_kind, typed);
@@ -196,6 +245,44 @@ cudaError_t launch_dequantize(const uint8_t* packed, const Table4bit& table, con
                                                                                    n, weight_kind, typed);
   }
   return cudaGetLastError();
+}
+
+// At most kMaxDequantizePiecesPerLaunch pieces, none empty: one launch.
+template <typename T>
+cudaError_t launch_dequantize_pieces(const Dequantize4bitPiece* pieces, int64_t count, const Table4bit& table,
+                                     ElementKind weight_kind, cudaStream_t stream) {
+  PieceBatch batch;
+  bool grouped = true;
+  int64_t most_items = 0;
+  for (int64_t p = 0; p < count; ++p) {
+    const Dequantize4bitPiece& piece = pieces[p];
+    batch.piece[p] = piece;
+    grouped = grouped && groups_apply(piece.packed, piece.blocksize, piece.n, piece.out);
+    most_items = std::max(most_items, (piece.n + 1) / 2);
+  }
+  const dim3 grid(grid_for(grouped ? most_items * 2 / kGroup : most_items), static_cast<unsigned>(count));
+  if (grouped) {
+    dequantize_4bit_pieces_kernel<T, true><<<grid, kThreads, 0, stream>>>(batch, table, weight_kind);
+  } else {
+    dequantize_4bit_pieces_kernel<T, false><<<grid, kThreads, 0, stream>>>(batch, table, weight_kind);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_dequantize_pieces_chunked(const Dequantize4bitPiece* pieces, int64_t count, const Table4bit& table,
+                                             ElementKind weight_kind, cudaStream_t stream) {
+  std::vector<Dequantize4bitPiece> nonempty;
+  for (int64_t p = 0; p < count; ++p) {
+    if (pieces[p].n > 0) nonempty.push_back(pieces[p]);
+  }
+  for (size_t begin = 0; begin < nonempty.size(); begin += kMaxDequantizePiecesPerLaunch) {
+    const int64_t left = static_cast<int64_t>(nonempty.size() - begin);
+    const int64_t chunk = std::min<int64_t>(kMaxDequantizePiecesPerLaunch, left);
+    const cudaError_t error = launch_dequantize_pieces<T>(nonempty.data() + begin, chunk, table, weight_kind, stream);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -222,6 +309,19 @@ cudaError_t dequantize_4bit(const uint8_t* packed, const Table4bit& table, const
       return launch_dequantize<__nv_bfloat16>(packed, table, absmax, blocksize, n, weight_kind, out, stream);
     case ElementKind::Float16:
       return launch_dequantize<__half>(packed, table, absmax, blocksize, n, weight_kind, out, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t dequantize_4bit_pieces(const Dequantize4bitPiece* pieces, int64_t count, const Table4bit& table,
+                                   ElementKind weight_kind, ElementKind out_kind, cudaStream_t stream) {
+  switch (out_kind) {
+    case ElementKind::Float32:
+      return launch_dequantize_pieces_chunked<float>(pieces, count, table, weight_kind, stream);
+    case ElementKind::BFloat16:
+      return launch_dequantize_pieces_chunked<__nv_bfloat16>(pieces, count, table, weight_kind, stream);
+    case ElementKind::Float16:
+      return launch_dequantize_pieces_chunked<__half>(pieces, count, table, weight_kind, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -39,4 +39,21 @@ cudaError_t dequantize_4bit(const uint8_t* packed, const Table4bit& table, const
                             int64_t blocksize, int64_t n, ElementKind weight_kind, ElementKind out_kind, void* out,
                             cudaStream_t stream);
 
+// One weight of a batched dequantization: its codes, statistics and output buffer.
+struct Dequantize4bitPiece {
+  const uint8_t* packed = nullptr;
+  Absmax4bit absmax;
+  int64_t blocksize = 64;
+  int64_t n = 0;
+  void* out = nullptr;  // n elements of the batch's out_kind
+};
+
+// The pieces one launch takes, as a kernel parameter (20 KiB of the 32 KiB CUDA 12.1+ allows).
+constexpr int64_t kMaxDequantizePiecesPerLaunch = 256;
+
+// dequantize_4bit of every piece (same table, weight_kind and out_kind), bit for bit, in one kernel
+// launch per kMaxDequantizePiecesPerLaunch pieces (an expert stack's pieces: nf4_stack.h).
+cudaError_t dequantize_4bit_pieces(const Dequantize4bitPiece* pieces, int64_t count, const Table4bit& table,
+                                   ElementKind weight_kind, ElementKind out_kind, cudaStream_t stream);
+
 }  // namespace finetune::cuda_kernels
