@@ -31,16 +31,18 @@ FAST_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 4}
 # "best" for us: packed rows of max_seq_length (2048) tokens, this many rows per micro-batch
 # (the 8B shape keeps one row to stay within its memory target; so does the 9B Gemma-2 shape, whose
 # soft-capped attention is eager).
-PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1, "gemma-3-4b": 2, "gemma-2-9b": 1, "phi-4-mini": 2}
+PACKED_ROWS = {"llama-3.2-1b": 8, "qwen3-8b": 1, "gemma-3-4b": 2, "gemma-2-9b": 1, "phi-4-mini": 2,
+               "qwen3-30b-a3b-8l": 4, "mixtral-8x7b-4l": 4}
 # "best" for us also drops layer recompute where memory allows (the 1B shape: about 30 GiB of
 # activations at 8 x 2048 tokens; the 4B shapes, scaled by layers x hidden size: about 20 GiB at
 # 2 x 2048); the 8B and 9B shapes keep it (the 8B shape's 18 GiB target).
 BEST_CHECKPOINTING = {"llama-3.2-1b": False, "qwen3-8b": True, "gemma-3-4b": False, "gemma-2-9b": True,
-                      "phi-4-mini": False}
+                      "phi-4-mini": False, "qwen3-30b-a3b-8l": False, "mixtral-8x7b-4l": False}
 # "best" for the reference: the largest batch that fits (batch 8 on the 8B shape runs out of the
 # H200's 141 GB: it materialises fp32 logits over the 152k vocabulary; the Gemma and Phi-4-mini
 # vocabularies are 200k-262k).
-REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2, "gemma-3-4b": 4, "gemma-2-9b": 2, "phi-4-mini": 4}
+REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2, "gemma-3-4b": 4, "gemma-2-9b": 2, "phi-4-mini": 4,
+                        "qwen3-30b-a3b-8l": 4, "mixtral-8x7b-4l": 4}
 # Each variant's flags, ours and the reference's.
 VARIANTS = {"lora": ([], []),
             "qlora": (["--load_in_4bit"], ["--load_in_4bit"]),
