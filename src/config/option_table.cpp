@@ -293,8 +293,8 @@ std::vector<OptionRow> build_option_table() {
       bool_row("lora_operand_cache", {"LoRA", kTrain}, &Options::lora_operand_cache,
                "on CUDA in bf16/fp16, keep each adapter's half-precision [hi, lo] split of lora_A and lora_B from "
                "one optimizer step to the next (4 bytes per adapter weight: 0.16 GiB on Qwen3-8B at r 16); false "
-               "splits them again in every forward and recompute that reads them (one small kernel per adapter "
-               "per use) and frees them with the layer: the same values, less memory at the step's peak"),
+               "(the default) splits them again in every forward and recompute that reads them (one small kernel "
+               "per adapter per use) and frees them with the layer: the same values, less memory at the step's peak"),
       bool_row("use_dora", {"LoRA", kTrain}, &Options::use_dora,
                "DoRA: weight-decomposed LoRA (PEFT's use_dora), a trained magnitude per output row"),
       unsupported_string_row("loftq_config", {"LoRA", kTrain},
@@ -374,14 +374,13 @@ std::vector<OptionRow> build_option_table() {
       choice_row("offload_activations", {"training", kTrain}, &Options::offload_activations,
                  ChoiceSet{offload_activations_names()},
                  "with gradient checkpointing, keep each layer's checkpointed input in pinned host memory until its "
-                 "recompute in backward; auto = when a micro-batch's inputs of all layers exceed a quarter of the "
-                 "device memory free when training starts (never on the CPU; never for CUDA-graph micro-steps, "
-                 "which true offloads too, into one pinned arena)"),
+                 "recompute in backward (CUDA-graph micro-steps into one pinned arena); auto = on a CUDA device, "
+                 "never on the CPU (where true runs the same bookkeeping with plain copies)"),
       choice_row("lm_head_loss", {"training", kSft}, &Options::lm_head_loss, ChoiceSet{lm_head_loss_names()},
                  "how the fused LM head + cross-entropy of SFT training walks the trained positions x vocabulary "
                  "logits: vocab_tiles (tiles of at most 512 positions x ~32 MiB of fp32 logits, an online "
                  "logsumexp) or row_chunks (~256 MiB of fp32 logits of whole-vocabulary rows at a time); the "
-                 "same loss and gradients either way (row_chunks is the default until vocab_tiles is timed on a GPU)"),
+                 "same loss and gradients either way"),
 
       // --- preference training (dpo, orpo): TRL 1.16's DPOConfig / ORPOConfig
       float_row("beta", {"preference", kPreference}, &Options::beta, kPositive,

@@ -67,13 +67,11 @@ int64_t offload_arena_bytes(int64_t tokens, int64_t hidden_size, int64_t layers,
   return offload_slot_bytes(tokens * hidden_size, dtype) * layers;
 }
 
-std::optional<int64_t> offload_above_bytes(OffloadActivations mode, std::optional<int64_t> free_device_bytes) {
+std::optional<int64_t> offload_above_bytes(OffloadActivations mode, const at::Device& device) {
   switch (mode) {
     case OffloadActivations::kOn: return 0;
     case OffloadActivations::kOff: return std::nullopt;
-    case OffloadActivations::kAuto:
-      if (!free_device_bytes) return std::nullopt;
-      return *free_device_bytes / 4;
+    case OffloadActivations::kAuto: return device.is_cuda() ? std::optional<int64_t>(0) : std::nullopt;
   }
   return std::nullopt;
 }

@@ -6,7 +6,6 @@ namespace finetune {
 
 std::optional<double> peak_device_memory_gib(const at::Device&) { return std::nullopt; }
 void reset_peak_device_memory(const at::Device&) {}
-std::optional<int64_t> free_device_memory_bytes(const at::Device&) { return std::nullopt; }
 void start_device_memory_history(const at::Device&) {}
 void write_device_memory_snapshot(const at::Device&, const std::string&) {}
 

@@ -5,7 +5,6 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "finetune/ddp/rank0_agreement.h"
-#include "finetune/model/device_memory.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
@@ -36,21 +35,17 @@ GradReducerOptions reducer_options_from(const TrainerConfig& config, const at::D
   return options;
 }
 
-// The device's free memory is read here, once, after the model and its adapters are loaded:
-// --offload_activations auto compares each forward's checkpointed inputs with it.
 ForwardOptions training_forward(const TrainerConfig& config, const at::Device& device) {
   ForwardOptions options;
   options.training = true;
   options.gradient_checkpointing = config.gradient_checkpointing;
-  const auto free_bytes =
-      config.offload_activations == OffloadActivations::kAuto ? free_device_memory_bytes(device) : std::nullopt;
-  options.offload_activations_above_bytes = offload_above_bytes(config.offload_activations, free_bytes);
+  options.offload_activations_above_bytes = offload_above_bytes(config.offload_activations, device);
   return options;
 }
 
-// CUDA graphs capture short micro-steps: their inputs go to host memory only with
-// --offload_activations true, into the graphs' own arena (MicroStepGraphsConfig::offload_activations),
-// never by auto's threshold, whose pinned tensor per input could not be captured.
+// CUDA graphs capture micro-steps whose inputs go to host memory into the graphs' own arena
+// (MicroStepGraphsConfig::offload_activations), not by the eager path's pinned tensor per input,
+// which could not be captured.
 ForwardOptions without_offloading(ForwardOptions options) {
   options.offload_activations_above_bytes.reset();
   return options;
@@ -105,7 +100,7 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   const std::string graphs_unsupported = graphs_asked ? micro_step_graphs_unsupported_reason(model, objective) : "";
   if (graphs_asked && graphs_unsupported.empty()) {
     MicroStepGraphsConfig graph_config;
-    graph_config.offload_activations = config.offload_activations == OffloadActivations::kOn;
+    graph_config.offload_activations = forward_options_.offload_activations_above_bytes.has_value();
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), graph_config, objective);
   } else if (graphs_asked && model.device().is_cuda() && communicator.rank() == 0) {
     log::info("CUDA graphs off: " + graphs_unsupported + "; micro-steps run eagerly");

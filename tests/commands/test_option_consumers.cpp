@@ -75,7 +75,7 @@ TEST(OptionConsumers, OffloadActivationsNamesMeanTheSameToParserAndTrainer) {
 
 TEST(OptionConsumers, LmHeadLossNamesMeanTheSameToParserAndLoss) {
   EXPECT_EQ(spec_of("lm_head_loss").choices, lm_head_loss_names());
-  EXPECT_EQ(parse_train({}).options.lm_head_loss, "row_chunks");
+  EXPECT_EQ(parse_train({}).options.lm_head_loss, "vocab_tiles");
   EXPECT_EQ(lm_head_loss_from_name(parse_train({}).options.lm_head_loss), kDefaultLmHeadLoss);
   for (const auto& name : lm_head_loss_names()) {
     const auto parsed = parse_train({"--lm_head_loss", name}).options.lm_head_loss;
@@ -234,7 +234,8 @@ TEST(OptionConsumers, LoraShapeOptionsAreTrainOptions) {
 }
 
 TEST(OptionConsumers, LoraOperandCacheReachesTheAdapterSetup) {
-  EXPECT_TRUE(adapter_setup_from(parse_train({}).options).lora_operand_cache);
+  EXPECT_FALSE(adapter_setup_from(parse_train({}).options).lora_operand_cache);
+  EXPECT_TRUE(adapter_setup_from(parse_train({"--lora_operand_cache", "true"}).options).lora_operand_cache);
   EXPECT_FALSE(adapter_setup_from(parse_train({"--lora_operand_cache", "false"}).options).lora_operand_cache);
 }
 

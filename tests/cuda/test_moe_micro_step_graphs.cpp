@@ -175,7 +175,9 @@ void expect_replays_equal_padded_eager(const MoeCase& c) {
   ASSERT_EQ(graphed.metrics.size(), eager_a.metrics.size());
   for (size_t i = 0; i < graphed.losses.size(); ++i) {
     EXPECT_TRUE(graphed.losses[i].equal(eager_a.losses[i])) << "micro-step " << i;
-    if (c.router_loss) EXPECT_TRUE(graphed.metrics[i].equal(eager_a.metrics[i])) << "aux_loss, micro-step " << i;
+    if (c.router_loss) {
+      EXPECT_TRUE(graphed.metrics[i].equal(eager_a.metrics[i])) << "aux_loss, micro-step " << i;
+    }
   }
   for (size_t s = 0; s < graphed.grads.size(); ++s) {
     EXPECT_TRUE(graphed.grads[s].equal(eager_a.grads[s]))

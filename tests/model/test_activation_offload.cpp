@@ -124,10 +124,12 @@ TEST(ActivationOffload, ArenaSlotsFollowEachOtherAndBoundTheForward) {
 }
 
 TEST(ActivationOffload, OptionDecidesTheThreshold) {
-  EXPECT_EQ(offload_above_bytes(OffloadActivations::kOn, std::nullopt), 0);
-  EXPECT_FALSE(offload_above_bytes(OffloadActivations::kOff, int64_t{80} << 30).has_value());
-  EXPECT_EQ(offload_above_bytes(OffloadActivations::kAuto, int64_t{80} << 30), int64_t{20} << 30);
-  EXPECT_FALSE(offload_above_bytes(OffloadActivations::kAuto, std::nullopt).has_value());  // the CPU
+  const at::Device cpu(at::kCPU), cuda(at::kCUDA, 0);  // only compared, never allocated on
+  EXPECT_EQ(offload_above_bytes(OffloadActivations::kOn, cpu), 0);  // the bookkeeping with plain copies
+  EXPECT_EQ(offload_above_bytes(OffloadActivations::kOn, cuda), 0);
+  EXPECT_FALSE(offload_above_bytes(OffloadActivations::kOff, cuda).has_value());
+  EXPECT_EQ(offload_above_bytes(OffloadActivations::kAuto, cuda), 0);
+  EXPECT_FALSE(offload_above_bytes(OffloadActivations::kAuto, cpu).has_value());
   EXPECT_EQ(offload_activations_from_name("auto"), OffloadActivations::kAuto);
   EXPECT_EQ(offload_activations_from_name("true"), OffloadActivations::kOn);
   EXPECT_EQ(offload_activations_from_name("false"), OffloadActivations::kOff);

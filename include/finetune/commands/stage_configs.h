@@ -52,7 +52,7 @@ struct AdapterSetup {
   std::string base_model_name;                 // --model_name, to compare with the adapter's base
   std::vector<std::string> given_lora_options;  // which of r, lora_alpha, ... the user set
   bool gradient_checkpointing = true;  // train's: checked against modules_to_save (check_base_tensors_trainable)
-  bool lora_operand_cache = true;      // --lora_operand_cache (lora/attach_lora.h: set_lora_operand_cache)
+  bool lora_operand_cache = false;     // --lora_operand_cache (lora/attach_lora.h: set_lora_operand_cache)
 };
 AdapterSetup adapter_setup_from(const Options& options);
 

@@ -41,8 +41,8 @@ struct Options {
   bool use_gradient_checkpointing = true;  // "unsloth" is accepted as true
   bool cuda_graphs = true;
   std::string offload_activations = "auto";  // true|false|auto (model/offload_activations_names.h)
-  std::string lm_head_loss = "row_chunks";  // train/loss.h: lm_head_loss_names()
-  bool lora_operand_cache = true;            // lora/attach_lora.h: set_lora_operand_cache
+  std::string lm_head_loss = "vocab_tiles";  // train/loss.h: kDefaultLmHeadLoss, lm_head_loss_names()
+  bool lora_operand_cache = false;            // lora/attach_lora.h: set_lora_operand_cache
   int64_t random_state = 3407;
   bool use_rslora = false;
   bool use_dora = false;             // DoRA adapters (PEFT's use_dora)

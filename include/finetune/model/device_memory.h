@@ -13,10 +13,6 @@ namespace finetune {
 std::optional<double> peak_device_memory_gib(const at::Device& device);
 void reset_peak_device_memory(const at::Device& device);
 
-// Bytes a new tensor could still take on the device: what the driver reports free plus what the
-// caching allocator holds unused; nullopt for the CPU.
-std::optional<int64_t> free_device_memory_bytes(const at::Device& device);
-
 // The caching allocator's history (every allocation and free, with its C++ stack) from this call
 // on, and its snapshot written as the pickle torch.cuda.memory._snapshot() gives (read by
 // bench/memory_snapshot_summary.py and PyTorch's memory viewer). A diagnostic the benchmarks turn

@@ -28,7 +28,7 @@ struct TokenTargets {
 // vocabulary at a time (Note [Fused LM head + cross-entropy]). Evaluation takes row chunks either way.
 enum class LmHeadLoss { vocab_tiles, row_chunks };  // in lm_head_loss_names()' order
 // What training uses unless told (--lm_head_loss's default names it too: Options::lm_head_loss).
-inline constexpr LmHeadLoss kDefaultLmHeadLoss = LmHeadLoss::row_chunks;
+inline constexpr LmHeadLoss kDefaultLmHeadLoss = LmHeadLoss::vocab_tiles;
 LmHeadLoss lm_head_loss_from_name(const std::string& name);  // Error for another name
 const std::string& lm_head_loss_name(LmHeadLoss tiling);
 

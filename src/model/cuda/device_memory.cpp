@@ -35,18 +35,6 @@ void reset_peak_device_memory(const at::Device& device) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(index_of(device));
 }
 
-std::optional<int64_t> free_device_memory_bytes(const at::Device& device) {
-  if (!device.is_cuda()) return std::nullopt;
-  const c10::cuda::CUDAGuard guard(index_of(device));
-  size_t free = 0, total = 0;
-  const cudaError_t status = cudaMemGetInfo(&free, &total);
-  if (status != cudaSuccess) throw Error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(status));
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index_of(device));
-  const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  const int64_t cached_unused = stats.reserved_bytes[aggregate].current - stats.allocated_bytes[aggregate].current;
-  return static_cast<int64_t>(free) + cached_unused;
-}
-
 void start_device_memory_history(const at::Device& device) {
   if (!device.is_cuda()) return;
   // "all": alloc/free events and the live blocks' state, each with its C++ stack (no Python here).
