@@ -73,7 +73,7 @@ ExpertDispatch on_host(const ExpertDispatch& dispatch) {
 }
 
 at::Tensor leaf(const at::Tensor& values, int64_t storage_offset) {
-  return cuda_testing::copy_at_offset(values.detach(), storage_offset).requires_grad_(true);
+  return cuda_testing::copy_at_offset(values.detach(), storage_offset).detach().requires_grad_(true);
 }
 
 // |got - exact| <= one ulp of `dtype` at |exact| + accumulation * terms (terms: the summed magnitudes).

@@ -71,6 +71,7 @@ __global__ void combine_backward_kernel(const T* __restrict__ grad, const T* __r
   const float w = weight_value(weights[assignment]);
   const T* grad_row = grad + tokens[row] * width;
   float dot = 0.0f;
+#pragma unroll 4
   for (int64_t column = static_cast<int64_t>(lane) * Width; column < width; column += kWarp * Width) {
     const auto g = load<T, Width>(grad_row + column);
     if (d_outputs) {
