@@ -22,10 +22,10 @@
 // softmax and top-k; the stable argsort of the assignments and its inverse permutation; the rows
 // per expert by scatter_add (bincount would size its output on the host) and their cumsum as the
 // offsets; the dispatch and combine gathers (expert_dispatch.h), the _grouped_mm kernels; their
-// gradients; and the load-balancing loss (top-k, scatter_add and sums). Every size is N*k rows, fixed by the shape.
-// The per-expert fallback copies the counts to the host and sizes each GEMM from them, so a model
-// is graph-safe only where every sparse layer runs grouped (moe_layer_graph_safe), which its sizes,
-// adapter ranks, dtype and device decide once.
+// gradients; and the load-balancing loss (top-k, scatter_add and sums). Every size is N*k rows,
+// fixed by the shape. The per-expert fallback copies the counts to the host and sizes each GEMM
+// from them, so a model is graph-safe only where every sparse layer runs grouped
+// (moe_layer_graph_safe), which its sizes, adapter ranks, dtype and device decide once.
 #pragma once
 
 #include <memory>
