@@ -1,5 +1,6 @@
 #include "finetune/model/moe_block.h"
 
+#include "finetune/model/expert_dispatch.h"
 #include "finetune/model/expert_gemms.h"
 #include "finetune/model/fused_kernels.h"
 #include "finetune/quant/nf4_stack.h"
@@ -132,18 +133,15 @@ Routing route_tokens(const at::Tensor& router, const at::Tensor& x, const MoeCon
 
 at::Tensor experts_forward(const MoeLayer& layer, const at::Tensor& x, const Routing& routing, const MoeConfig& config,
                            const KernelPolicy& kernels) {
-  const int64_t top_k = routing.experts.size(1);
-  const auto flat_experts = routing.experts.reshape({-1});                     // (N*k)
-  const auto order = at::argsort(flat_experts, /*stable=*/true);               // (N*k): assignments by expert
-  const auto tokens = at::div(order, top_k, "floor");                          // (N*k): each sorted row's token
+  const auto flat_experts = routing.experts.reshape({-1});  // (N*k)
+  const auto dispatch = plan_expert_dispatch(routing.experts);
   // Rows per expert (E), without the host sync bincount's output sizing would cost on the GPU.
   const auto counts = at::zeros({config.num_experts}, flat_experts.options())
                           .scatter_add(0, flat_experts, at::ones_like(flat_experts));
-  const auto rows = x.index_select(0, tokens);                                 // (N*k, C)
-  const auto outputs = expert_mlps(layer, rows, counts, kernels);              // (N*k, C)
-  const auto weights = routing.weights.reshape({-1}).index_select(0, order).unsqueeze(1);  // (N*k, 1)
-  const auto weighted = (outputs * weights).to(x.scalar_type());
-  return at::zeros_like(x).index_add(0, tokens, weighted);  // (N, C)
+  const bool fused = kernels.fused_elementwise;
+  const auto rows = dispatch_rows(x, dispatch, fused);                        // (N*k, C) sorted by expert
+  const auto outputs = expert_mlps(layer, rows, counts, kernels);             // (N*k, C)
+  return combine_rows(outputs, routing.weights, dispatch, fused).to(x.scalar_type());  // (N, C)
 }
 
 at::Tensor moe_mlp_forward(const MoeLayer& layer, const at::Tensor& x, const ModelConfig& config,

@@ -4,7 +4,8 @@
 //   x (N, C) -> router logits x W_r^T (N, E) -> softmax in fp32 -> top-k (weights, experts)
 //     [-> weights / their sum when norm_topk_prob] [-> the model dtype: Qwen3-MoE]
 //   rows sorted by expert -> per expert: down(silu(gate(x_e)) * up(x_e)) -> times the row's weight
-//     -> summed back per token (index_add in expert order, as transformers' loop).
+//     -> summed back per token (transformers: index_add_ in expert order; here a gather of each
+//     token's k rows summed in fp32, Note [Gathered expert dispatch] in expert_dispatch.h).
 //
 // Note [Grouped expert GEMMs]
 // The rows routed to each expert are gathered once, sorted by expert id (stable), so expert e's
@@ -18,13 +19,13 @@
 // With the grouped GEMMs reading their offsets on the device, a sparse layer's forward and
 // backward read nothing back to the host and make no shape from device values, so a CUDA graph
 // can replay them (Note [Graphed micro-steps] in train/micro_step_graphs.h): the router's linear,
-// softmax and top-k; the stable argsort of the assignments; the rows per expert by scatter_add
-// (bincount would size its output on the host) and their cumsum as the offsets; the gather
-// (index_select), the _grouped_mm kernels and the weighted index_add; their gradients; and the
-// load-balancing loss (top-k, scatter_add and sums). Every size is N*k rows, fixed by the shape.
-// The per-expert fallback copies the counts to the host and sizes each GEMM from them, so a model
-// is graph-safe only where every sparse layer runs grouped (moe_layer_graph_safe), which its sizes,
-// adapter ranks, dtype and device decide once.
+// softmax and top-k; the stable argsort of the assignments and its inverse permutation; the rows
+// per expert by scatter_add (bincount would size its output on the host) and their cumsum as the
+// offsets; the dispatch and combine gathers (expert_dispatch.h), the _grouped_mm kernels; their
+// gradients; and the load-balancing loss (top-k, scatter_add and sums). Every size is N*k rows,
+// fixed by the shape. The per-expert fallback copies the counts to the host and sizes each GEMM
+// from them, so a model is graph-safe only where every sparse layer runs grouped
+// (moe_layer_graph_safe), which its sizes, adapter ranks, dtype and device decide once.
 #pragma once
 
 #include <memory>
