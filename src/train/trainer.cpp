@@ -85,8 +85,8 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   reducer_.broadcast_parameters();
   const auto& offload_above = forward_options_.offload_activations_above_bytes;
   if (config.gradient_checkpointing && offload_above && communicator.rank() == 0) {
-    log::info("activation offloading: checkpointed layer inputs go to host memory when a micro-batch's exceed " +
-              std::to_string(*offload_above >> 20) + " MiB");
+    log::info("activation offloading: each layer's checkpointed input goes to pinned host memory until its "
+              "recompute (--offload_activations)");
   }
   // Note [fp16 loss scaling] (train/loss_scaler.h): fp16 runs only, as HF's fp16=True.
   if (model.dtype() == at::kHalf) scaler_.emplace(LossScalerConfig{}, model.device());
