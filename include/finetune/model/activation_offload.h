@@ -20,8 +20,8 @@ namespace finetune {
 // The checkpointed inputs of one forward (tokens x hidden x layers x dtype size) above which they
 // are offloaded: kOn 0 (always), kOff nullopt (never), kAuto 0 on a CUDA device and nullopt on the
 // CPU (there is no device memory to save). Why always on a GPU: measured on an H200 (README "Long
-// context"), the copies cost at most 1% at the seed setting (short rows, where Qwen3-8B's peak
-// drops 0.32 GiB) and nothing measurable on packed 2,048-token rows, and long rows need them most.
+// context"), the copies cost Qwen3-8B's seed setting under 1% (short rows; its peak drops 0.32 GiB)
+// and the packed 2,048-token rows of the best settings nothing measurable; long rows need them most.
 std::optional<int64_t> offload_above_bytes(OffloadActivations mode, const at::Device& device);
 
 // Note [Offload arena]
