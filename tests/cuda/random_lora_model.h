@@ -23,22 +23,34 @@ inline LoraConfig random_model_lora_config() {
 
 inline constexpr uint64_t kRandomModelLoraSeed = 3;
 
-inline std::unique_ptr<CausalLM> random_lora_model(const at::Device& device) {
-  auto model = std::make_unique<CausalLM>(tiny_llama_config({512, 256, 512, 2, 4, 2, 64}), at::kBFloat16, device);
-  auto generator = at::cuda::detail::createCUDAGenerator();
-  generator.set_current_seed(11);
+// Norm weights 1, every other base weight N(0, 0.05) from `generator`.
+inline void randomize_base_weights(CausalLM& model, at::Generator& generator) {
   at::NoGradGuard no_grad;
-  for (auto& [name, parameter] : model->named_parameters()) {
+  for (auto& [name, parameter] : model.named_parameters()) {
     if (name.find("norm") != std::string::npos) {
       parameter.fill_(1.0);
     } else {
       parameter.normal_(0.0, 0.05, generator);
     }
   }
-  attach_lora(*model, random_model_lora_config(), kRandomModelLoraSeed);
-  for (auto& [name, tensor] : lora_parameters(*model)) {
+}
+
+// Every lora_B N(0, 0.05) from `generator` (PEFT starts them at 0), so the adapters change the output.
+inline void randomize_lora_b(CausalLM& model, at::Generator& generator) {
+  at::NoGradGuard no_grad;
+  for (auto& [name, tensor] : lora_parameters(model)) {
     if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.05, generator);
   }
+}
+
+inline std::unique_ptr<CausalLM> random_lora_model(const at::Device& device) {
+  auto model = std::make_unique<CausalLM>(tiny_llama_config({512, 256, 512, 2, 4, 2, 64}), at::kBFloat16, device);
+  auto generator = at::cuda::detail::createCUDAGenerator();
+  generator.set_current_seed(11);
+  at::NoGradGuard no_grad;  // over attach_lora too
+  randomize_base_weights(*model, generator);
+  attach_lora(*model, random_model_lora_config(), kRandomModelLoraSeed);
+  randomize_lora_b(*model, generator);
   return model;
 }
 

@@ -16,35 +16,13 @@
 #include "finetune/train/loss.h"
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/objective.h"
+#include "graph_test_batches.h"
 #include "random_lora_model.h"
 
 namespace finetune {
 namespace {
 
 const at::Device kCuda(at::kCUDA, 0);
-
-// Micro-batches of one or two samples whose padded shapes repeat (so graphs are replayed) and
-// differ (so several are captured).
-std::vector<HostBatch> micro_batches() {
-  std::vector<HostBatch> out;
-  const std::vector<std::vector<int64_t>> lengths = {{40}, {100}, {30, 20}, {45}, {120}, {60}, {33, 17}, {90}};
-  int32_t next = 7;
-  for (const auto& batch_lengths : lengths) {
-    std::vector<Sample> samples;
-    std::vector<int64_t> indices;
-    for (int64_t length : batch_lengths) {
-      Sample sample;
-      for (int64_t t = 0; t < length; ++t) {
-        sample.input_ids.push_back(next = (next * 37 + 11) % 500 + 3);
-        sample.labels.push_back(t < length / 3 ? kIgnoreIndex : sample.input_ids.back());
-      }
-      indices.push_back(static_cast<int64_t>(samples.size()));
-      samples.push_back(sample);
-    }
-    out.push_back(collate(samples, indices, 0));
-  }
-  return out;
-}
 
 struct Trace {
   std::vector<at::Tensor> losses;  // per micro-step, fp32
@@ -77,7 +55,7 @@ Trace train(int mode, bool offload = false, bool cache_operands = true) {
     config.offload_activations = offload;
     graphs = std::make_unique<MicroStepGraphs>(*model, forward, config, objective);
   }
-  const auto batches = micro_batches();
+  const auto batches = testing::graph_test_micro_batches();
   Trace trace;
   for (size_t step = 0; step < 2; ++step) {
     double tokens = 0;

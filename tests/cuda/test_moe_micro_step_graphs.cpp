@@ -23,6 +23,8 @@
 #include "finetune/train/micro_step.h"
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/objective.h"
+#include "graph_test_batches.h"
+#include "random_lora_model.h"
 
 namespace finetune {
 namespace {
@@ -48,46 +50,16 @@ std::unique_ptr<CausalLM> random_moe_model(const MoeCase& c) {
   auto model = std::make_unique<CausalLM>(model_config_from_json(json, "config.json"), at::kBFloat16, kCuda);
   auto generator = at::cuda::detail::createCUDAGenerator();
   generator.set_current_seed(5);
-  at::NoGradGuard no_grad;
-  for (auto& [name, parameter] : model->named_parameters()) {
-    if (name.find("norm") != std::string::npos) {
-      parameter.fill_(1.0);
-    } else {
-      parameter.normal_(0.0, 0.05, generator);
-    }
-  }
+  at::NoGradGuard no_grad;  // over attach_lora too
+  testing::randomize_base_weights(*model, generator);
   LoraConfig lora;
   lora.r = c.expert_rank;
   lora.lora_alpha = 16;
   lora.target_modules = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   lora.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
   attach_lora(*model, lora, 3);
-  for (auto& [name, tensor] : lora_parameters(*model)) {
-    if (name.find("lora_B") != std::string::npos) tensor.detach().normal_(0.0, 0.05, generator);
-  }
+  testing::randomize_lora_b(*model, generator);
   return model;
-}
-
-// Micro-batches whose padded shapes repeat (graphs replayed) and differ (several captured).
-std::vector<HostBatch> micro_batches() {
-  std::vector<HostBatch> out;
-  const std::vector<std::vector<int64_t>> lengths = {{40}, {100}, {30, 20}, {45}, {120}, {60}, {33, 17}, {90}};
-  int32_t next = 7;
-  for (const auto& batch_lengths : lengths) {
-    std::vector<Sample> samples;
-    std::vector<int64_t> indices;
-    for (int64_t length : batch_lengths) {
-      Sample sample;
-      for (int64_t t = 0; t < length; ++t) {
-        sample.input_ids.push_back(next = (next * 37 + 11) % 500 + 3);
-        sample.labels.push_back(t < length / 3 ? kIgnoreIndex : sample.input_ids.back());
-      }
-      indices.push_back(static_cast<int64_t>(samples.size()));
-      samples.push_back(sample);
-    }
-    out.push_back(collate(samples, indices, 0));
-  }
-  return out;
 }
 
 struct Trace {
@@ -116,7 +88,7 @@ Trace train(const MoeCase& c, int mode) {
     config.eager_warmup = 1;
     graphs = std::make_unique<MicroStepGraphs>(*model, forward, config, objective);
   }
-  const auto batches = micro_batches();
+  const auto batches = testing::graph_test_micro_batches();
   Trace trace;
   for (size_t step = 0; step < 2; ++step) {
     double tokens = 0;
