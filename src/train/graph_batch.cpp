@@ -100,7 +100,7 @@ GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   const int64_t tokens = std::max(batch.real_tokens, batch.step_peak_real_tokens);
   const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
   const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
-  GraphShape shape{graph_bucket(tokens + 1), graph_bucket(targets), graph_sample_bucket(samples + 1)};
+  GraphShape shape{graph_bucket(tokens), graph_bucket(targets), graph_sample_bucket(samples + 1)};
   if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
   if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
   return shape;
@@ -117,7 +117,7 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSect
     targets.push_back(target);
   });
   GraphBatch out;
-  out.shape = graph_shape(flat, sections);  // at least one filler token: no empty sample
+  out.shape = graph_shape(flat, sections);
   if (out.shape.targets < static_cast<int64_t>(positions.size())) {
     throw Error("graph_batch: the batch counts " + std::to_string(flat.trainable_tokens) + " trained positions, its labels " +
                 std::to_string(positions.size()));
@@ -128,12 +128,12 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSect
   const int64_t padding_targets = out.shape.targets - static_cast<int64_t>(positions.size());
 
   auto& v = out.values;
-  v.reserve(static_cast<size_t>(2 * out.shape.tokens + 3 * out.shape.targets + out.shape.samples + 1));
+  v.reserve(static_cast<size_t>(2 * out.shape.tokens + 3 * out.shape.targets + out.shape.samples + 2));
   v.insert(v.end(), flat.input_ids.begin(), flat.input_ids.end());
   v.insert(v.end(), static_cast<size_t>(filler), filler_token_id);
   v.insert(v.end(), flat.position_ids.begin(), flat.position_ids.end());
   for (int64_t t = 0; t < filler; ++t) v.push_back(t);
-  // Weight-0 rows read the filler's last position (any position would do: their weight is 0).
+  // Weight-0 rows read the row's last position (any position would do: their weight is 0).
   v.insert(v.end(), positions.begin(), positions.end());
   v.insert(v.end(), static_cast<size_t>(padding_targets), out.shape.tokens - 1);
   v.insert(v.end(), targets.begin(), targets.end());
@@ -142,9 +142,11 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSect
   v.insert(v.end(), static_cast<size_t>(padding_targets), 0);
   v.push_back(0);
   for (int64_t length : flat.sample_lengths[0]) v.push_back(v.back() + length);
-  // The filler ends at the bucket's last token; the empty samples after it pad cu_seqlens.
+  // The filler (empty when the row fills the bucket) ends at the bucket's last token; the empty
+  // samples after it pad cu_seqlens.
   const auto real_samples = static_cast<int64_t>(flat.sample_lengths[0].size());
   v.insert(v.end(), static_cast<size_t>(out.shape.samples - real_samples), out.shape.tokens);
+  v.push_back(real);
   if (sections.pairs) append_pair_slots(flat, positions, out.shape, v);
   if (sections.chosen_next_tokens) append_chosen_next_tokens(flat, out.shape, v);
   return out;
@@ -164,6 +166,7 @@ GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape) {
   in.target_ids = take(shape.targets);
   in.target_weights = take(shape.targets).to(at::kFloat);
   in.cu_seqlens = take(shape.samples + 1).to(at::kInt);
+  in.real_tokens = take(1).squeeze(0);
   if (shape.pairs > 0) {
     PairSlots& pairs = in.pairs;
     pairs.slots = shape.pairs;
@@ -182,12 +185,8 @@ GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape) {
   return in;
 }
 
-at::Tensor filler_free_token_mask(const at::Tensor& cu_seqlens, int64_t tokens) {
-  // The filler is the last sample with tokens: it starts at the largest sample end below the row's
-  // length (the empty samples after it repeat the row's length).
-  const auto ends = cu_seqlens.to(at::kLong);                                     // (samples + 1)
-  const auto real_tokens = at::where(ends < tokens, ends, at::zeros_like(ends)).max();  // device scalar
-  return at::arange(tokens, ends.options()).lt(real_tokens).to(at::kFloat);       // (tokens)
+at::Tensor filler_free_token_mask(const at::Tensor& real_tokens, int64_t tokens) {
+  return at::arange(tokens, real_tokens.options()).lt(real_tokens).to(at::kFloat);
 }
 
 MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape) {
@@ -198,7 +197,7 @@ MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shap
   batch.mask.cu_seqlens = in.cu_seqlens;
   batch.mask.max_seqlen = shape.tokens;  // bounds every sample's length: one launch for any lengths
   batch.targets = {in.target_positions, in.target_ids, in.target_weights};
-  batch.token_mask = filler_free_token_mask(in.cu_seqlens, shape.tokens);
+  batch.token_mask = filler_free_token_mask(in.real_tokens, shape.tokens);
   batch.pairs = in.pairs;
   return batch;
 }

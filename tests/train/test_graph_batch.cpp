@@ -28,7 +28,7 @@ TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
   EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8}));
   EXPECT_EQ(padded.trainable_tokens, flat.trainable_tokens);
   EXPECT_EQ(padded.real_tokens, 10);
-  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9});
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1});
 
   const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
   const std::vector<int64_t> ids = {5, 6, 7, 8, 9, 10, 11, 12, 20, 21};
@@ -47,6 +47,7 @@ TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
   EXPECT_TRUE(in.target_weights.narrow(0, real, 64 - real).equal(at::zeros({64 - real})));
   EXPECT_TRUE(in.target_positions.narrow(0, real, 64 - real).eq(63).all().item<bool>());
   EXPECT_TRUE(in.cu_seqlens.equal(at::tensor({0, 5, 8, 10, 64, 64, 64, 64, 64}, at::TensorOptions().dtype(at::kInt))));
+  EXPECT_EQ(in.real_tokens.item<int64_t>(), 10);
   // The router loss's token mask: the 10 real tokens, not the filler's 54.
   EXPECT_TRUE(graph_micro_batch(in, padded.shape).token_mask.equal(at::arange(64).lt(10).to(at::kFloat)));
 }
@@ -59,10 +60,24 @@ TEST(GraphBatch, ShapeOfAnyLayoutIsTheShapeOfItsFlattenedBatch) {
   EXPECT_EQ(graph_shape(collate(data, {0, 1, 2}, 0)), (GraphShape{64, 64, 8}));
 }
 
-TEST(GraphBatch, AFullBucketStillGetsAFillerToken) {
-  std::vector<Sample> one = {{std::vector<int32_t>(64, 9), std::vector<int32_t>(64, 9)}};
-  const GraphBatch padded = graph_batch(flatten(collate(one, {0}, 0)), 0);
+// A row that fills its bucket exactly (a full packed row of 2048) takes that bucket with an empty
+// filler: no padding, and the token mask still counts every real token.
+TEST(GraphBatch, AFullBucketTakesNoFiller) {
+  for (int64_t length : {64, 2048}) {
+    std::vector<Sample> one = {{std::vector<int32_t>(length, 9), std::vector<int32_t>(length, 9)}};
+    const GraphBatch padded = graph_batch(flatten(collate(one, {0}, 0)), 0);
+    EXPECT_EQ(padded.shape, (GraphShape{length, length, 8})) << length;
+    const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
+    EXPECT_TRUE(in.cu_seqlens.narrow(0, 1, 8).eq(length).all().item<bool>()) << length;
+    EXPECT_EQ(in.real_tokens.item<int64_t>(), length);
+    EXPECT_TRUE(graph_micro_batch(in, padded.shape).token_mask.equal(at::ones({length}))) << length;
+  }
+  // One token more needs the next bucket, and the filler then fills it.
+  std::vector<Sample> over = {{std::vector<int32_t>(65, 9), std::vector<int32_t>(65, 9)}};
+  const GraphBatch padded = graph_batch(flatten(collate(over, {0}, 0)), 0);
   EXPECT_EQ(padded.shape, (GraphShape{128, 64, 8}));
+  const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
+  EXPECT_TRUE(graph_micro_batch(in, padded.shape).token_mask.equal(at::arange(128).lt(65).to(at::kFloat)));
 }
 
 TEST(GraphSampleBucket, PowersOfTwoFromEight) {
@@ -140,7 +155,7 @@ TEST(GraphBatch, PairSlotsNameEachTargetsSequenceThePairsAndTheChosenNextTokens)
   const GraphBatch padded = pair_graph_batch(batch, orpo);
   EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 2, 64}));
   EXPECT_EQ(graph_shape(batch, orpo), padded.shape);
-  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + (64 + 2 + 2 + 1) + (3 * 64 + 1)});
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1 + (64 + 2 + 2 + 1) + (3 * 64 + 1)});
   const auto in = graph_inputs(longs(padded.values), padded.shape);
   // Trained positions (flat row 5,6,7,8,9 | 10,11,12 | 5,6,17,18 | 10,21): 1 2 3 | 5 6 | 9 10 | 12;
   // chosen sample s is sequence s, rejected sample s is 2 + s; the 56 weight-0 rows sequence 4.
@@ -177,7 +192,7 @@ TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
   const GraphSections dpo{/*pairs=*/true, /*chosen_next_tokens=*/false};
   const GraphBatch padded = pair_graph_batch(batch, dpo);
   EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 4, 0}));
-  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + (64 + 4 + 4 + 1)});
+  ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1 + (64 + 4 + 4 + 1)});
   const auto in = graph_inputs(longs(padded.values), padded.shape);
   const PairSlots& pairs = in.pairs;
   EXPECT_EQ(pairs.slots, 4);

@@ -2,7 +2,8 @@
 // train/micro_step_graphs.h): host-side and pure, so it is unit-tested on the CPU.
 //
 // A flattened batch (data/batch.h flatten(): one row, samples back to back) of n tokens is padded
-// to a token bucket with one filler sample of label-free tokens, its k trained positions to a
+// to a token bucket with one filler sample of label-free tokens (no tokens when n fills the bucket
+// exactly: a full packed row of 2048 takes the 2048 bucket), its k trained positions to a
 // target bucket with weight-0 rows, and its sample count to a sample bucket with empty samples
 // (repeated ends in cu_seqlens). Variable-length flash attention keeps the filler sample apart
 // (it is a sample of its own in cu_seqlens) and skips empty ones, and a weight-0 row adds nothing
@@ -38,7 +39,7 @@ int64_t graph_pair_bucket(int64_t pairs);
 
 // What a captured graph is specialised to: its static buffers' sizes.
 struct GraphShape {
-  int64_t tokens = 0;   // the padded row: real tokens + filler (>= 1 filler token)
+  int64_t tokens = 0;   // the padded row: real tokens + filler (>= 0 filler tokens)
   int64_t targets = 0;  // trained positions, padded with weight-0 rows
   int64_t samples = 0;  // real samples + the filler + empty samples: graph_sample_bucket
   int64_t pairs = 0;    // GraphSections::pairs: pair slots (graph_pair_bucket); else 0
@@ -50,7 +51,7 @@ struct GraphShape {
 
 // The static input of one micro-step, as one int64 buffer (one host->device copy), laid out as
 //   input_ids [tokens] | position_ids [tokens] | target_positions [targets] | target_ids [targets]
-//   | target_weights [targets] (0 or 1) | cu_seqlens [samples + 1]
+//   | target_weights [targets] (0 or 1) | cu_seqlens [samples + 1] | real_tokens [1]
 // then with GraphSections::pairs (PairSlots' fields, in its order)
 //   | sequence_of_target [targets] | group_ids [pairs] | real [pairs] (0 or 1) | count [1]
 // and with GraphSections::chosen_next_tokens
@@ -79,13 +80,14 @@ struct GraphInputs {
   at::Tensor target_ids;        // (targets) int64
   at::Tensor target_weights;    // (targets) fp32, 0 or 1
   at::Tensor cu_seqlens;        // (samples + 1) int32
+  at::Tensor real_tokens;       // () int64: the tokens before the filler
   PairSlots pairs;              // shape.pairs > 0; chosen_next_tokens when shape.chosen_next_tokens > 0
 };
 GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape);
 
 // (tokens) fp32: 1 at the real tokens of a graph's row, 0 at its filler sample's, computed on the
-// device from its cu_seqlens (a graph replays it for every batch of its shape).
-at::Tensor filler_free_token_mask(const at::Tensor& cu_seqlens, int64_t tokens);
+// device from the row's real_tokens (a graph replays it for every batch of its shape).
+at::Tensor filler_free_token_mask(const at::Tensor& real_tokens, int64_t tokens);
 
 // The micro-batch the objective reads from a graph's inputs: variable-length attention over
 // cu_seqlens (max_seqlen: the whole row, which bounds every sample), the weighted targets, the

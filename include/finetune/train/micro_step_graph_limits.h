@@ -6,10 +6,8 @@
 
 namespace finetune {
 
-// Rows padded beyond this many tokens run eagerly. A full packed row of max_seq_length 2048 pads
-// to 2304 (its filler token): eager, where a GPU-bound row loses nothing to the host and would lose
-// 12.5% to the padding (Qwen3-8B, packed 1 x 2048, one H100: 9,259 tok/s graphed; 9,768 eager in an
-// earlier session).
+// Rows padded beyond this many tokens run eagerly. A full packed row of max_seq_length 2048 fills
+// the 2048 bucket exactly (train/graph_batch.h: no filler then), so it is graphed without padding.
 inline constexpr int64_t kCudaGraphMaxTokens = 2048;
 // Shapes first seen after this many captures run eagerly (memory, capture time).
 inline constexpr int64_t kCudaGraphMaxShapes = 64;
