@@ -1,6 +1,7 @@
 // The micro-batches the graphed micro-step tests train on: one or two samples each, a third of
 // every sample's labels ignored, padded shapes that repeat (so graphs are replayed) and differ (so
-// several are captured).
+// several are captured). {64} and {128} fill their token buckets exactly: they replay the graphs
+// that {40} and {100} captured with a filler sample, with an empty one.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@ namespace finetune::testing {
 
 inline std::vector<HostBatch> graph_test_micro_batches() {
   std::vector<HostBatch> out;
-  const std::vector<std::vector<int64_t>> lengths = {{40}, {100}, {30, 20}, {45}, {120}, {60}, {33, 17}, {90}};
+  const std::vector<std::vector<int64_t>> lengths = {{40}, {100}, {30, 20}, {64}, {128}, {60}, {33, 17}, {90}};
   int32_t next = 7;
   for (const auto& batch_lengths : lengths) {
     std::vector<Sample> samples;

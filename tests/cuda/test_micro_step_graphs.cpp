@@ -117,8 +117,8 @@ TEST(MicroStepGraphs, ReplaysTrainBitwiseWhatThePaddedEagerStepsTrain) {
 
   // Control: the padded eager path repeats itself bit for bit (else the comparison means nothing).
   for (size_t s = 0; s < eager_a.grads.size(); ++s) ASSERT_TRUE(eager_a.grads[s].equal(eager_b.grads[s])) << s;
-  // The 8 micro-batches pad to 3 shapes (tokens, targets, samples): {40} {45} {60} {30,20}
-  // {33,17} -> 64/64/8, {100} {120} -> 128/128/8, {90} -> 128/64/8.
+  // The 8 micro-batches pad to 3 shapes (tokens, targets, samples): {40} {64} {60} {30,20}
+  // {33,17} -> 64/64/8, {100} {128} -> 128/128/8, {90} -> 128/64/8 ({64} and {128} without a filler).
   EXPECT_EQ(graphed.captured, 3);
   EXPECT_EQ(graphed.replays, 7);  // every micro-step after the one eager warm-up
   for (size_t i = 0; i < graphed.losses.size(); ++i) {
