@@ -129,12 +129,13 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 // the tile's maximum and m_new, writes exp(z - m_new) rounded to the model dtype for the product
 // GEMM, adds their fp32 sum into S after S's rescale, and picks the target's logit out of its tile,
 // each value by the composition's formula (z upcast, expf of the fp32 difference); only the order
-// of the row sum's additions differs. The soft-capped head (Gemma-2), the CPU and fp32 keep the
-// composition.
+// of the row sum's additions differs. The tiles keep their size (kLogitTileBytes of fp32), so their
+// working set shrinks to the model-dtype logits and probabilities. The soft-capped head (Gemma-2),
+// the CPU and fp32 keep the composition.
 struct RowTileState {
   int64_t tile_vocab = 0;    // columns of every tile but the last
-  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in
-  at::Tensor target_column;  // (n, 1) int64: its column there
+  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in (composition only)
+  at::Tensor target_column;  // (n, 1) int64: its column there (composition only)
   at::Tensor running_max;    // (n) fp32: m
   at::Tensor exp_sum;        // (n) fp32: S
   at::Tensor target_logit;   // (n) fp32
@@ -142,10 +143,12 @@ struct RowTileState {
   at::Tensor grad_sum;       // (n, C) fp32: G
 };
 
-// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab columns.
-RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab) {
+// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab
+// columns (the fused kernel finds the target's tile itself: not for it).
+RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab, bool fused_kernel) {
   RowTileState state;
   state.tile_vocab = tile_vocab;
+  if (fused_kernel) return state;
   state.target_tile = targets.div(tile_vocab, "floor");                          // (n)
   state.target_column = (targets - state.target_tile * tile_vocab).unsqueeze(1);  // (n, 1)
   return state;
@@ -247,7 +250,7 @@ struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCross
       const auto rows = hidden.narrow(0, start, n);                       // (n, C)
       const auto row_targets = targets.narrow(0, start, n).contiguous();  // (n)
       const int64_t tile_vocab = logit_tile_vocab(n, vocab_size);
-      RowTileState state = fused_kernel ? RowTileState{tile_vocab} : row_sweep_start(row_targets, tile_vocab);
+      RowTileState state = row_sweep_start(row_targets, tile_vocab, fused_kernel);
       for (int64_t tile = 0; tile * tile_vocab < vocab_size; ++tile) {
         const int64_t vocab_start = tile * tile_vocab, v = std::min(tile_vocab, vocab_size - vocab_start);
         const auto weight_tile = weight.narrow(0, vocab_start, v);  // (v, C)

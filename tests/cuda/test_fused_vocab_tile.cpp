@@ -20,14 +20,16 @@
 // difference is far smaller, as the rounding errors do not all point one way).
 // The gradient G / S - W_target moves by as little in fp32, but it is rounded to the model dtype, so
 // an element next to a rounding boundary lands on the neighbouring value: every element within one
-// unit in the last place of the dtype, and few of them (under 1%) differing at all.
+// unit in the last place of the dtype, and few of them (under 1%, or 8 of a short tensor) differing.
 #include <gtest/gtest.h>
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include <optional>
+#include <algorithm>
+#include <cmath>
+#include <string>
 #include <utility>
 
 #include "finetune/train/loss.h"
@@ -88,7 +90,7 @@ void expect_fused_matches_composition(const TileCase& c, const std::string& labe
                                      cuda_testing::host_double(composed.grad).abs());
   EXPECT_TRUE(cuda_testing::within_bound(fused.grad, composed.grad,
                                          cuda_testing::ulp_at(magnitude, c.hidden.scalar_type())));
-  EXPECT_LE(cuda_testing::count_differing(fused.grad, composed.grad), fused.grad.numel() / 100);
+  EXPECT_LE(cuda_testing::count_differing(fused.grad, composed.grad), std::max<int64_t>(fused.grad.numel() / 100, 8));
   if (c.targets.weights.defined() && c.hidden.size(0) > 3) {  // filler rows: no gradient at all
     EXPECT_EQ(fused.grad.narrow(0, c.hidden.size(0) - 3, 3).abs().max().item<double>(), 0.0);
   }
