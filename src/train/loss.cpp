@@ -10,6 +10,11 @@
 #include "finetune/model/half_gemm.h"
 #include "finetune/util/errors.h"
 
+#ifdef FINETUNE_WITH_CUDA
+#include "cuda/vocab_tile_softmax_kernel.h"
+#include "finetune/kernels/kernel_launch.h"
+#endif
+
 namespace finetune {
 namespace {
 
@@ -117,10 +122,20 @@ struct FusedLinearCrossEntropy : public torch::autograd::Function<FusedLinearCro
 // The logits are those of the row-chunk path (the head GEMM in the model dtype, upcast); the
 // probabilities are rounded to the model dtype for their GEMM as there, but relative to m rather
 // than to logsumexp, and the products are summed in fp32 over the tiles and rounded once at the end.
+// On a CUDA head in bf16 or fp16 without a soft-cap (fused_vocab_tile_kernel), the steps between
+// the two GEMMs run in one kernel per tile (train/cuda/vocab_tile_softmax_kernel.cu), which reads
+// the model-dtype logits straight from the head GEMM: no fp32 copy of the tile, and 4 launches per
+// tile instead of ~15 (head GEMM, kernel, fp32-output product GEMM, G's rescale). Per row it takes
+// the tile's maximum and m_new, writes exp(z - m_new) rounded to the model dtype for the product
+// GEMM, adds their fp32 sum into S after S's rescale, and picks the target's logit out of its tile,
+// each value by the composition's formula (z upcast, expf of the fp32 difference); only the order
+// of the row sum's additions differs. The tiles keep their size (kLogitTileBytes of fp32), so their
+// working set shrinks to the model-dtype logits and probabilities. The soft-capped head (Gemma-2),
+// the CPU and fp32 keep the composition.
 struct RowTileState {
   int64_t tile_vocab = 0;    // columns of every tile but the last
-  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in
-  at::Tensor target_column;  // (n, 1) int64: its column there
+  at::Tensor target_tile;    // (n) int64: the vocabulary tile each row's target lies in (composition only)
+  at::Tensor target_column;  // (n, 1) int64: its column there (composition only)
   at::Tensor running_max;    // (n) fp32: m
   at::Tensor exp_sum;        // (n) fp32: S
   at::Tensor target_logit;   // (n) fp32
@@ -128,10 +143,12 @@ struct RowTileState {
   at::Tensor grad_sum;       // (n, C) fp32: G
 };
 
-// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab columns.
-RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab) {
+// A row sweep's state before its first tile: where each target lies among tiles of tile_vocab
+// columns (the fused kernel finds the target's tile itself: not for it).
+RowTileState row_sweep_start(const at::Tensor& targets, int64_t tile_vocab, bool fused_kernel) {
   RowTileState state;
   state.tile_vocab = tile_vocab;
+  if (fused_kernel) return state;
   state.target_tile = targets.div(tile_vocab, "floor");                          // (n)
   state.target_column = (targets - state.target_tile * tile_vocab).unsqueeze(1);  // (n, 1)
   return state;
@@ -178,24 +195,70 @@ void sweep_vocab_tile(RowTileState& state, const at::Tensor& rows, const at::Ten
   state.grad_sum = product.addcmul_(state.grad_sum, rescale.unsqueeze(1));
 }
 
+#ifdef FINETUNE_WITH_CUDA
+
+// The steps of sweep_vocab_tile between its two GEMMs in one CUDA kernel (the GPU path of Note
+// [Vocabulary-tiled LM head loss]): rows (n, C) and weight_tile (v, C) in bf16 or fp16, without a
+// soft-cap; row_targets (n) int64. The state's per-row tensors are made by the first tile and
+// updated in place by the kernel from then on.
+void sweep_vocab_tile_fused(RowTileState& state, const at::Tensor& rows, const at::Tensor& weight_tile, int64_t tile,
+                            const at::Tensor& row_targets, bool fp32_output_gemm) {
+  const bool first = !state.running_max.defined();
+  const auto logits = at::linear(rows, weight_tile).contiguous();  // (n, v), model dtype
+  const int64_t n = logits.size(0), v = logits.size(1);
+  const auto row_options = logits.options().dtype(at::kFloat);
+  if (first) {
+    state.running_max = at::empty({n}, row_options);
+    state.exp_sum = at::empty({n}, row_options);
+    state.target_logit = at::empty({n}, row_options);
+  }
+  auto probs = at::empty_like(logits);                                      // (n, v)
+  const auto rescale = first ? at::Tensor() : at::empty({n}, row_options);  // (n): exp(m_old - m_new)
+  const cuda_kernels::VocabTileRowState row_state{state.running_max.data_ptr<float>(),
+                                                  state.exp_sum.data_ptr<float>(),
+                                                  state.target_logit.data_ptr<float>()};
+  cuda_kernels::check_launch(
+      cuda_kernels::vocab_tile_softmax(cuda_kernels::half_kind(logits), logits.data_ptr(), probs.data_ptr(), n, v,
+                                       row_targets.data_ptr<int64_t>(), tile * state.tile_vocab, row_state,
+                                       first ? nullptr : rescale.data_ptr<float>(), first,
+                                       cuda_kernels::current_stream(logits)),
+      "vocab_tile_softmax");
+  auto product = matmul_to_float(probs, weight_tile, fp32_output_gemm);  // (n, C)
+  state.grad_sum = first ? product : product.addcmul_(state.grad_sum, rescale.unsqueeze(1));
+}
+
+#else
+
+void sweep_vocab_tile_fused(RowTileState&, const at::Tensor&, const at::Tensor&, int64_t, const at::Tensor&, bool) {
+  throw Error("the fused vocabulary-tile loss kernel needs a build with the CUDA kernels");
+}
+
+#endif
+
 struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCrossEntropy> {
-  // As FusedLinearCrossEntropy::forward (the same arguments and result), in vocabulary tiles.
+  // As FusedLinearCrossEntropy::forward (the same arguments and result), in vocabulary tiles; with
+  // `fused_kernel` (fused_vocab_tile_kernel's choice) each tile runs sweep_vocab_tile_fused.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
                             const at::Tensor& targets, const RowWeights& row_weights_of_targets,
-                            const Softcap& softcap, bool fp32_output_gemm) {
+                            const Softcap& softcap, bool fp32_output_gemm, bool fused_kernel) {
     const at::Tensor& target_weights = row_weights_of_targets.weights;
     auto total = at::zeros({}, hidden.options().dtype(at::kFloat));
     auto grad_hidden = at::empty_like(hidden);  // (N, C)
     const int64_t count = hidden.size(0), vocab_size = weight.size(0);
     for (int64_t start = 0; start < count; start += kLogitTileRows) {
       const int64_t n = std::min(kLogitTileRows, count - start);
-      const auto rows = hidden.narrow(0, start, n);                  // (n, C)
-      const auto row_targets = targets.narrow(0, start, n);          // (n)
+      const auto rows = hidden.narrow(0, start, n);                       // (n, C)
+      const auto row_targets = targets.narrow(0, start, n).contiguous();  // (n)
       const int64_t tile_vocab = logit_tile_vocab(n, vocab_size);
-      RowTileState state = row_sweep_start(row_targets, tile_vocab);
+      RowTileState state = row_sweep_start(row_targets, tile_vocab, fused_kernel);
       for (int64_t tile = 0; tile * tile_vocab < vocab_size; ++tile) {
         const int64_t vocab_start = tile * tile_vocab, v = std::min(tile_vocab, vocab_size - vocab_start);
-        sweep_vocab_tile(state, rows, weight.narrow(0, vocab_start, v), tile, softcap, fp32_output_gemm);
+        const auto weight_tile = weight.narrow(0, vocab_start, v);  // (v, C)
+        if (fused_kernel) {
+          sweep_vocab_tile_fused(state, rows, weight_tile, tile, row_targets, fp32_output_gemm);
+        } else {
+          sweep_vocab_tile(state, rows, weight_tile, tile, softcap, fp32_output_gemm);
+        }
       }
       auto token_losses = state.exp_sum.log().add_(state.running_max).sub_(state.target_logit);  // (n)
       auto grad = state.grad_sum.div_(state.exp_sum.unsqueeze(1));                               // (n, C) fp32
@@ -219,7 +282,7 @@ struct VocabTiledCrossEntropy : public torch::autograd::Function<VocabTiledCross
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    return saved_hidden_gradient(ctx, grad_outputs, /*inputs=*/6);
+    return saved_hidden_gradient(ctx, grad_outputs, /*inputs=*/7);
   }
 };
 
@@ -237,6 +300,14 @@ const std::string& lm_head_loss_name(LmHeadLoss tiling) { return lm_head_loss_na
 
 HeadLossOptions head_loss_options(const CausalLM& model, LmHeadLoss tiling) {
   return {tiling, model.kernel_policy().half_gemm_fp32_output};
+}
+
+bool fused_vocab_tile_kernel(const at::Device& device, at::ScalarType dtype, bool softcapped) {
+#ifdef FINETUNE_WITH_CUDA
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && !softcapped;
+#else
+  return false;
+#endif
 }
 
 int64_t logit_tile_vocab(int64_t rows, int64_t vocab_size) {
@@ -285,8 +356,11 @@ at::Tensor output_head_loss_sum(const OutputHead& head, const at::Tensor& hidden
   const Softcap softcap{head.final_logit_softcapping};
   if (selected.requires_grad() && at::GradMode::is_enabled()) {
     if (options.tiling == LmHeadLoss::vocab_tiles) {
+      const bool fused_kernel =
+          options.vocab_tile_kernel && fused_vocab_tile_kernel(head.weight.device(), head.weight.scalar_type(),
+                                                               softcap.cap.has_value());
       return VocabTiledCrossEntropy::apply(selected, head.weight, targets.ids, RowWeights{targets.weights}, softcap,
-                                           options.fp32_output_gemm);
+                                           options.fp32_output_gemm, fused_kernel);
     }
     return FusedLinearCrossEntropy::apply(selected, head.weight, targets.ids, RowWeights{targets.weights}, softcap);
   }

@@ -1,5 +1,6 @@
 // The LM head loss in vocabulary tiles (train/loss.h: LmHeadLoss::vocab_tiles, Note [Vocabulary-
-// tiled LM head loss]) on the GPU, at Qwen3's vocabulary (151,936) in bf16:
+// tiled LM head loss]) on the GPU, at Qwen3's vocabulary (151,936) in bf16, as training runs it
+// (the tiles' fused kernel; tests/cuda/test_fused_vocab_tile.cpp compares it with the composition):
 //  - its distance to the fp32 arithmetic on the same bf16 head and hidden states is no larger than
 //    the row-chunk path's (loss and hidden-state gradient);
 //  - its device memory beyond the inputs stays under 128 MiB at 2,048 trained positions x 4,096

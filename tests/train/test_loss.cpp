@@ -11,6 +11,7 @@
 
 #include "../model/tiny_config.h"
 #include "finetune/model/causal_lm.h"
+#include "finetune/model/kernel_policy.h"
 #include "finetune/train/loss.h"
 #include "finetune/util/errors.h"
 
@@ -218,6 +219,17 @@ TEST(VocabTiledCrossEntropy, TilesHoldAbout32MibOfLogits) {
   EXPECT_EQ(logit_tile_vocab(1, 151936), 151936);              // at most the vocabulary
   EXPECT_EQ(logit_tile_vocab(kLogitTileRows, 3000), 3000);
   EXPECT_EQ(logit_tile_vocab(int64_t{1} << 20, 151936), 128);  // at least 128 columns
+}
+
+// The one place that picks the GPU kernel of the vocabulary tiles: CUDA, bf16 or fp16, no soft-cap.
+TEST(VocabTiledCrossEntropy, FusedKernelOnlyForUncappedHalfPrecisionCudaHeads) {
+  const at::Device cuda(at::kCUDA, 0);
+  EXPECT_FALSE(fused_vocab_tile_kernel(at::kCPU, at::kBFloat16, false));
+  EXPECT_FALSE(fused_vocab_tile_kernel(at::kCPU, at::kFloat, false));
+  EXPECT_FALSE(fused_vocab_tile_kernel(cuda, at::kFloat, false));
+  EXPECT_FALSE(fused_vocab_tile_kernel(cuda, at::kBFloat16, true));
+  EXPECT_EQ(fused_vocab_tile_kernel(cuda, at::kBFloat16, false), cuda_kernels_compiled_in());
+  EXPECT_EQ(fused_vocab_tile_kernel(cuda, at::kHalf, false), cuda_kernels_compiled_in());
 }
 
 TEST(VocabTiledCrossEntropy, NamesRoundTrip) {

@@ -37,6 +37,10 @@ struct HeadLossOptions {
   // GEMMs of half-precision operands may return their fp32 accumulator (KernelPolicy::
   // half_gemm_fp32_output); otherwise vocab tiles widen the operands to fp32 for that product.
   bool fp32_output_gemm = false;
+  // Vocabulary tiles may run their softmax steps in the fused CUDA kernel where
+  // fused_vocab_tile_kernel allows it; false keeps the ATen composition everywhere (the GPU tests
+  // compare the two with it; not a user option).
+  bool vocab_tile_kernel = true;
 };
 
 // hidden (B, T, C), labels (B, T) -> fp32 scalar: sum of token losses over trainable positions.
@@ -74,6 +78,12 @@ int64_t logit_chunk_rows(int64_t vocab_size);
 // logits, a multiple of 128 columns (at least 128), at most the whole vocabulary.
 constexpr int64_t kLogitTileRows = 512;
 int64_t logit_tile_vocab(int64_t rows, int64_t vocab_size);
+
+// Whether the vocabulary tiles of a head on `device` in `dtype` (soft-capped or not) run their
+// softmax steps in the fused CUDA kernel (Note [Vocabulary-tiled LM head loss] in train/loss.cpp):
+// a CUDA device, bf16 or fp16, no soft-cap, in a build with the CUDA kernels. Everything else
+// keeps the ATen composition.
+bool fused_vocab_tile_kernel(const at::Device& device, at::ScalarType dtype, bool softcapped);
 
 // labels shifted left by kTargetShift with -100 appended (Note [Next-token targets]): (B, T).
 at::Tensor shift_labels(const at::Tensor& labels);
