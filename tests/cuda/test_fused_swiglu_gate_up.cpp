@@ -50,7 +50,7 @@ const std::vector<at::ScalarType> kDtypes = {at::kBFloat16, at::kHalf, at::kFloa
                                          << ", " << want.sizes() << " " << want.scalar_type();
   }
   const auto bits = got.element_size() == 2 ? at::kShort : at::kInt;
-  const auto a = got.contiguous().view(bits), b = want.contiguous().view(bits);
+  const auto a = got.detach().contiguous().view(bits), b = want.detach().contiguous().view(bits);
   const int64_t differing = a.ne(b).sum().item<int64_t>();
   if (differing == 0) return ::testing::AssertionSuccess();
   const int64_t index = a.ne(b).flatten().to(at::kInt).argmax().item<int64_t>();
