@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
+#include "finetune/model/swiglu.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -33,9 +33,7 @@ Linear make_linear(const std::vector<int64_t>& shape, bool bias, const at::Tenso
 
 at::Tensor swiglu_mlp(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
   auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
-  const auto& gate = gate_up[0];
-  const auto& up = gate_up[1];
-  auto activation = context.kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
+  const auto activation = swiglu(gate_up[0], gate_up[1], context.kernels);
   return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
 }
 

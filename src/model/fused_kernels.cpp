@@ -14,5 +14,9 @@ at::Tensor fused_swiglu(const at::Tensor&, const at::Tensor&) {
   throw Error("fused_swiglu: this build has no CUDA kernels");
 }
 
+at::Tensor fused_swiglu_gate_up(const at::Tensor&, int64_t) {
+  throw Error("fused_swiglu_gate_up: this build has no CUDA kernels");
+}
+
 }  // namespace finetune
 #endif

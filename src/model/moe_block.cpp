@@ -2,7 +2,7 @@
 
 #include "finetune/model/expert_dispatch.h"
 #include "finetune/model/expert_gemms.h"
-#include "finetune/model/fused_kernels.h"
+#include "finetune/model/swiglu.h"
 #include "finetune/quant/nf4_stack.h"
 #include "finetune/util/errors.h"
 
@@ -39,10 +39,6 @@ at::Tensor stack_forward(const ExpertStack& stack, const at::Tensor& rows, const
   return (out + delta).to(out.scalar_type());
 }
 
-at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up, const KernelPolicy& kernels) {
-  return kernels.fused_elementwise ? fused_swiglu(gate, up) : at::silu(gate) * up;
-}
-
 ExpertGemmPlan gemm_plan(const MoeLayer& layer, const at::Tensor& rows, const at::Tensor& counts) {
   ExpertGemmPlan plan;
   plan.grouped = grouped_mm_applies(rows, layer.gate_up_proj) && grouped_mm_applies(rows, layer.down_proj);
@@ -62,8 +58,7 @@ at::Tensor expert_mlps(const MoeLayer& layer, const at::Tensor& rows, const at::
   const int64_t width = layer.down_proj.in_features();
   const auto plan = gemm_plan(layer, rows, counts);
   const auto gate_up = stack_forward(layer.gate_up_proj, rows, plan);  // (M, 2I)
-  const auto activation = swiglu(gate_up.narrow(1, 0, width).contiguous(),
-                                 gate_up.narrow(1, width, width).contiguous(), kernels);  // (M, I)
+  const auto activation = swiglu_gate_up(gate_up, width, kernels);      // (M, I)
   return stack_forward(layer.down_proj, activation, plan);  // (M, C)
 }
 

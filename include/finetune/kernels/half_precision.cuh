@@ -1,6 +1,7 @@
 // Device helpers shared by the fused kernels (model/cuda, lora/cuda): conversions between the
-// half-precision element types and fp32, rounding an fp32 value as an ATen op's output would be,
-// and 16-byte packs of eight elements.
+// half-precision element types and fp32 (and fp32's identity, for kernels that also run fp32),
+// rounding an fp32 value as an ATen op's output would be, and packs of eight elements (one
+// 16-byte access in the half types, two in fp32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,15 +13,17 @@ namespace finetune::cuda_kernels {
 
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
 // v rounded to T and back: what ATen stores when an op computed in fp32 writes a T tensor.
 template <typename T> __device__ __forceinline__ float round_to(float v) { return to_float(from_float<T>(v)); }
 
-constexpr int kPack = 8;  // elements per 16-byte access
+constexpr int kPack = 8;  // elements per 16-byte access of a half type
 
-// Eight half-precision elements, loaded and stored as one 16-byte access.
+// Eight elements, loaded and stored as one 16-byte access (two for fp32) from a 16-byte-aligned address.
 template <typename T>
 struct alignas(16) Pack {
   T v[kPack];

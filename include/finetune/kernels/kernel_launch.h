@@ -14,6 +14,7 @@
 namespace finetune::cuda_kernels {
 
 inline HalfKind half_kind(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return HalfKind::Float32;
   return t.scalar_type() == at::kBFloat16 ? HalfKind::BFloat16 : HalfKind::Float16;
 }
 

@@ -2,8 +2,8 @@
 // each as one autograd node with a fused backward. They compute transformers' bf16/fp16
 // expressions with the same roundings in the same order (elementwise ops in fp32, rounded to the
 // model dtype after each ATen op that HF's Python would run), in one pass over memory.
-// Whether they run is KernelPolicy::fused_elementwise (kernel_policy.h); builds without CUDA
-// kernels throw if called.
+// Whether they run is KernelPolicy::fused_elementwise (kernel_policy.h); model/swiglu.h chooses
+// between the SwiGLU ones and ATen. Builds without CUDA kernels throw if called.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,7 +13,13 @@ namespace finetune {
 // RoPE, HF's (x * cos) + (rotate_half(x) * sin): x (B, T, H, D) contiguous, cos/sin (B, T, D).
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
-// SwiGLU, HF's act_fn(gate) * up with SiLU: gate, up (..., I) contiguous, same shape.
+// SwiGLU, HF's act_fn(gate) * up with SiLU: gate, up (..., I) contiguous, same shape, bf16, fp16
+// or fp32.
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
+
+// The same SwiGLU on gate_up (M, 2 * width) read in place (any row stride, unit column stride):
+// silu(gate_up[:, :width]) * gate_up[:, width:] (M, width), with the bits fused_swiglu gives on
+// the two halves copied out. Its backward writes gate_up's gradient (M, 2 * width) in one kernel.
+at::Tensor fused_swiglu_gate_up(const at::Tensor& gate_up, int64_t width);
 
 }  // namespace finetune

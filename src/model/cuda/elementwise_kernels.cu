@@ -1,6 +1,9 @@
-// Fused RoPE and SwiGLU kernels. Every intermediate that HF's bf16/fp16 graph materialises is
+// Fused RoPE and SwiGLU kernels (SwiGLU on separate gate and up tensors, and on one packed gate_up
+// tensor read in place). Every intermediate that HF's bf16/fp16 graph materialises is
 // rounded to the element type here too (`round_to`), so the results equal ATen's op-by-op ones:
-// ATen computes each elementwise op in fp32 and rounds its output.
+// ATen computes each elementwise op in fp32 and rounds its output. The SwiGLU kernels also run
+// fp32 tensors, where every rounding is the identity (ATen's fp32 kernels compute the same fp32
+// expressions).
 #include "elementwise_kernels.h"
 
 #include <cstdint>
@@ -54,7 +57,28 @@ __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, 
 // silu(g) = g / (1 + exp(-g)), as ATen's kernel computes it in fp32.
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 
-// One thread per `Width` consecutive elements (a 16-byte pack, or one element).
+// One element of silu(gate) * up: the activation rounded as ATen's silu writes it, times up, rounded.
+// Every SwiGLU kernel below computes its elements here, so the contiguous and the packed (gate_up)
+// layouts give the same bits.
+template <typename T>
+__device__ __forceinline__ T swiglu_value(T gate, T up) {
+  return from_float<T>(round_to<T>(silu(to_float(gate))) * to_float(up));
+}
+
+// One element's gradients from the output gradient dy: d_up = dy * silu(g) (rounded as the
+// forward's activation was); d_gate = silu'(g) * (dy * up), silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g)))
+// as ATen's silu_backward.
+template <typename T>
+__device__ __forceinline__ void swiglu_gradients(T dy, T gate, T up, T& d_gate, T& d_up) {
+  const float g = to_float(gate);
+  const float grad = to_float(dy);
+  d_up = from_float<T>(grad * round_to<T>(silu(g)));
+  const float d_activation = round_to<T>(grad * to_float(up));
+  const float sigmoid = 1.0f / (1.0f + expf(-g));
+  d_gate = from_float<T>(d_activation * sigmoid * (1.0f + g * (1.0f - sigmoid)));
+}
+
+// One thread per `Width` consecutive elements (a pack, or one element).
 template <typename T, int Width>
 __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
                                       int64_t n) {
@@ -63,12 +87,10 @@ __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __res
   const auto g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
   Pack<T> o;
 #pragma unroll
-  for (int k = 0; k < Width; ++k) o.v[k] = from_float<T>(round_to<T>(silu(to_float(g.v[k]))) * to_float(u.v[k]));
+  for (int k = 0; k < Width; ++k) o.v[k] = swiglu_value<T>(g.v[k], u.v[k]);
   store<T, Width>(out + index, o);
 }
 
-// d_up = grad * silu(g) (rounded as the forward's activation was); d_gate = silu'(g) * (grad * up),
-// silu'(g) = sigmoid(g) (1 + g (1 - sigmoid(g))) as ATen's silu_backward.
 template <typename T, int Width>
 __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
                                        const T* __restrict__ up, T* __restrict__ d_gate, T* __restrict__ d_up,
@@ -78,16 +100,49 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
   const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
   Pack<T> dg, du;
 #pragma unroll
-  for (int k = 0; k < Width; ++k) {
-    const float gk = to_float(g.v[k]);
-    const float dyk = to_float(dy.v[k]);
-    du.v[k] = from_float<T>(dyk * round_to<T>(silu(gk)));
-    const float d_activation = round_to<T>(dyk * to_float(u.v[k]));
-    const float sigmoid = 1.0f / (1.0f + expf(-gk));
-    dg.v[k] = from_float<T>(d_activation * sigmoid * (1.0f + gk * (1.0f - sigmoid)));
-  }
+  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
   store<T, Width>(d_gate + index, dg);
   store<T, Width>(d_up + index, du);
+}
+
+// The packed layout: row r of gate_up starts r * row_stride elements in, its gate in columns
+// [0, width) and its up in [width, 2 width). One thread per `Width` consecutive columns of a row;
+// out (rows, width) contiguous.
+template <typename T, int Width>
+__global__ void swiglu_gate_up_forward_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
+                                              int64_t width, int64_t row_stride) {
+  const int64_t chunks_per_row = width / Width;
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= rows * chunks_per_row) return;
+  const int64_t row = index / chunks_per_row;
+  const int64_t column = (index % chunks_per_row) * Width;
+  const T* gate = gate_up + row * row_stride + column;
+  const auto g = load<T, Width>(gate), u = load<T, Width>(gate + width);
+  Pack<T> o;
+#pragma unroll
+  for (int k = 0; k < Width; ++k) o.v[k] = swiglu_value<T>(g.v[k], u.v[k]);
+  store<T, Width>(out + row * width + column, o);
+}
+
+// grad (rows, width) contiguous -> d_gate_up (rows, 2 width) contiguous: each row's d_gate, then its d_up.
+template <typename T, int Width>
+__global__ void swiglu_gate_up_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate_up,
+                                               T* __restrict__ d_gate_up, int64_t rows, int64_t width,
+                                               int64_t row_stride) {
+  const int64_t chunks_per_row = width / Width;
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (index >= rows * chunks_per_row) return;
+  const int64_t row = index / chunks_per_row;
+  const int64_t column = (index % chunks_per_row) * Width;
+  const T* gate = gate_up + row * row_stride + column;
+  const auto dy = load<T, Width>(grad + row * width + column);
+  const auto g = load<T, Width>(gate), u = load<T, Width>(gate + width);
+  Pack<T> dg, du;
+#pragma unroll
+  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+  T* d_gate = d_gate_up + row * 2 * width + column;
+  store<T, Width>(d_gate, dg);
+  store<T, Width>(d_gate + width, du);
 }
 
 template <typename T>
@@ -138,6 +193,54 @@ cudaError_t launch_swiglu_backward(const void* grad, const void* gate, const voi
   return cudaGetLastError();
 }
 
+// The 16-byte path needs whole packs in every row and every row start (gate's and up's) aligned.
+template <typename T>
+cudaError_t launch_swiglu_gate_up_forward(const void* gate_up, void* out, int64_t rows, int64_t width,
+                                          int64_t row_stride, cudaStream_t stream) {
+  const auto* gu = static_cast<const T*>(gate_up);
+  auto* o = static_cast<T*>(out);
+  if (width % kPack == 0 && row_stride % kPack == 0 && aligned16(gate_up) && aligned16(out)) {
+    swiglu_gate_up_forward_kernel<T, kPack><<<blocks_for(rows * width / kPack), kThreads, 0, stream>>>(
+        gu, o, rows, width, row_stride);
+  } else {
+    swiglu_gate_up_forward_kernel<T, 1><<<blocks_for(rows * width), kThreads, 0, stream>>>(gu, o, rows, width,
+                                                                                           row_stride);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_swiglu_gate_up_backward(const void* grad, const void* gate_up, void* d_gate_up, int64_t rows,
+                                           int64_t width, int64_t row_stride, cudaStream_t stream) {
+  const auto* dy = static_cast<const T*>(grad);
+  const auto* gu = static_cast<const T*>(gate_up);
+  auto* d = static_cast<T*>(d_gate_up);
+  if (width % kPack == 0 && row_stride % kPack == 0 && aligned16(grad) && aligned16(gate_up) && aligned16(d_gate_up)) {
+    swiglu_gate_up_backward_kernel<T, kPack><<<blocks_for(rows * width / kPack), kThreads, 0, stream>>>(
+        dy, gu, d, rows, width, row_stride);
+  } else {
+    swiglu_gate_up_backward_kernel<T, 1><<<blocks_for(rows * width), kThreads, 0, stream>>>(dy, gu, d, rows, width,
+                                                                                            row_stride);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// launch(TypeTag<T>{}) for the element type of `kind`: the SwiGLU launchers run fp32 as well.
+template <typename Launch>
+cudaError_t with_swiglu_type(HalfKind kind, Launch&& launch) {
+  switch (kind) {
+    case HalfKind::BFloat16: return launch(TypeTag<__nv_bfloat16>{});
+    case HalfKind::Float16: return launch(TypeTag<__half>{});
+    case HalfKind::Float32: return launch(TypeTag<float>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 cudaError_t rope(HalfKind kind, const void* x, const void* cos, const void* sin, void* y, int64_t tokens,
@@ -149,16 +252,34 @@ cudaError_t rope(HalfKind kind, const void* x, const void* cos, const void* sin,
 
 cudaError_t swiglu_forward(HalfKind kind, const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return kind == HalfKind::BFloat16 ? launch_swiglu_forward<__nv_bfloat16>(gate, up, out, n, stream)
-                                    : launch_swiglu_forward<__half>(gate, up, out, n, stream);
+  return with_swiglu_type(kind, [&](auto tag) {
+    return launch_swiglu_forward<typename decltype(tag)::type>(gate, up, out, n, stream);
+  });
 }
 
 cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, const void* up, void* d_gate,
                             void* d_up, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return kind == HalfKind::BFloat16
-             ? launch_swiglu_backward<__nv_bfloat16>(grad, gate, up, d_gate, d_up, n, stream)
-             : launch_swiglu_backward<__half>(grad, gate, up, d_gate, d_up, n, stream);
+  return with_swiglu_type(kind, [&](auto tag) {
+    return launch_swiglu_backward<typename decltype(tag)::type>(grad, gate, up, d_gate, d_up, n, stream);
+  });
+}
+
+cudaError_t swiglu_gate_up_forward(HalfKind kind, const void* gate_up, void* out, int64_t rows, int64_t width,
+                                   int64_t row_stride, cudaStream_t stream) {
+  if (rows * width == 0) return cudaSuccess;
+  return with_swiglu_type(kind, [&](auto tag) {
+    return launch_swiglu_gate_up_forward<typename decltype(tag)::type>(gate_up, out, rows, width, row_stride, stream);
+  });
+}
+
+cudaError_t swiglu_gate_up_backward(HalfKind kind, const void* grad, const void* gate_up, void* d_gate_up,
+                                    int64_t rows, int64_t width, int64_t row_stride, cudaStream_t stream) {
+  if (rows * width == 0) return cudaSuccess;
+  return with_swiglu_type(kind, [&](auto tag) {
+    return launch_swiglu_gate_up_backward<typename decltype(tag)::type>(grad, gate_up, d_gate_up, rows, width,
+                                                                         row_stride, stream);
+  });
 }
 
 }  // namespace finetune::cuda_kernels

@@ -1,6 +1,7 @@
 // Launchers of the fused elementwise kernels (elementwise_kernels.cu): plain CUDA, no ATen, so
-// nvcc compiles them quickly. Pointers are device pointers of contiguous tensors; `half_kind`
-// selects the element type. Each returns the launch's cudaError_t.
+// nvcc compiles them quickly. Pointers are device pointers of contiguous tensors (the packed
+// SwiGLU input: rows `row_stride` elements apart); `kind` selects the element type: bf16 or fp16,
+// and fp32 as well for SwiGLU. Each returns the launch's cudaError_t.
 #pragma once
 
 #include <cstdint>
@@ -22,5 +23,15 @@ cudaError_t swiglu_forward(HalfKind kind, const void* gate, const void* up, void
 // From the output gradient: d_gate and d_up of silu(gate) * up, n elements.
 cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, const void* up, void* d_gate,
                             void* d_up, int64_t n, cudaStream_t stream);
+
+// The same SwiGLU on a packed gate_up (rows, 2 * width), read in place: row r starts r * row_stride
+// elements in, gate in its first `width` columns and up in the next `width`. out (rows, width).
+cudaError_t swiglu_gate_up_forward(HalfKind kind, const void* gate_up, void* out, int64_t rows, int64_t width,
+                                   int64_t row_stride, cudaStream_t stream);
+
+// From the output gradient (rows, width): d_gate_up (rows, 2 * width), each row's d_gate in its
+// first `width` columns and its d_up in the next `width`, written by one kernel.
+cudaError_t swiglu_gate_up_backward(HalfKind kind, const void* grad, const void* gate_up, void* d_gate_up,
+                                    int64_t rows, int64_t width, int64_t row_stride, cudaStream_t stream);
 
 }  // namespace finetune::cuda_kernels

@@ -3,8 +3,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "elementwise_kernels.h"
-#include "finetune/util/errors.h"
 #include "finetune/kernels/kernel_launch.h"
+#include "finetune/model/swiglu.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -65,6 +66,38 @@ struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   }
 };
 
+// gate_up (M, 2I), read in place; saved as it is (no copies of the halves) for the backward,
+// which returns its gradient as one contiguous (M, 2I) tensor.
+struct FusedSwigluGateUp : public torch::autograd::Function<FusedSwigluGateUp> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, int64_t width) {
+    ctx->save_for_backward({gate_up});
+    const int64_t rows = gate_up.size(0);
+    auto out = at::empty({rows, width}, gate_up.options());  // (M, I)
+    check_launch(cuda_kernels::swiglu_gate_up_forward(half_kind(gate_up), gate_up.data_ptr(), out.data_ptr(), rows,
+                                                      width, gate_up.stride(0), current_stream(gate_up)),
+                 "swiglu gate_up forward");
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto gate_up = ctx->get_saved_variables()[0];
+    const int64_t rows = gate_up.size(0);
+    const int64_t width = gate_up.size(1) / 2;
+    auto grad = grad_outputs[0].contiguous();                          // (M, I)
+    auto d_gate_up = at::empty({rows, 2 * width}, gate_up.options());  // (M, 2I)
+    check_launch(cuda_kernels::swiglu_gate_up_backward(half_kind(gate_up), grad.data_ptr(), gate_up.data_ptr(),
+                                                       d_gate_up.data_ptr(), rows, width, gate_up.stride(0),
+                                                       current_stream(gate_up)),
+                 "swiglu gate_up backward");
+    return {d_gate_up, at::Tensor()};
+  }
+};
+
+// The element types the SwiGLU kernels run.
+bool swiglu_dtype(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat;
+}
+
 }  // namespace
 
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -81,7 +114,20 @@ at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
       !up.is_contiguous()) {
     throw Error("fused_swiglu: expected contiguous gate and up of one shape and dtype");
   }
+  if (!gate.is_cuda() || !up.is_cuda() || !swiglu_dtype(gate.scalar_type())) {
+    throw Error(std::string("fused_swiglu: expected CUDA tensors of bf16, fp16 or fp32, got ") +
+                c10::toString(gate.scalar_type()) + " on " + gate.device().str());
+  }
   return FusedSwiglu::apply(gate, up);
+}
+
+at::Tensor fused_swiglu_gate_up(const at::Tensor& gate_up, int64_t width) {
+  check_gate_up_layout(gate_up, width, "fused_swiglu_gate_up");
+  if (!gate_up.is_cuda() || !swiglu_dtype(gate_up.scalar_type())) {
+    throw Error(std::string("fused_swiglu_gate_up: expected a CUDA gate_up of bf16, fp16 or fp32, got ") +
+                c10::toString(gate_up.scalar_type()) + " on " + gate_up.device().str());
+  }
+  return FusedSwigluGateUp::apply(gate_up, width);
 }
 
 }  // namespace finetune
