@@ -94,10 +94,12 @@ for _shape, _layers in (("gemma-3-4b", 6), ("gemma-2-9b", 4), ("phi-4-mini", 4))
     SHAPES[f"{_shape}-{_layers}l"] = fewer_layers(_shape, _layers)
 
 
-def make_model(shape, out_dir, seed=0):
+def make_model(shape, out_dir, seed=0, layers=None):
+    """`shape`'s model, random weights, saved to `out_dir` (kept when it exists); `layers`: its first
+    `layers` decoder layers only (fewer_layers)."""
     if os.path.exists(os.path.join(out_dir, "config.json")):
         return
-    config_class, model_class, kwargs = SHAPES[shape]
+    config_class, model_class, kwargs = SHAPES[shape] if layers is None else fewer_layers(shape, layers)
     torch.manual_seed(seed)
     config = config_class(**kwargs)
     torch.set_default_dtype(torch.bfloat16)
@@ -125,9 +127,10 @@ if __name__ == "__main__":
     parser.add_argument("--shape", choices=list(SHAPES), required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--rows", type=int, default=4000)
+    parser.add_argument("--layers", type=int, default=None, help="model: the shape's first LAYERS decoder layers")
     args = parser.parse_args()
     if args.what == "model":
-        make_model(args.shape, args.out)
+        make_model(args.shape, args.out, layers=args.layers)
     else:
         vocab = SHAPES[args.shape][2]["vocab_size"]
         with open(args.out, "w") as f:
