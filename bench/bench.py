@@ -159,6 +159,8 @@ def main():
     p.add_argument("--peer_warmup", type=int, default=5,
                    help="peers' warm-up steps before timing (Unsloth compiles parts of its step lazily); "
                         "then --ref_steps timed steps")
+    p.add_argument("--labels", choices=shapes.LABELS, default="completions",
+                   help="the rows' labels: completions-only (the second half of each row) or every token")
     p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args()
     peer_names = [name for name in args.peers.split(",") if name]
@@ -171,14 +173,16 @@ def main():
     results = []
     for shape in args.shapes.split(","):
         model = os.path.join(args.work, shape)
-        data = os.path.join(args.work, f"{shape}.jsonl")
+        # --labels all: the same rows with every token labelled (Note in shapes.make_rows), so that
+        # the pair of runs measures what the prompt positions would cost the LM head.
+        data = os.path.join(args.work, f"{shape}.jsonl" if args.labels == "completions" else f"{shape}-{args.labels}-labels.jsonl")
         if args.dry_run:
             print(f"dry-run: make {model} and {data}", flush=True)
         else:
             shapes.make_model(shape, model)
         if not args.dry_run and not os.path.exists(data):
             with open(data, "w") as f:
-                for row in shapes.make_rows(4000, shapes.SHAPES[shape][2]["vocab_size"]):
+                for row in shapes.make_rows(4000, shapes.SHAPES[shape][2]["vocab_size"], labels=args.labels):
                     f.write(json.dumps(row) + "\n")
         if args.parity:  # correctness first: bf16 logits vs transformers bf16 and fp32 (gpu_parity.py)
             stdout, _ = run(["python3", os.path.join(HERE, "gpu_parity.py"), "--finetune", args.finetune, "--model",
@@ -211,7 +215,7 @@ def main():
         for setting in args.settings.split(","):
             for n in map(int, args.gpus.split(",")):
                 for variant in variants:
-                    row = {"shape": shape, "setting": setting, "variant": variant, "gpus": n}
+                    row = {"shape": shape, "setting": setting, "variant": variant, "gpus": n, "labels": args.labels}
                     if not args.skip_ours:
                         row["ours"] = ours(args, model, data, setting, n, args.work, variant=variant)
                     # "fast" is ours only (the reference and the peers have their "best").

@@ -109,15 +109,22 @@ def make_model(shape, out_dir, seed=0, layers=None):
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def make_rows(count, vocab, seed=0, median=200, sigma=0.6, low=32, high=2048):
+LABELS = ("completions", "all")
+
+
+def make_rows(count, vocab, seed=0, median=200, sigma=0.6, low=32, high=2048, labels="completions"):
     """Log-normal lengths around `median` (like alpaca-cleaned with a Llama-3 tokenizer);
-    completions-only labels on the second half of each row."""
+    labels = "completions": completions-only labels on the second half of each row; "all": every
+    token labelled (the same ids: what the LM head would cost if masked positions went through it)."""
+    if labels not in LABELS:
+        raise ValueError(f"labels must be one of {LABELS}, got {labels!r}")
     g = torch.Generator().manual_seed(seed)
     lengths = torch.exp(math.log(median) + sigma * torch.randn(count, generator=g)).round().clamp(low, high).long()
     rows = []
     for n in lengths.tolist():
         ids = torch.randint(100, vocab - 100, (n,), generator=g).tolist()
-        rows.append({"input_ids": ids, "labels": [-100] * (n // 2) + ids[n // 2:]})
+        masked = n // 2 if labels == "completions" else 0
+        rows.append({"input_ids": ids, "labels": [-100] * masked + ids[masked:]})
     return rows
 
 
@@ -128,11 +135,12 @@ if __name__ == "__main__":
     parser.add_argument("--out", required=True)
     parser.add_argument("--rows", type=int, default=4000)
     parser.add_argument("--layers", type=int, default=None, help="model: the shape's first LAYERS decoder layers")
+    parser.add_argument("--labels", choices=LABELS, default="completions", help="data: which tokens are labelled")
     args = parser.parse_args()
     if args.what == "model":
         make_model(args.shape, args.out, layers=args.layers)
     else:
         vocab = SHAPES[args.shape][2]["vocab_size"]
         with open(args.out, "w") as f:
-            for row in make_rows(args.rows, vocab):
+            for row in make_rows(args.rows, vocab, labels=args.labels):
                 f.write(json.dumps(row) + "\n")
