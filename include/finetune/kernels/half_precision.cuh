@@ -1,7 +1,8 @@
 // Device helpers shared by the fused kernels (model/cuda, lora/cuda): conversions between the
 // half-precision element types and fp32 (and fp32's identity, for kernels that also run fp32),
-// rounding an fp32 value as an ATen op's output would be, and packs of eight elements (one
-// 16-byte access in the half types, two in fp32).
+// rounding an fp32 value as an ATen op's output would be, packs of eight elements (one
+// 16-byte access in the half types, two in fp32), and the row and column of a thread that
+// handles `Width` consecutive columns of a row.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,5 +52,22 @@ __device__ __forceinline__ void store(T* p, const Pack<T>& values) {
 }
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A grid of `rows` rows of `columns` columns (a multiple of Width), one thread per `Width`
+// consecutive columns of a row, threads numbered across blocks row by row: this thread's row and
+// its first column; false for a thread past the last row.
+struct RowChunk {
+  int64_t row;
+  int64_t column;
+};
+template <int Width>
+__device__ __forceinline__ bool thread_row_chunk(int64_t rows, int64_t columns, RowChunk& chunk) {
+  const int64_t chunks_per_row = columns / Width;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (thread >= rows * chunks_per_row) return false;
+  chunk.row = thread / chunks_per_row;
+  chunk.column = (thread % chunks_per_row) * Width;
+  return true;
+}
 
 }  // namespace finetune::cuda_kernels

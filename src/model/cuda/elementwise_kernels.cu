@@ -23,11 +23,10 @@ int64_t blocks_for(int64_t n) { return (n + kThreads - 1) / kThreads; }
 template <typename T, int Width>
 __global__ void rope_kernel(const T* __restrict__ x, const T* __restrict__ cos, const T* __restrict__ sin,
                             T* __restrict__ y, int64_t tokens, int64_t heads, int64_t half_dim, bool backward) {
-  const int64_t chunks_per_half = half_dim / Width;
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= tokens * heads * chunks_per_half) return;
-  const int64_t i = (index % chunks_per_half) * Width;
-  const int64_t row = index / chunks_per_half;  // token * heads + head
+  RowChunk chunk;  // rows: token * heads + head; columns: the first half of the head dimension
+  if (!thread_row_chunk<Width>(tokens * heads, half_dim, chunk)) return;
+  const int64_t i = chunk.column;
+  const int64_t row = chunk.row;
   const int64_t token = row / heads;
   const int64_t dim = 2 * half_dim;
   const int64_t base = row * dim;
@@ -111,11 +110,9 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
 template <typename T, int Width>
 __global__ void swiglu_gate_up_forward_kernel(const T* __restrict__ gate_up, T* __restrict__ out, int64_t rows,
                                               int64_t width, int64_t row_stride) {
-  const int64_t chunks_per_row = width / Width;
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= rows * chunks_per_row) return;
-  const int64_t row = index / chunks_per_row;
-  const int64_t column = (index % chunks_per_row) * Width;
+  RowChunk chunk;
+  if (!thread_row_chunk<Width>(rows, width, chunk)) return;
+  const int64_t row = chunk.row, column = chunk.column;
   const T* gate = gate_up + row * row_stride + column;
   const auto g = load<T, Width>(gate), u = load<T, Width>(gate + width);
   Pack<T> o;
@@ -129,11 +126,9 @@ template <typename T, int Width>
 __global__ void swiglu_gate_up_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate_up,
                                                T* __restrict__ d_gate_up, int64_t rows, int64_t width,
                                                int64_t row_stride) {
-  const int64_t chunks_per_row = width / Width;
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (index >= rows * chunks_per_row) return;
-  const int64_t row = index / chunks_per_row;
-  const int64_t column = (index % chunks_per_row) * Width;
+  RowChunk chunk;
+  if (!thread_row_chunk<Width>(rows, width, chunk)) return;
+  const int64_t row = chunk.row, column = chunk.column;
   const T* gate = gate_up + row * row_stride + column;
   const auto dy = load<T, Width>(grad + row * width + column);
   const auto g = load<T, Width>(gate), u = load<T, Width>(gate + width);

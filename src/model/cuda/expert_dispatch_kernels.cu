@@ -36,11 +36,9 @@ template <typename T, typename W, int Width>
 __global__ void gathered_row_sum_kernel(const T* __restrict__ src, const int64_t* __restrict__ index,
                                         const W* __restrict__ weights, T* __restrict__ out, int64_t rows,
                                         int64_t top_k, int64_t width) {
-  const int64_t chunks = width / Width;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (thread >= rows * chunks) return;
-  const int64_t row = thread / chunks;
-  const int64_t column = (thread % chunks) * Width;
+  RowChunk chunk;
+  if (!thread_row_chunk<Width>(rows, width, chunk)) return;
+  const int64_t row = chunk.row, column = chunk.column;
   float sum[Width];
 #pragma unroll
   for (int e = 0; e < Width; ++e) sum[e] = 0.0f;
