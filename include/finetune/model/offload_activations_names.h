@@ -8,7 +8,7 @@
 
 namespace finetune {
 
-// Off, on, or decided from the device's free memory (offload_above_bytes in activation_offload.h).
+// Off, on, or on for a CUDA device and off on the CPU (offload_above_bytes in activation_offload.h).
 enum class OffloadActivations { kOff, kOn, kAuto };
 
 inline const std::vector<std::string>& offload_activations_names() {
