@@ -8,6 +8,7 @@
 
 #include "finetune/model/attention_kernels.h"
 #include "finetune/model/checkpoint_function.h"
+#include "finetune/model/head_group_attention.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/rope.h"
 #include "finetune/util/errors.h"
@@ -167,8 +168,15 @@ AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const Atte
         return packed_eager_attention(flat(q), flat(k), flat(v), *packed_plan, spec).reshape({batch, seq_len, -1});
       }
       const auto [left, right] = flash_window(spec);  // Note [Sliding window]
+      const auto q_rows = flat(q), k_rows = flat(k), v_rows = flat(v);
+      const int64_t scratch = head_group_attention_scratch_bytes(q_rows.size(0), q_rows.size(1), k_rows.size(1),
+                                                                 q_rows.size(2), q_rows.element_size());
+      if (at::GradMode::is_enabled() && scratch > kHeadGroupAttentionBytes) {  // Note [Head-grouped flash attention]
+        const FlashVarlenArgs args{windowed.cu_seqlens, windowed.max_seqlen, spec.scale, left, right};
+        return head_grouped_flash_attention(q_rows, k_rows, v_rows, args).reshape({batch, seq_len, -1});
+      }
       auto out = std::get<0>(at::_flash_attention_forward(
-          flat(q), flat(k), flat(v), windowed.cu_seqlens, windowed.cu_seqlens, windowed.max_seqlen,
+          q_rows, k_rows, v_rows, windowed.cu_seqlens, windowed.cu_seqlens, windowed.max_seqlen,
           windowed.max_seqlen, 0.0, /*is_causal=*/true, /*return_debug_mask=*/false, spec.scale, left, right));  // (N, H, D)
       return out.reshape({batch, seq_len, -1});  // (1, N, H*D)
     }
