@@ -15,7 +15,11 @@
 #   LONGCTX_BALLAST  auto|none|BYTES (default auto): GPU memory bench/gpu_ballast.py holds during every
 #                    attempt; auto = what the removed layers would hold (bf16 or NF4 base weights + fp32
 #                    LoRA r 16 with gradients and AdamW states), none at full depth
-# Every result row records its layers, the full depth, the ballast and the steps.
+#   LONGCTX_CAPACITY_GIB  emulate a GPU of this many GiB (--gpu_capacity_gib): the ballast process also holds
+#                    the card's memory beyond it, e.g. 79.19 (the total torch reports for an H100 80GB HBM3)
+#                    when the call lands on an H200 (139.8 GiB); default: the card as it is. Only free
+#                    memory is emulated (the speed is the real card's); the state keys end in @<GiB>GiB
+# Every result row records its layers, the full depth, the ballast, the GPU capacity and the steps.
 #
 # A full-depth step cannot be probed in a 10-minute call at the lengths in question. Per layer and
 # step, causal attention costs 2*L^2*d_attn FLOP forward (d_attn = heads x head_dim = 4096 on both
@@ -33,8 +37,9 @@
 # 1024, 4 at 16384. Recommended for one device session (about 30 minutes, 10 per call; the state
 # carries the search from call to call, LONGCTX_STATE):
 #   LONGCTX_LAYERS=2 LONGCTX_STEPS=2 LONGCTX_START=65536 LONGCTX_VARIANTS=qlora \
-#   LONGCTX_TOOLS=finetune,unsloth LONGCTX_FLAGS='--resolution 16384' \
+#   LONGCTX_TOOLS=finetune,unsloth LONGCTX_FLAGS='--resolution 16384' LONGCTX_CAPACITY_GIB=79.19 \
 #   bash bench/gpu_long_context.sh llama-3.1-8b
+# (LONGCTX_CAPACITY_GIB=79.19 keeps the 80 GB H100 whichever card the call gets.)
 # and the loop, at full depth, from 16384 in a call of its own (LONGCTX_TOOLS=loop).
 # A call that runs out of time leaves $OUT/long_context-<shape>.json; set LONGCTX_STATE to that file
 # (copied into the repository, so it travels) to go on from it in the next call. The models (each
@@ -65,7 +70,8 @@ budget=${LONGCTX_BUDGET_S:-$(( 560 - spent ))}
 python3 bench/long_context_probe.py --finetune "$FINETUNE_BIN" --shapes "$shape" \
   --variants "${LONGCTX_VARIANTS:-lora,qlora}" --tools "${LONGCTX_TOOLS:-finetune,unsloth,loop}" \
   --start "${LONGCTX_START:-16384}" --steps "${LONGCTX_STEPS:-3}" --ballast "${LONGCTX_BALLAST:-auto}" \
-  ${LONGCTX_LAYERS:+--layers "$LONGCTX_LAYERS"} --budget_s "$budget" --state "$state" --work "$work" \
+  ${LONGCTX_LAYERS:+--layers "$LONGCTX_LAYERS"} ${LONGCTX_CAPACITY_GIB:+--gpu_capacity_gib "$LONGCTX_CAPACITY_GIB"} \
+  --budget_s "$budget" --state "$state" --work "$work" \
   ${LONGCTX_FLAGS:-} 2>&1 \
   | tee "$OUT/probe-$shape.txt" | tail -30
 status=${PIPESTATUS[0]}

@@ -22,14 +22,23 @@ constant; the loop keeps every layer's checkpoint on the GPU, so it runs at full
 (layers x L x hidden x 2 bytes). Every result records its layers, the full depth, the ballast and the
 steps; a proxy's state key ends in /<K>of<N>L+<ballast GiB>GiB.
 
+GPU capacity (--gpu_capacity_gib C, e.g. 79.19: the total torch.cuda.mem_get_info reports for an H100
+80GB HBM3): every attempt's ballast process also holds what the card has beyond C GiB
+(gpu_ballast.py --gpu_capacity), so the tools find the free memory of a C GiB card, e.g. the issue's
+80 GB H100 on a 139.8 GiB H200. A ballast process runs for a capacity even when the removed layers
+hold nothing (full depth). Only free memory is emulated: the speed is the real card's, and a tool that
+reads the card's total still sees the real one. The capacity is part of every result's setting and of
+the state key (a suffix @<C>GiB), so results at different capacities never mix.
+
 Device calls last at most 10 minutes: --budget_s (or LONGCTX_BUDGET_S) stops starting attempts that
 would not finish in time, and every attempt's result is written to --state at once, so a later call
 given the same --state (and the same --work, while the machine stays warm) goes on where this one
 stopped. Prints a table; the state file is the JSON record. --dry_run prints each probe's depth,
-ballast and first command, and runs nothing.
+ballast, GPU capacity and first command, and runs nothing.
 
   python3 bench/long_context_probe.py --finetune build/finetune --shapes qwen3-8b --variants qlora \\
-      --tools finetune,unsloth,loop --layers 2 --steps 2 --state OUT/long_context.json --work /tmp/longctx
+      --tools finetune,unsloth,loop --layers 2 --steps 2 --state OUT/long_context.json --work /tmp/longctx \\
+      [--gpu_capacity_gib 79.19]
 """
 import argparse
 import contextlib
@@ -133,22 +142,33 @@ def ballast_size(args, shape, variant, layers):
     return removed_layers_bytes(config, config_class.model_type, variant, layers)
 
 
+def capacity_bytes(capacity_gib):
+    """--gpu_capacity_gib in bytes (None without one)."""
+    return None if capacity_gib is None else round(capacity_gib * 2**30)
+
+
+def ballast_command(nbytes, capacity):
+    """bench/gpu_ballast.py's command line: `nbytes`, and --gpu_capacity `capacity` bytes when given."""
+    cmd = [sys.executable, os.path.join(HERE, "gpu_ballast.py"), "--bytes", str(nbytes)]
+    return cmd + (["--gpu_capacity", str(capacity)] if capacity is not None else [])
+
+
 @contextlib.contextmanager
-def ballast(nbytes, log_path, timeout=120):
-    """bench/gpu_ballast.py holding `nbytes` (same environment, so the same CUDA_VISIBLE_DEVICES) while
-    the block runs; yields its JSON line (None for 0 bytes). Killed on leaving, whatever happened."""
-    if nbytes <= 0:
+def ballast(nbytes, log_path, capacity=None, timeout=120):
+    """bench/gpu_ballast.py holding `nbytes`, and the card's bytes beyond `capacity` when given (same
+    environment, so the same CUDA_VISIBLE_DEVICES), while the block runs; yields its JSON line (None
+    when it holds nothing: 0 bytes and no capacity). Killed on leaving, whatever happened."""
+    if nbytes <= 0 and capacity is None:
         yield None
         return
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "gpu_ballast.py"), "--bytes", str(nbytes)],
-                                stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(ballast_command(nbytes, capacity), stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], timeout)
         line = proc.stdout.readline() if ready else ""
         if not line:
             why = f"exited {proc.wait()}" if ready else f"no JSON line within {timeout} s"
-            raise RuntimeError(f"ballast of {nbytes} bytes: {why} (log: {log_path})")
+            raise RuntimeError(f"ballast of {nbytes} bytes (GPU capacity {capacity}): {why} (log: {log_path})")
         yield json.loads(line)
     finally:
         proc.kill()
@@ -212,7 +232,7 @@ def run_tool(probe, length, out_dir, log_path):
     args, model = probe.args, model_dir(probe.args.work, probe.shape, probe.layers)
     data = rows_file(args.work, probe.shape, length, args.steps)
     cmd = command(probe.tool, args, model, data, length, probe.variant, out_dir)
-    with ballast(probe.ballast_bytes, out_dir + ".ballast.log") as held:
+    with ballast(probe.ballast_bytes, out_dir + ".ballast.log", capacity_bytes(probe.capacity_gib)) as held:
         with open(log_path, "w") as log:
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=args.attempt_timeout,
                                   cwd=args.work, env=peers.environment(args.work))
@@ -248,12 +268,13 @@ def attempt(probe, length):
     return dict(result, ok=True, wall_s=wall, ballast=held)
 
 
-def probe_key(tool, shape, variant, layers, ballast_bytes):
-    """The state's key of a probe: tool/shape/variant, with /<K>of<N>L+<ballast GiB>GiB for a proxy."""
+def probe_key(tool, shape, variant, layers, ballast_bytes, capacity_gib=None):
+    """The state's key of a probe: tool/shape/variant, with /<K>of<N>L+<ballast GiB>GiB for a proxy and
+    @<capacity>GiB for an emulated GPU capacity (written as given, so different capacities never mix)."""
     key = f"{tool}/{shape}/{variant}"
     if layers != full_depth(shape) or ballast_bytes:
         key += f"/{layers}of{full_depth(shape)}L+{ballast_bytes / 2**30:.2f}GiB"
-    return key
+    return key + (f"@{capacity_gib:g}GiB" if capacity_gib is not None else "")
 
 
 class Probe:
@@ -264,13 +285,14 @@ class Probe:
         self.tool, self.shape, self.variant = tool, shape, variant
         self.layers, self.full_layers = tool_layers(args, tool, shape), full_depth(shape)
         self.ballast_bytes = ballast_size(args, shape, variant, self.layers)
-        self.key = probe_key(tool, shape, variant, self.layers, self.ballast_bytes)
+        self.capacity_gib = args.gpu_capacity_gib
+        self.key = probe_key(tool, shape, variant, self.layers, self.ballast_bytes, self.capacity_gib)
         self.attempts = state.setdefault("attempts", {}).setdefault(self.key, {})
 
     def setting(self):
         """What every result of this probe was measured with."""
         return {"layers": self.layers, "full_layers": self.full_layers, "ballast_bytes": self.ballast_bytes,
-                "steps": self.args.steps}
+                "gpu_capacity_gib": self.capacity_gib, "steps": self.args.steps}
 
     def run(self, length, deadline):
         """The attempt at `length` (from the state when already made); None when out of time."""
@@ -349,7 +371,12 @@ def parse_args(argv=None):
     p.add_argument("--ballast", default="auto",
                    help="GPU bytes held by bench/gpu_ballast.py during every attempt: auto (the removed layers' "
                         "bytes when cut, removed_layers_bytes; none at full depth), none, or a number of bytes")
-    p.add_argument("--dry_run", action="store_true", help="print each probe's depth, ballast and first command")
+    p.add_argument("--gpu_capacity_gib", type=float, default=None,
+                   help="emulate a GPU of this many GiB on a larger card: every attempt's ballast process also "
+                        "holds the card's memory beyond it (gpu_ballast.py --gpu_capacity). 79.19 is the total "
+                        "torch.cuda.mem_get_info reports for an H100 80GB HBM3 (default: the card as it is)")
+    p.add_argument("--dry_run", action="store_true",
+                   help="print each probe's depth, ballast, GPU capacity and first command")
     p.add_argument("--state", required=True, help="JSON record of every attempt; read first when it exists")
     p.add_argument("--work", default="/tmp/longctx")
     args = p.parse_args(argv)
@@ -357,6 +384,8 @@ def parse_args(argv=None):
         p.error("--steps: at least 2 (the first step is not timed)")
     if args.ballast not in ("auto", "none") and not args.ballast.isdigit():
         p.error(f"--ballast: auto, none or a number of bytes, not {args.ballast!r}")
+    if args.gpu_capacity_gib is not None and not args.gpu_capacity_gib > 0:
+        p.error(f"--gpu_capacity_gib: a positive number of GiB, not {args.gpu_capacity_gib}")
     return args
 
 
@@ -367,10 +396,13 @@ def probes(args, state):
 
 
 def describe(probe):
-    """One line of what a probe runs at: depth, ballast, steps (the loop's full-depth rule said)."""
+    """One line of what a probe runs at: depth, ballast, GPU capacity, steps (the loop's full-depth rule
+    said)."""
     text = f"[probe] {probe.key}: {probe.layers} of {probe.full_layers} layers"
     if probe.ballast_bytes:
         text += f", ballast {probe.ballast_bytes} bytes ({probe.ballast_bytes / 2**30:.2f} GiB)"
+    if probe.capacity_gib is not None:
+        text += f", GPU capacity {probe.capacity_gib:g} GiB (the ballast holds the card's memory beyond it)"
     if probe.tool == "loop" and probe.args.layers is not None and probe.args.loop_layers is None:
         text += " (the loop at full depth: it keeps every layer's checkpoint on the GPU)"
     return text + f", {probe.args.steps} steps"
@@ -383,9 +415,8 @@ def dry_run(args, state):
             print(describe(probe))
             model, data = model_dir(args.work, shape, probe.layers), rows_path(args.work, shape, args.start, args.steps)
             out_dir = attempt_dir(probe, args.start)
-            if probe.ballast_bytes:
-                print("  ballast: " + " ".join([sys.executable, os.path.join(HERE, "gpu_ballast.py"),
-                                                "--bytes", str(probe.ballast_bytes)]))
+            if probe.ballast_bytes or probe.capacity_gib is not None:
+                print("  ballast: " + " ".join(ballast_command(probe.ballast_bytes, capacity_bytes(probe.capacity_gib))))
             print("  " + " ".join(command(probe.tool, args, model, data, args.start, variant, out_dir)))
 
 
@@ -404,20 +435,24 @@ def make_models(args, state):
 
 
 def print_table(summary):
-    """The longest row per probe; a title line for each proxy depth, so no row reads as full depth."""
+    """The longest row per probe; a title line for each proxy depth and each emulated GPU capacity, so no
+    row reads as full depth or as the card it ran on."""
     rows = summary.values()
     proxies = {(r["layers"], r["full_layers"]) for r in rows if r.get("layers", 0) < r.get("full_layers", 0)}
     for layers, full in sorted(proxies):
         print(f"proxy: {layers} of {full} layers + ballast (rows {layers}/{full}; not a full-depth measurement)")
-    print(f"{'tool/shape/variant':52s} {'longest':>9s} {'tokens/s':>10s} {'peak GiB':>9s} {'layers':>7s} "
-          f"{'ballast GiB':>11s} {'steps':>5s}  finished")
+    for gib in sorted({r["gpu_capacity_gib"] for r in rows if r.get("gpu_capacity_gib") is not None}):
+        print(f"GPU capacity: {gib:g} GiB emulated by the ballast (rows @{gib:g}GiB; the speed is the real card's)")
+    print(f"{'tool/shape/variant':58s} {'longest':>9s} {'tokens/s':>10s} {'peak GiB':>9s} {'layers':>7s} "
+          f"{'ballast GiB':>11s} {'GPU GiB':>8s} {'steps':>5s}  finished")
     for key, row in summary.items():
         tps = "%.0f" % row["tokens_per_s"] if row.get("tokens_per_s") else "-"
         peak = "%.1f" % row["peak_memory_gib"] if row.get("peak_memory_gib") else "-"
         layers = f"{row['layers']}/{row['full_layers']}" if "layers" in row else "-"
         ballast_gib = "%.2f" % (row["ballast_bytes"] / 2**30) if "ballast_bytes" in row else "-"
-        print(f"{key:52s} {row['longest']:9d} {tps:>10s} {peak:>9s} {layers:>7s} {ballast_gib:>11s} "
-              f"{row.get('steps', '-')!s:>5s}  {row['finished']}")
+        capacity = "%g" % row["gpu_capacity_gib"] if row.get("gpu_capacity_gib") is not None else "card"
+        print(f"{key:58s} {row['longest']:9d} {tps:>10s} {peak:>9s} {layers:>7s} {ballast_gib:>11s} "
+              f"{capacity:>8s} {row.get('steps', '-')!s:>5s}  {row['finished']}")
 
 
 def main():
@@ -439,7 +474,8 @@ def main():
             save_state(args.state, state)
         # Ours at the longest row Unsloth trained: the issue's tokens/s comparison at its maximum.
         layers = tool_layers(args, "unsloth", shape)
-        peer = summary.get(probe_key("unsloth", shape, variant, layers, ballast_size(args, shape, variant, layers)), {})
+        peer = summary.get(probe_key("unsloth", shape, variant, layers, ballast_size(args, shape, variant, layers),
+                                     args.gpu_capacity_gib), {})
         if "finetune" in args.tools and peer.get("finished") and peer.get("longest"):
             Probe(args, state, "finetune", shape, variant).run(peer["longest"], deadline)
     print_table(summary)

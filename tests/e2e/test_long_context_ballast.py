@@ -1,6 +1,9 @@
 """bench/long_context_probe.py's proxy (issue 31): the ballast that stands in for the removed decoder
-layers, against a hand computation, and the ballast process's lifetime. No GPU: gpu_ballast.py is
-replaced by a stand-in that prints its JSON line and sleeps."""
+layers, against a hand computation, the ballast process's lifetime, and the GPU capacity emulation
+(gpu_ballast.py's extra bytes; the capacity in every key and setting). No GPU: gpu_ballast.py's
+arithmetic is imported (torch on the CPU), and the process is replaced by a stand-in that prints its
+JSON line and sleeps."""
+import json
 import os
 import subprocess
 import sys
@@ -9,8 +12,13 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
+import gpu_ballast  # noqa: E402
 import long_context_probe as probe  # noqa: E402
 import shapes  # noqa: E402
+
+H100_GIB = 79.19
+H100_BYTES = 85_029_615_043  # round(79.19 x 2^30)
+H200_TOTAL = 150_109_880_320  # about 139.8 GiB (an H200)
 
 # Qwen3-8B per layer (hidden 4096, intermediate 12288, 32 heads and 8 kv heads of 128):
 #   q, o 4096 x 4096 = 16,777,216 each; k, v 4096 x 1024 = 4,194,304 each; gate, up, down 4096 x 12288 =
@@ -54,10 +62,13 @@ def test_a_model_type_without_layer_arithmetic_is_refused():
 
 @pytest.fixture
 def fake_ballast(tmp_path, monkeypatch):
-    """gpu_ballast.py's stand-in: prints its JSON line, writes its pid, sleeps until killed."""
+    """gpu_ballast.py's stand-in: writes its pid and its arguments (argv.json), prints its JSON line,
+    sleeps until killed."""
     (tmp_path / "gpu_ballast.py").write_text(
         "import json, os, sys, time\n"
-        "open(os.path.join(os.path.dirname(__file__), 'pid'), 'w').write(str(os.getpid()))\n"
+        "here = os.path.dirname(__file__)\n"
+        "open(os.path.join(here, 'argv.json'), 'w').write(json.dumps(sys.argv[1:]))\n"
+        "open(os.path.join(here, 'pid'), 'w').write(str(os.getpid()))\n"
         "print(json.dumps({'ballast_bytes': int(sys.argv[2]), 'context_bytes': 0}), flush=True)\n"
         "time.sleep(600)\n")
     monkeypatch.setattr(probe, "HERE", str(tmp_path))
@@ -87,3 +98,58 @@ def test_no_ballast_process_for_zero_bytes(fake_ballast):
     with probe.ballast(0, str(fake_ballast / "ballast.log")) as held:
         assert held is None
     assert not (fake_ballast / "pid").exists()
+
+
+def test_a_zero_byte_ballast_with_a_gpu_capacity_still_starts_with_the_flag(fake_ballast):
+    with probe.ballast(0, str(fake_ballast / "ballast.log"), capacity=H100_BYTES) as held:
+        assert held == {"ballast_bytes": 0, "context_bytes": 0}
+        pid = int((fake_ballast / "pid").read_text())
+        assert json.loads((fake_ballast / "argv.json").read_text()) == [
+            "--bytes", "0", "--gpu_capacity", str(H100_BYTES)]
+    assert gone(pid)
+
+
+def test_the_capacity_in_gib_becomes_bytes():
+    assert probe.capacity_bytes(H100_GIB) == H100_BYTES
+    assert probe.capacity_bytes(None) is None
+
+
+def test_the_extra_bytes_leave_the_others_a_card_of_the_capacity():
+    assert gpu_ballast.capacity_extra_bytes(H200_TOTAL, H100_BYTES) == H200_TOTAL - H100_BYTES == 65_080_265_277
+    assert gpu_ballast.capacity_extra_bytes(H100_BYTES, H100_BYTES) == 0
+    assert gpu_ballast.capacity_extra_bytes(H100_BYTES, H200_TOTAL) == 0  # the card is smaller: nothing extra
+    assert gpu_ballast.capacity_extra_bytes(H200_TOTAL, None) == 0
+    with pytest.raises(ValueError, match="capacity of 0 bytes"):
+        gpu_ballast.capacity_extra_bytes(H200_TOTAL, 0)
+
+
+def test_the_context_counts_against_the_bytes_and_the_extra_once():
+    context = 500 << 20
+    extra = H200_TOTAL - H100_BYTES
+    # Layers' bytes + the capacity's extra, less the context already held.
+    assert gpu_ballast.allocation_bytes(4_044_174_336, context, extra) == 4_044_174_336 + extra - context
+    # Full depth: the process as a whole holds exactly the extra, so the others find H100_BYTES free.
+    assert gpu_ballast.allocation_bytes(0, context, extra) + context == extra
+    assert gpu_ballast.allocation_bytes(0, context, 0) == 0
+
+
+def llama_probe(tmp_path, *flags, tool="finetune"):
+    args = probe.parse_args(["--finetune", "finetune", "--state", str(tmp_path / "state.json"),
+                             "--shapes", "llama-3.1-8b", "--variants", "qlora", *flags])
+    return probe.Probe(args, {}, tool, "llama-3.1-8b", "qlora")
+
+
+def test_the_capacity_is_in_the_key_and_the_setting(tmp_path):
+    cut = llama_probe(tmp_path, "--layers", "2", "--gpu_capacity_gib", "79.19")
+    assert cut.key.startswith("finetune/llama-3.1-8b/qlora/2of32L+") and cut.key.endswith("GiB@79.19GiB")
+    assert cut.setting()["gpu_capacity_gib"] == H100_GIB
+    full = llama_probe(tmp_path, "--gpu_capacity_gib", "79.19")
+    assert full.key == "finetune/llama-3.1-8b/qlora@79.19GiB" and full.ballast_bytes == 0
+    card = llama_probe(tmp_path, "--layers", "2")
+    assert card.key == cut.key[:-len("@79.19GiB")] and card.setting()["gpu_capacity_gib"] is None
+    assert probe.probe_key("unsloth", "llama-3.1-8b", "qlora", 32, 0, 79.1875) == "unsloth/llama-3.1-8b/qlora@79.1875GiB"
+
+
+def test_a_capacity_that_is_not_positive_is_refused(tmp_path):
+    with pytest.raises(SystemExit):
+        llama_probe(tmp_path, "--gpu_capacity_gib", "0")
