@@ -7,11 +7,15 @@
 // Each head runs the same kernel on the same values either way, so the output and the key and
 // value gradients are equal bit for bit (the grouped-query sum over a KV head's query heads is the
 // same sum). The query gradient is accumulated in fp32 with atomic adds over key blocks, whose
-// order is not fixed within one call either: two orders of an fp32 sum differ far below the
-// dtype's spacing, so after rounding an element may land one unit in the last place of the dtype
-// apart, never more.
+// order is not fixed within one call either, so a few elements may round differently (where the
+// terms cancel, by more than an ulp of the small result): the grouped query gradient must be no
+// further from an fp32 reference (eager attention per sample in fp32 on the same inputs) than the
+// single call's, over every case of a dtype, to 0.1% of that error.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
+#include "finetune/model/attention_kernels.h"
 #include "finetune/model/head_group_attention.h"
 #include "finetune/util/errors.h"
 #include "kernel_comparison.h"
@@ -20,7 +24,7 @@ namespace finetune {
 namespace {
 
 using cuda_testing::equal_values;
-using cuda_testing::within_bound;
+using cuda_testing::ErrorTally;
 
 struct GroupCase {
   std::vector<int64_t> sample_lengths;
@@ -57,10 +61,31 @@ Grads attend(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, c
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
 
+// The query gradient of fp32 eager attention, sample by sample (causal, the case's window).
+at::Tensor reference_query_gradient(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const at::Tensor& grad_out, const GroupCase& c, double scale) {
+  std::vector<at::Tensor> grads;
+  int64_t start = 0;
+  for (const auto n : c.sample_lengths) {
+    auto per_head = [&](const at::Tensor& t) { return t.narrow(0, start, n).to(at::kFloat).transpose(0, 1).unsqueeze(0); };
+    auto qs = per_head(q).detach().requires_grad_(true);  // (1, H, n, D)
+    AttentionSpec spec;
+    spec.scale = scale;
+    if (c.window_left) spec.window = *c.window_left + 1;
+    const auto allowed = spec.window ? sliding_window_keys(at::Tensor(), *spec.window, n, 0, q.device())
+                                     : causal_keys(n, 0, q.device());
+    eager_attention(qs, per_head(k), per_head(v), allowed, spec).backward(per_head(grad_out));
+    grads.push_back(qs.grad().squeeze(0).transpose(0, 1));  // (n, H, D)
+    start += n;
+  }
+  return at::cat(grads, 0);
+}
+
 TEST(HeadGroupAttention, EqualsOneFlashCallForwardAndBackward) {
   const at::Device cuda(at::kCUDA, 0);
   at::manual_seed(5);
   for (const auto dtype : cuda_testing::half_dtypes()) {
+    ErrorTally query_gradient_tally;
     for (const auto& c : kCases) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + " heads " + std::to_string(c.heads) + "/" +
                    std::to_string(c.kv_heads) + " d " + std::to_string(c.head_dim) +
@@ -80,10 +105,11 @@ TEST(HeadGroupAttention, EqualsOneFlashCallForwardAndBackward) {
       EXPECT_TRUE(equal_values(grouped.out, one.out));
       EXPECT_TRUE(equal_values(grouped.dk, one.dk));
       EXPECT_TRUE(equal_values(grouped.dv, one.dv));
-      const auto magnitude = at::maximum(cuda_testing::host_double(grouped.dq).abs(),
-                                         cuda_testing::host_double(one.dq).abs());
-      EXPECT_TRUE(within_bound(grouped.dq, one.dq, cuda_testing::ulp_at(magnitude, dtype)));
+      query_gradient_tally.add(grouped.dq, one.dq, reference_query_gradient(q, k, v, grad_out, c, args.scale));
+      std::cout << "query gradient elements differing from the single call: "
+                << cuda_testing::count_differing(grouped.dq, one.dq) << " of " << one.dq.numel() << "\n";
     }
+    EXPECT_TRUE(query_gradient_tally.fused_no_worse(1.001));
   }
 }
 
