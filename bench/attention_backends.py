@@ -13,6 +13,13 @@ microseconds, launch-bound). Backends (--backends, default all):
                   over slices would make a full-size zero gradient per slice)
   cudnn_varlen    torch.ops.aten._cudnn_attention_forward on (T, H, D) with cu_seqlens; if it refuses the 8
                   KV heads, k/v expanded to 32 heads (repeat_interleave, inside autograd), said in the note
+  cudnn_groups    torch.ops.aten._scaled_dot_product_cudnn_attention (dense, causal) once per KV head g on
+                  (1, 4, T, D) and (1, 1, T, D) views of the (T, H, D) head slices (cuDNN takes the one KV
+                  head for the 4 query heads itself), outputs written into one (T, H, D) tensor; the backward
+                  per group with aten._scaled_dot_product_cudnn_attention_backward (a torch.autograd.Function,
+                  as flash_groups). Single rows only (the dense op has no cu_seqlens): the packed case
+                  reports it as its error. The trainer's cuDNN long-row path (Note [Head-grouped cuDNN
+                  attention] in include/finetune/model/head_group_attention.h) runs this scheme
   sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_default
                   F.scaled_dot_product_attention on (1, H, T, D) views, is_causal=True, enable_gqa=True,
                   under torch.nn.attention.sdpa_kernel([FLASH_ATTENTION | CUDNN_ATTENTION |
@@ -31,6 +38,7 @@ gets its error line in the table, and the others run.
 
   python3 bench/attention_backends.py --out OUT/attention_backends.json
   python3 bench/attention_backends.py --lengths 32768 --backends flash_varlen,flash_groups --out /tmp/a.json
+  python3 bench/attention_backends.py --lengths 32768,131072 --backends flash_varlen,flash_groups,cudnn_groups,sdpa_cudnn
   python3 bench/attention_backends.py --dry_run     # the planned cases and a time estimate; no GPU
 """
 import argparse
@@ -166,6 +174,61 @@ def cudnn_varlen(case, q, k, v):
         return (lambda q, k, v: native(q, k.repeat_interleave(GROUP, 1), v.repeat_interleave(GROUP, 1))), note
 
 
+def dense(t):
+    """(T, heads, D) -> (1, heads, T, D), a view: the dense layout of SDPA and cuDNN."""
+    return t.transpose(0, 1).unsqueeze(0)
+
+
+def cudnn(q, k, v):
+    """aten's cuDNN attention on dense (1, heads, T, D) views, causal, keeping the log-sum-exp for the backward:
+    (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug mask)."""
+    return torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, True, False)
+
+
+def cudnn_backward(grad_out, q, k, v, out, saved):
+    """aten's cuDNN backward of one cudnn() call, `saved` its outputs but the first: (dq, dk, dv)."""
+    lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = saved
+    return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
+        grad_out, q, k, v, out, lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, True)
+
+
+class CudnnGroups(torch.autograd.Function):
+    """cuDNN's dense attention once per KV head g, one sample: query heads [GROUP g, GROUP (g + 1)) and KV head
+    g as (1, heads, T, D) views of head slices."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):  # q (T, H, D), k v (T, H_kv, D)
+        out = torch.empty_like(q)
+        ctx.calls = []
+        for g in range(k.shape[1]):
+            heads = slice(GROUP * g, GROUP * (g + 1))
+            o, *saved = cudnn(dense(q[:, heads]), dense(k[:, g:g + 1]), dense(v[:, g:g + 1]))
+            dense(out[:, heads]).copy_(o)  # (1, GROUP, T, D)
+            ctx.calls.append(saved)
+        ctx.save_for_backward(q, k, v, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, out = ctx.saved_tensors
+        grad_out = grad_out.contiguous()  # out's strides, so cuDNN takes each group's view as it is
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        for g, saved in enumerate(ctx.calls):
+            heads, kv = slice(GROUP * g, GROUP * (g + 1)), slice(g, g + 1)
+            grads = cudnn_backward(dense(grad_out[:, heads]), dense(q[:, heads]), dense(k[:, kv]), dense(v[:, kv]),
+                                   dense(out[:, heads]), saved)
+            for whole, part, grad in zip((dq, dk, dv), (heads, kv, kv), grads):
+                dense(whole[:, part]).copy_(grad)
+        ctx.calls = None
+        return dq, dk, dv
+
+
+def cudnn_groups(case, q, k, v):
+    if len(case.lengths) != 1:
+        raise ValueError(f"single rows only (cuDNN's dense op has no cu_seqlens); {len(case.lengths)} samples")
+    return CudnnGroups.apply, None
+
+
 def sdpa_factory(backend):
     """F.scaled_dot_product_attention on (1, H, L, D) views under sdpa_kernel([backend]) (None: the
     default dispatch), once per sample."""
@@ -214,12 +277,13 @@ def default_sdpa_note(case, q, k, v):
 
 def backends():
     return {"flash_varlen": flash_varlen, "flash_groups": flash_groups, "cudnn_varlen": cudnn_varlen,
+            "cudnn_groups": cudnn_groups,
             "sdpa_flash": sdpa_factory(SDPBackend.FLASH_ATTENTION),
             "sdpa_cudnn": sdpa_factory(SDPBackend.CUDNN_ATTENTION),
             "sdpa_efficient": sdpa_factory(SDPBackend.EFFICIENT_ATTENTION), "sdpa_default": sdpa_factory(None)}
 
 
-BACKENDS = ("flash_varlen", "flash_groups", "cudnn_varlen", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient",
+BACKENDS = ("flash_varlen", "flash_groups", "cudnn_varlen", "cudnn_groups", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient",
             "sdpa_default")
 
 

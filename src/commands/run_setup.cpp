@@ -34,7 +34,8 @@ LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::D
   auto config = load_model_config(loaded.model_dir);
   const bool projections_4bit = source.load_in_4bit || config.quantization.has_value();
   loaded.model = std::make_unique<CausalLM>(std::move(config), select_dtype(source.dtype, device), device,
-                                            projections_4bit);
+                                            projections_4bit,
+                                            requested_long_row_attention(env_value(env, kLongRowAttentionVariable)));
   load_weights(*loaded.model, loaded.model_dir);
   const std::filesystem::path dir(loaded.model_dir);
   if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model")) {

@@ -45,10 +45,12 @@ auto per_layer_kind(const ModelConfig& config, const Make& make) {
 
 }  // namespace
 
-CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit)
+CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit,
+                   HeadGroupKernel long_row_attention)
     : config_(std::move(config)), architecture_(&architecture_of(config_)),
       composition_(&decoder_composition(architecture_->id)), layout_(*architecture_, config_), dtype_(dtype),
-      device_(device), projections_4bit_(projections_4bit), kernels_(choose_kernel_policy(device, dtype, config_)) {
+      device_(device), projections_4bit_(projections_4bit),
+      kernels_(choose_kernel_policy(device, dtype, config_, long_row_attention)) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   embed_tokens_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
@@ -158,7 +160,10 @@ AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const Atte
                                ? std::make_shared<const PackedAttentionPlan>(plan_packed_attention(
                                      windowed.sample_lengths, config_.num_attention_heads, spec, device_))
                                : nullptr;
-  return [windowed, spec, packed_plan](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  // Note [Head-grouped cuDNN attention]: the long rows' kernel, for this row and layer kind.
+  const auto group_kernel = head_group_kernel_for(kernels_.long_row_attention, windowed.sample_lengths, seq_len,
+                                                  spec.window.has_value());
+  return [windowed, spec, packed_plan, group_kernel](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const int64_t batch = q.size(0);
     const int64_t seq_len = q.size(1);
     if (windowed.variable_length()) {
@@ -172,8 +177,8 @@ AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const Atte
       const int64_t scratch = head_group_attention_scratch_bytes(q_rows.size(0), q_rows.size(1), k_rows.size(1),
                                                                  q_rows.size(2), q_rows.element_size());
       if (at::GradMode::is_enabled() && scratch > kHeadGroupAttentionBytes) {  // Note [Head-grouped flash attention]
-        const FlashVarlenArgs args{windowed.cu_seqlens, windowed.max_seqlen, spec.scale, left, right};
-        return head_grouped_flash_attention(q_rows, k_rows, v_rows, args).reshape({batch, seq_len, -1});
+        const HeadGroupArgs args{windowed.cu_seqlens, windowed.max_seqlen, spec.scale, left, right, group_kernel};
+        return head_grouped_attention(q_rows, k_rows, v_rows, args).reshape({batch, seq_len, -1});
       }
       auto out = std::get<0>(at::_flash_attention_forward(
           q_rows, k_rows, v_rows, windowed.cu_seqlens, windowed.cu_seqlens, windowed.max_seqlen,

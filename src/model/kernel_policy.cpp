@@ -2,6 +2,7 @@
 
 #include "finetune/model/architecture.h"
 #include "finetune/model/device_selection.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 
@@ -13,7 +14,8 @@ bool cuda_kernels_compiled_in() {
 #endif
 }
 
-KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config) {
+KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
+                                  HeadGroupKernel long_row_attention) {
   KernelPolicy policy;
   const bool cuda = device.is_cuda();
   const bool cuda_half = cuda && is_half_precision(dtype);
@@ -32,6 +34,8 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   policy.softcapped_attention = config.attn_logit_softcapping.has_value();
   policy.variable_length_attention = flash_shape && !policy.softcapped_attention;
   policy.padding_free_batches = flash_shape;
+  // cuDNN replaces the flash groups (Note [Head-grouped cuDNN attention]); without them it has nothing to replace.
+  policy.long_row_attention = policy.variable_length_attention ? long_row_attention : HeadGroupKernel::kFlash;
   policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in() && !policy.softcapped_attention;
   policy.fused_adamw = cuda;
   return policy;
@@ -51,8 +55,19 @@ std::string KernelPolicy::describe() const {
   } else {
     add(variable_length_attention, "padding-free flash attention", "padded SDPA attention");
   }
+  if (long_row_attention == HeadGroupKernel::kCudnn) {
+    out += std::string(", long single-sample rows: cuDNN attention per KV head (") + kLongRowAttentionVariable + ")";
+  }
   add(fused_adamw, "fused AdamW", "per-tensor AdamW");
   return out;
+}
+
+HeadGroupKernel requested_long_row_attention(const std::string& value) {
+  if (value.empty()) return HeadGroupKernel::kFlash;
+  if (const auto kernel = head_group_kernel_named(value)) return *kernel;
+  throw UsageError(std::string(kLongRowAttentionVariable) + "=" + value + ": unknown attention kernel (" +
+                   head_group_kernel_name(HeadGroupKernel::kFlash) + ", the default, or " +
+                   head_group_kernel_name(HeadGroupKernel::kCudnn) + ")");
 }
 
 }  // namespace finetune

@@ -1,6 +1,6 @@
 """bench/attention_backends.py without a GPU: the packed case's lengths, the FLOP count, the reps at long
-rows, the per-KV-head split of flash_groups (its forward and backward against whole-tensor attention,
-with aten's flash ops replaced by SDPA's math on the CPU), and --dry_run."""
+rows, the per-KV-head split of flash_groups and cudnn_groups (their forward and backward against
+whole-tensor attention, with aten's flash and cuDNN ops replaced by SDPA's math on the CPU), and --dry_run."""
 import os
 import sys
 
@@ -72,6 +72,48 @@ def test_flash_groups_splits_the_heads_by_kv_head_forward_and_backward(math_flas
     out = attn(q, k, v)
     diffs = ab.max_abs_diffs((out, *torch.autograd.grad(out, (q, k, v), grad_out)), (want, *want_grads))
     assert note is None and max(diffs.values()) < 1e-5, diffs
+
+
+@pytest.fixture
+def math_cudnn(monkeypatch):
+    """aten's cuDNN forward and backward replaced by causal SDPA math on (1, heads, T, D), KV heads repeated (CPU)."""
+    def attend(q, k, v):
+        group = q.shape[1] // k.shape[1]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=True)
+
+    def forward(q, k, v):
+        assert q.dim() == 4 and q.shape[0] == 1 and k.shape[1] == 1, "one KV head per call, dense (1, heads, T, D)"
+        return (attend(q, k, v), torch.zeros(1, q.shape[1], q.shape[2], 1), None, None, q.shape[2], k.shape[2],
+                torch.empty(()), torch.empty(()), None)
+
+    def backward(grad_out, q, k, v, out, saved):
+        assert grad_out.stride() == out.stride(), "grad_out in out's layout"
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        with torch.enable_grad():
+            return torch.autograd.grad(attend(*leaves), leaves, grad_out)
+
+    monkeypatch.setattr(ab, "cudnn", forward)
+    monkeypatch.setattr(ab, "cudnn_backward", backward)
+
+
+def test_cudnn_groups_splits_the_heads_by_kv_head_forward_and_backward(math_cudnn):
+    case = ab.Case("row-19", [19], 1)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(case.tokens, h, ab.HEAD_DIM, generator=g).requires_grad_()
+               for h in (ab.HEADS, ab.KV_HEADS, ab.KV_HEADS))
+    grad_out = torch.randn(case.tokens, ab.HEADS, ab.HEAD_DIM, generator=g)
+    want = math_attention(q, k, v, case.offsets())
+    want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
+    attn, note = ab.cudnn_groups(case, q, k, v)
+    out = attn(q, k, v)
+    diffs = ab.max_abs_diffs((out, *torch.autograd.grad(out, (q, k, v), grad_out)), (want, *want_grads))
+    assert note is None and max(diffs.values()) < 1e-5, diffs
+
+
+def test_cudnn_groups_refuses_packed_rows():
+    with pytest.raises(ValueError, match="single rows only"):
+        ab.cudnn_groups(ab.Case("packed", [7, 5], 1), None, None, None)
 
 
 def test_the_default_gets_the_sdpa_backend_of_the_closest_time():

@@ -330,6 +330,14 @@ def test_unknown_finetune_environment_variable_is_a_usage_error(assets):
     expect_success(["--help"], env={"FINETUNE_NOT_AN_OPTION": "1"})  # help always works
 
 
+def test_long_row_attention_variable_names_a_kernel(assets):
+    """FINETUNE_LONG_ROW_ATTENTION (a benchmark's switch, read into the kernel policy): a value that names
+    no kernel is a usage error naming the accepted ones; cudnn on the CPU (no flash groups to replace) runs."""
+    args = eval_args(assets["model"], assets["rows"])
+    expect_failure(args, 2, "FINETUNE_LONG_ROW_ATTENTION=1", "cudnn", env={"FINETUNE_LONG_ROW_ATTENTION": "1"})
+    expect_success(args, env={"FINETUNE_LONG_ROW_ATTENTION": "cudnn"})
+
+
 def project_script_variables():
     """The FINETUNE_* names the project's own scripts use, options excepted."""
     options = set()

@@ -1,8 +1,11 @@
 // When attention runs per KV head (Note [Head-grouped flash attention]): flash attention's backward
-// scratch, by hand. The grouped path itself needs flash attention (CUDA): tests/cuda.
+// scratch, by hand; which kernel a row's groups run (Note [Head-grouped cuDNN attention]), and the
+// rows the cuDNN kernel refuses before any kernel runs. The grouped kernels themselves need CUDA:
+// tests/cuda.
 #include <gtest/gtest.h>
 
 #include "finetune/model/head_group_attention.h"
+#include "finetune/util/errors.h"
 
 namespace finetune {
 namespace {
@@ -16,6 +19,45 @@ TEST(HeadGroupAttention, ScratchIsTheQueryAccumulatorAndTheExpandedKeyValueGradi
   // The threshold: one token more than 32k on the 8B runs per KV head.
   EXPECT_FALSE(head_group_attention_scratch_bytes(32768, 32, 8, 128, 2) > kHeadGroupAttentionBytes);
   EXPECT_TRUE(head_group_attention_scratch_bytes(32769, 32, 8, 128, 2) > kHeadGroupAttentionBytes);
+}
+
+TEST(HeadGroupAttention, CudnnOnlyForOneSampleOfTheWholeRowWithoutAWindowWhenAskedFor) {
+  const auto cudnn = HeadGroupKernel::kCudnn, flash = HeadGroupKernel::kFlash;
+  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, /*windowed=*/false), cudnn);
+  // Asked for flash (the default), or not one sample of all the row's tokens, or a sliding layer.
+  EXPECT_EQ(head_group_kernel_for(flash, {40000}, 40000, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {30000, 10000}, 40000, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {39000}, 40000, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, /*windowed=*/true), flash);
+  // A graphed micro-step's mask has its lengths on the device only.
+  EXPECT_EQ(head_group_kernel_for(cudnn, {}, 40000, false), flash);
+}
+
+TEST(HeadGroupAttention, KernelNamesRoundTrip) {
+  for (const auto kernel : {HeadGroupKernel::kFlash, HeadGroupKernel::kCudnn}) {
+    EXPECT_EQ(head_group_kernel_named(head_group_kernel_name(kernel)), kernel);
+  }
+  EXPECT_EQ(std::string(head_group_kernel_name(HeadGroupKernel::kCudnn)), "cudnn");
+  EXPECT_FALSE(head_group_kernel_named("cuDNN").has_value());
+  EXPECT_FALSE(head_group_kernel_named("").has_value());
+}
+
+// The refusals come before any kernel, so CPU tensors reach them.
+TEST(HeadGroupAttention, CudnnKernelRefusesSeveralSamplesAWindowOrAShortSample) {
+  const auto q = at::zeros({6, 4, 8}), kv = at::zeros({6, 2, 8});
+  auto refusal = [&](const std::vector<int32_t>& cu, int64_t max_seqlen, std::optional<int64_t> window) {
+    const HeadGroupArgs args{at::tensor(cu, at::kInt), max_seqlen, 0.35, window, window ? std::optional<int64_t>(0) : std::nullopt,
+                             HeadGroupKernel::kCudnn};
+    try {
+      head_grouped_attention(q, kv, kv, args);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(refusal({0, 2, 6}, 4, std::nullopt).find("2 samples"), std::string::npos);
+  EXPECT_NE(refusal({0, 5}, 5, std::nullopt).find("max_seqlen 5 for 6 tokens"), std::string::npos);
+  EXPECT_NE(refusal({0, 6}, 6, 3).find("sliding window"), std::string::npos);
 }
 
 }  // namespace

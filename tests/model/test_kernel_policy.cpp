@@ -1,11 +1,12 @@
 // The kernel policy's choices for the families whose attention or norms ATen's fused kernels do not
 // compute (model/kernel_policy.h): Gemma-2's soft-capped attention keeps padding-free batches but
 // runs eager attention per sample, without flash attention or CUDA graphs; Gemma's (1 + w) norms
-// never take the fused RMSNorm. The policy reads only the device type, so a CUDA policy is
-// checked on any machine.
+// never take the fused RMSNorm. Long rows' cuDNN attention only when asked for and flash attention
+// is on. The policy reads only the device type, so a CUDA policy is checked on any machine.
 #include <gtest/gtest.h>
 
 #include "finetune/model/kernel_policy.h"
+#include "finetune/util/errors.h"
 #include "tiny_config.h"
 
 namespace finetune {
@@ -40,6 +41,38 @@ TEST(KernelPolicy, SoftCappedAttentionKeepsPaddingFreeBatchesWithoutFlashOrGraph
   const auto cpu = choose_kernel_policy(at::Device(at::kCPU), at::kFloat, gemma_config("Gemma2ForCausalLM", 50.0));
   EXPECT_FALSE(cpu.padding_free_batches || cpu.variable_length_attention || cpu.cuda_graphs);
   EXPECT_NE(cpu.describe().find("padded eager soft-capped attention"), std::string::npos) << cpu.describe();
+}
+
+TEST(KernelPolicy, LongRowCudnnAttentionOnlyWhenAskedForAndFlashAttentionIsOn) {
+  const at::Device cuda(at::kCUDA, 0);
+  const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
+  const auto asked = choose_kernel_policy(cuda, at::kBFloat16, llama_config, HeadGroupKernel::kCudnn);
+  EXPECT_EQ(asked.long_row_attention, HeadGroupKernel::kCudnn);
+  EXPECT_NE(asked.describe().find("cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)"), std::string::npos)
+      << asked.describe();
+  const auto by_default = choose_kernel_policy(cuda, at::kBFloat16, llama_config);
+  EXPECT_EQ(by_default.long_row_attention, HeadGroupKernel::kFlash);
+  EXPECT_EQ(by_default.describe().find("cuDNN"), std::string::npos) << by_default.describe();
+  // No flash attention, no head groups to run on cuDNN: the CPU, fp32, soft-capped attention.
+  for (const auto& policy :
+       {choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, HeadGroupKernel::kCudnn),
+        choose_kernel_policy(cuda, at::kFloat, llama_config, HeadGroupKernel::kCudnn),
+        choose_kernel_policy(cuda, at::kBFloat16, gemma_config("Gemma2ForCausalLM", 50.0), HeadGroupKernel::kCudnn)}) {
+    EXPECT_EQ(policy.long_row_attention, HeadGroupKernel::kFlash);
+  }
+}
+
+TEST(KernelPolicy, LongRowAttentionVariableNamesAKernel) {
+  EXPECT_EQ(requested_long_row_attention(""), HeadGroupKernel::kFlash);  // unset
+  EXPECT_EQ(requested_long_row_attention("flash"), HeadGroupKernel::kFlash);
+  EXPECT_EQ(requested_long_row_attention("cudnn"), HeadGroupKernel::kCudnn);
+  try {
+    requested_long_row_attention("1");
+    ADD_FAILURE() << "no error for 1";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("FINETUNE_LONG_ROW_ATTENTION=1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cudnn"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

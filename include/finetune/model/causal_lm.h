@@ -68,7 +68,9 @@ class CausalLM {
   // (weights/model_weights.h). The kernels are chosen here, once (kernel_policy.h). With
   // `projections_4bit` the decoder projections get no dense weight: the loader gives each a 4-bit
   // one (Note [4-bit base weights] in linear.h); embeddings, norms and lm_head stay in `dtype`.
-  CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit = false);
+  // `long_row_attention`: the kernel asked for long rows' attention (KernelPolicy::long_row_attention).
+  CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit = false,
+           HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash);
 
   const ModelConfig& config() const { return config_; }
   const Architecture& architecture() const { return *architecture_; }

@@ -1,4 +1,5 @@
-// Padding-free flash attention over one KV head's query heads at a time, for long rows.
+// Padding-free attention over one KV head's query heads at a time, for long rows: flash, or (opt-in)
+// cuDNN for a row of one sample.
 //
 // Note [Head-grouped flash attention]
 // Flash attention's backward on a padding-free row of N tokens allocates, beside its outputs, an
@@ -14,10 +15,27 @@
 // (its order is not fixed, in one call as in several). More launches per layer (KV instead of
 // one): chosen only when the scratch would exceed kHeadGroupAttentionBytes (about 32k tokens on
 // an 8B model), so ordinary rows keep the single call.
+//
+// Note [Head-grouped cuDNN attention]
+// Opt-in (KernelPolicy::long_row_attention): the same per-KV-head scheme with cuDNN's fused
+// attention (at::_scaled_dot_product_cudnn_attention and its backward) in place of flash, for a
+// row that holds exactly one sample and no sliding window: cuDNN's dense op takes (B, H, T, D)
+// tensors with neither cu_seqlens nor a window (its varlen op, _cudnn_attention_forward, gave
+// wrong values and an illegal memory access at 131k tokens on an H200). The group's tensors are
+// (1, H / KV, N, D) and (1, 1, N, D) views of the (N, H, D) rows, no copies; cuDNN takes the one
+// KV head with the group's query heads as they are (grouped-query attention: sdp_utils accepts
+// fewer KV heads for cuDNN) and returns that KV head's key and value gradients. On an H200 at
+// Llama-3.1-8B's shape and 32k tokens, SDPA's cuDNN backend (one call, every head) ran forward +
+// backward at 539 TFLOP/s against flash's 326, with 1.88 GiB of scratch against flash's 1.63
+// (bench/attention_backends.py: sdpa_cudnn, flash_varlen; cudnn_groups measures this scheme, not
+// yet run on a GPU). Chosen where the flash groups would be (kHeadGroupAttentionBytes), and only
+// when asked for: FINETUNE_LONG_ROW_ATTENTION=cudnn (kernel_policy.h).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -31,20 +49,37 @@ constexpr int64_t kHeadGroupAttentionBytes = int64_t{1} << 30;
 int64_t head_group_attention_scratch_bytes(int64_t tokens, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                            int64_t element_bytes);
 
-// What one flash call needs besides q, k, v: the samples' boundaries and the attention's shape.
-struct FlashVarlenArgs {
+// The kernel each KV head's group runs (Note [Head-grouped cuDNN attention]).
+enum class HeadGroupKernel { kFlash, kCudnn };
+
+// Its name ("flash", "cudnn"), and the kernel of a name (nullopt for any other).
+const char* head_group_kernel_name(HeadGroupKernel kernel);
+std::optional<HeadGroupKernel> head_group_kernel_named(const std::string& name);
+
+// The kernel for a padding-free row of `row_tokens` tokens holding samples of `sample_lengths` (on
+// the host; empty when unknown, as in a graphed micro-step) in a layer with a sliding window or
+// not, when the kernel policy asks for `requested`: cuDNN only for one sample of all the row's
+// tokens and no window (its dense op has neither cu_seqlens nor a window), else flash.
+HeadGroupKernel head_group_kernel_for(HeadGroupKernel requested, const std::vector<int64_t>& sample_lengths,
+                                      int64_t row_tokens, bool windowed);
+
+// What one call needs besides q, k, v: the samples' boundaries, the attention's shape, the kernel.
+struct HeadGroupArgs {
   at::Tensor cu_seqlens;  // (samples + 1) int32, on the device
   int64_t max_seqlen = 0;
   double scale = 1.0;
   std::optional<int64_t> window_left;   // flash_window (Note [Sliding window])
   std::optional<int64_t> window_right;
+  // kCudnn: cu_seqlens must be [0, N] (one sample of all N tokens) and no window (head_group_kernel_for).
+  HeadGroupKernel kernel = HeadGroupKernel::kFlash;
 };
 
-// Causal padding-free flash attention, q (N, H, D), k, v (N, KV, D) -> (N, H, D), run one KV head
-// (and its H / KV query heads) at a time in forward and backward (Note [Head-grouped flash
-// attention]). CUDA, bf16/fp16, as at::_flash_attention_forward. Throws when H is not a multiple
-// of KV.
-at::Tensor head_grouped_flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                        const FlashVarlenArgs& args);
+// Causal padding-free attention, q (N, H, D), k, v (N, KV, D) -> (N, H, D), run one KV head (and
+// its H / KV query heads) at a time in forward and backward with args.kernel (Note [Head-grouped
+// flash attention], Note [Head-grouped cuDNN attention]). CUDA, bf16/fp16, as
+// at::_flash_attention_forward (or at::_scaled_dot_product_cudnn_attention). Throws when H is not a
+// multiple of KV, or for kCudnn when the row is not one sample or has a window.
+at::Tensor head_grouped_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const HeadGroupArgs& args);
 
 }  // namespace finetune

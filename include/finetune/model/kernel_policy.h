@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "finetune/io/model_config.h"
+#include "finetune/model/head_group_attention.h"
 
 namespace finetune {
 
@@ -44,6 +45,12 @@ struct KernelPolicy {
   // device with padding-free batches, in a build with the CUDA code. Whether this model's adapters and base weights allow it
   // is CausalLM::cuda_graph_safe().
   bool cuda_graphs = false;
+  // The kernel of long rows' head-grouped attention (Note [Head-grouped cuDNN attention]): flash,
+  // or cuDNN when FINETUNE_LONG_ROW_ATTENTION=cudnn asks for it and flash attention is on; the
+  // attention kernel then gives it only the rows of one sample without a window
+  // (head_group_kernel_for). A benchmark's switch, not an option: cuDNN's path is opt-in until it
+  // has been measured and tested on a GPU.
+  HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash;
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
 
@@ -52,8 +59,16 @@ struct KernelPolicy {
 };
 
 // The CPU, fp32 and builds without CUDA kernels get PEFT's and transformers' exact expressions;
-// a CUDA device in bf16/fp16 gets every fused path this build has.
-KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config);
+// a CUDA device in bf16/fp16 gets every fused path this build has. `long_row_attention`: what
+// FINETUNE_LONG_ROW_ATTENTION asks for (requested_long_row_attention).
+KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
+                                  HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash);
+
+// The environment variable that asks for long rows' attention kernel, and the kernel its value
+// asks for: unset or "" flash, else a head_group_kernel_name ("flash", "cudnn"); a UsageError
+// naming them for any other value.
+inline constexpr const char* kLongRowAttentionVariable = "FINETUNE_LONG_ROW_ATTENTION";
+HeadGroupKernel requested_long_row_attention(const std::string& value);
 
 // Whether this build compiled the CUDA kernels (src/*/cuda/*.cu).
 bool cuda_kernels_compiled_in();
