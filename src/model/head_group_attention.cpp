@@ -16,6 +16,17 @@ at::Tensor group_heads(const at::Tensor& t, int64_t group, int64_t per_group) {
   return t.narrow(1, group * per_group, per_group);
 }
 
+// The full-size gradients a grouped backward fills group by group, and the grouping of q's heads.
+struct GroupedGradients {
+  at::Tensor q, k, v;
+  int64_t groups = 0;     // KV heads
+  int64_t per_group = 0;  // query heads per KV head
+};
+
+GroupedGradients empty_gradients(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v), k.size(1), q.size(1) / k.size(1)};
+}
+
 struct HeadGroupedFlash : public torch::autograd::Function<HeadGroupedFlash> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const HeadGroupArgs& args) {
@@ -56,24 +67,20 @@ struct HeadGroupedFlash : public torch::autograd::Function<HeadGroupedFlash> {
     const auto window_left = ctx->saved_data["window_left"].toOptional<int64_t>();
     const auto window_right = ctx->saved_data["window_right"].toOptional<int64_t>();
     const auto grad_out = grad_outputs[0].contiguous();
-    const int64_t groups = k.size(1);
-    const int64_t per_group = q.size(1) / groups;
-    auto grad_q = at::empty_like(q);
-    auto grad_k = at::empty_like(k);
-    auto grad_v = at::empty_like(v);
-    for (int64_t g = 0; g < groups; ++g) {
+    auto grads = empty_gradients(q, k, v);
+    const int64_t per_group = grads.per_group;
+    for (int64_t g = 0; g < grads.groups; ++g) {
       auto [dq, dk, dv] = at::_flash_attention_backward(
           group_heads(grad_out, g, per_group), group_heads(q, g, per_group), group_heads(k, g, 1),
           group_heads(v, g, 1), group_heads(out, g, per_group), logsumexp.get(g), cu_seqlens, cu_seqlens, max_seqlen,
           max_seqlen, 0.0, /*is_causal=*/true, rng_state.get(g), unused.get(g), scale, window_left, window_right);
-      group_heads(grad_q, g, per_group).copy_(dq);
-      group_heads(grad_k, g, 1).copy_(dk);
-      group_heads(grad_v, g, 1).copy_(dv);
+      group_heads(grads.q, g, per_group).copy_(dq);
+      group_heads(grads.k, g, 1).copy_(dk);
+      group_heads(grads.v, g, 1).copy_(dv);
     }
-    return {grad_q, grad_k, grad_v, at::Tensor()};
+    return {grads.q, grads.k, grads.v, at::Tensor()};
   }
 };
-
 
 // One KV head's slice of (N, heads, D) in cuDNN's dense layout: (1, per_group, N, D), a view.
 at::Tensor dense_group(const at::Tensor& t, int64_t group, int64_t per_group) {
@@ -118,22 +125,19 @@ struct HeadGroupedCudnn : public torch::autograd::Function<HeadGroupedCudnn> {
     // Contiguous like out, so each group's view has out's strides (cuDNN copies a grad_out whose strides differ).
     const auto grad_out = grad_outputs[0].contiguous();
     const int64_t tokens = q.size(0);
-    const int64_t groups = k.size(1);
-    const int64_t per_group = q.size(1) / groups;
-    auto grad_q = at::empty_like(q);
-    auto grad_k = at::empty_like(k);
-    auto grad_v = at::empty_like(v);
-    for (int64_t g = 0; g < groups; ++g) {
+    auto grads = empty_gradients(q, k, v);
+    const int64_t per_group = grads.per_group;
+    for (int64_t g = 0; g < grads.groups; ++g) {
       auto [dq, dk, dv] = at::_scaled_dot_product_cudnn_attention_backward(
           dense_group(grad_out, g, per_group), dense_group(q, g, per_group), dense_group(k, g, 1),
           dense_group(v, g, 1), dense_group(out, g, per_group), logsumexp.get(g), seed.get(g), offset.get(g),
           /*attn_bias=*/at::Tensor(), /*cum_seq_q=*/at::Tensor(), /*cum_seq_k=*/at::Tensor(), tokens, tokens, 0.0,
           /*is_causal=*/true, scale);
-      dense_group(grad_q, g, per_group).copy_(dq);
-      dense_group(grad_k, g, 1).copy_(dk);  // (1, 1, N, D): the group's query heads summed
-      dense_group(grad_v, g, 1).copy_(dv);
+      dense_group(grads.q, g, per_group).copy_(dq);
+      dense_group(grads.k, g, 1).copy_(dk);  // (1, 1, N, D): the group's query heads summed
+      dense_group(grads.v, g, 1).copy_(dv);
     }
-    return {grad_q, grad_k, grad_v, at::Tensor()};
+    return {grads.q, grads.k, grads.v, at::Tensor()};
   }
 };
 
