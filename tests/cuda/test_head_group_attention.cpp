@@ -193,6 +193,21 @@ struct GradTallies {
   }
 };
 
+// Over kOneSampleCases in `dtype`: compare(case, inputs, the cuDNN kernel's args) gives a pair of
+// results (the one under test, the one it is held to), each tallied against the fp32 reference.
+template <typename Compare>
+GradTallies tally_one_sample_cases(at::ScalarType dtype, const Compare& compare) {
+  GradTallies tallies;
+  for (const auto& c : kOneSampleCases) {
+    SCOPED_TRACE(case_name(c, dtype));
+    const auto inputs = random_inputs(c, dtype);
+    const auto args = one_sample_args(c, HeadGroupKernel::kCudnn);
+    const auto [tested, against] = compare(c, inputs, args);
+    tallies.add(tested, against, reference_attention(inputs.q, inputs.k, inputs.v, inputs.grad_out, c, args.scale));
+  }
+  return tallies;
+}
+
 // The cuDNN groups against one cuDNN call over every head (at::_scaled_dot_product_cudnn_attention
 // with the KV heads as they are, autograd's backward of it). Each group is the single call's
 // arithmetic for its heads only if cuDNN runs the same engine for H / KV query heads as for H, which
@@ -207,21 +222,17 @@ struct GradTallies {
 TEST(HeadGroupAttention, CudnnGroupsMatchOneCudnnCallForwardAndBackward) {
   at::manual_seed(7);
   for (const auto dtype : cuda_testing::half_dtypes()) {
-    GradTallies tallies;
-    for (const auto& c : kOneSampleCases) {
-      SCOPED_TRACE(case_name(c, dtype));
-      const auto [q, k, v, grad_out] = random_inputs(c, dtype);
-      const auto args = one_sample_args(c, HeadGroupKernel::kCudnn);
-      const auto one = attend(q, k, v, grad_out, args, Attention::kOneCudnnCall);
-      const auto grouped = attend(q, k, v, grad_out, args, Attention::kGrouped);
-      tallies.add(grouped, one, reference_attention(q, k, v, grad_out, c, args.scale));
+    const auto tallies = tally_one_sample_cases(dtype, [&](const GroupCase& c, const Inputs& in, const HeadGroupArgs& args) {
+      const auto one = attend(in.q, in.k, in.v, in.grad_out, args, Attention::kOneCudnnCall);
+      const auto grouped = attend(in.q, in.k, in.v, in.grad_out, args, Attention::kGrouped);
       std::cout << case_name(c, dtype) << ": elements differing from the single cuDNN call: out "
                 << cuda_testing::count_differing(grouped.out, one.out) << ", dq "
                 << cuda_testing::count_differing(grouped.dq, one.dq) << ", dk "
                 << cuda_testing::count_differing(grouped.dk, one.dk) << ", dv "
                 << cuda_testing::count_differing(grouped.dv, one.dv) << " (of " << one.out.numel() << ", "
                 << one.dq.numel() << ", " << one.dk.numel() << ", " << one.dv.numel() << ")\n";
-    }
+      return std::make_pair(grouped, one);
+    });
     SCOPED_TRACE(c10::toString(dtype));
     tallies.expect_no_worse(1.01);
   }
@@ -237,17 +248,12 @@ TEST(HeadGroupAttention, CudnnGroupsMatchOneCudnnCallForwardAndBackward) {
 TEST(HeadGroupAttention, CudnnGroupsAsCloseToFp32AsFlashGroups) {
   at::manual_seed(11);
   for (const auto dtype : cuda_testing::half_dtypes()) {
-    GradTallies tallies;
-    for (const auto& c : kOneSampleCases) {
-      SCOPED_TRACE(case_name(c, dtype));
-      const auto [q, k, v, grad_out] = random_inputs(c, dtype);
-      const auto args = one_sample_args(c, HeadGroupKernel::kCudnn);
+    const auto tallies = tally_one_sample_cases(dtype, [](const GroupCase&, const Inputs& in, const HeadGroupArgs& args) {
       auto flash_args = args;
       flash_args.kernel = HeadGroupKernel::kFlash;
-      const auto cudnn = attend(q, k, v, grad_out, args, Attention::kGrouped);
-      const auto flash = attend(q, k, v, grad_out, flash_args, Attention::kGrouped);
-      tallies.add(cudnn, flash, reference_attention(q, k, v, grad_out, c, args.scale));
-    }
+      return std::make_pair(attend(in.q, in.k, in.v, in.grad_out, args, Attention::kGrouped),
+                            attend(in.q, in.k, in.v, in.grad_out, flash_args, Attention::kGrouped));
+    });
     SCOPED_TRACE(c10::toString(dtype));
     tallies.expect_no_worse(1.25);
   }

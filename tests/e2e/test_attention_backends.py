@@ -60,18 +60,22 @@ def math_flash(monkeypatch):
     monkeypatch.setattr(ab, "cu_seqlens", lambda case: torch.tensor(case.offsets(), dtype=torch.int32))
 
 
-def test_flash_groups_splits_the_heads_by_kv_head_forward_and_backward(math_flash):
-    case = ab.Case("packed", [7, 5, 9], 1)
-    g = torch.Generator().manual_seed(0)
+def assert_groups_equal_math_attention(groups, case, seed):
+    """groups(case, q, k, v)'s attention and its gradients equal causal math attention per sample."""
+    g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(case.tokens, h, ab.HEAD_DIM, generator=g).requires_grad_()
                for h in (ab.HEADS, ab.KV_HEADS, ab.KV_HEADS))
     grad_out = torch.randn(case.tokens, ab.HEADS, ab.HEAD_DIM, generator=g)
     want = math_attention(q, k, v, case.offsets())
     want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
-    attn, note = ab.flash_groups(case, q, k, v)
+    attn, note = groups(case, q, k, v)
     out = attn(q, k, v)
     diffs = ab.max_abs_diffs((out, *torch.autograd.grad(out, (q, k, v), grad_out)), (want, *want_grads))
     assert note is None and max(diffs.values()) < 1e-5, diffs
+
+
+def test_flash_groups_splits_the_heads_by_kv_head_forward_and_backward(math_flash):
+    assert_groups_equal_math_attention(ab.flash_groups, ab.Case("packed", [7, 5, 9], 1), seed=0)
 
 
 @pytest.fixture
@@ -98,17 +102,7 @@ def math_cudnn(monkeypatch):
 
 
 def test_cudnn_groups_splits_the_heads_by_kv_head_forward_and_backward(math_cudnn):
-    case = ab.Case("row-19", [19], 1)
-    g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(case.tokens, h, ab.HEAD_DIM, generator=g).requires_grad_()
-               for h in (ab.HEADS, ab.KV_HEADS, ab.KV_HEADS))
-    grad_out = torch.randn(case.tokens, ab.HEADS, ab.HEAD_DIM, generator=g)
-    want = math_attention(q, k, v, case.offsets())
-    want_grads = torch.autograd.grad(want, (q, k, v), grad_out)
-    attn, note = ab.cudnn_groups(case, q, k, v)
-    out = attn(q, k, v)
-    diffs = ab.max_abs_diffs((out, *torch.autograd.grad(out, (q, k, v), grad_out)), (want, *want_grads))
-    assert note is None and max(diffs.values()) < 1e-5, diffs
+    assert_groups_equal_math_attention(ab.cudnn_groups, ab.Case("row-19", [19], 1), seed=1)
 
 
 def test_cudnn_groups_refuses_packed_rows():
