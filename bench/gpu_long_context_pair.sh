@@ -21,6 +21,8 @@ TREE=/tmp/step_planning_work/tree
 FINETUNE=$TREE/build-gpu/finetune
 CAPACITY_GIB=${CAPACITY_GIB:-79.19}
 PAIR_SHAPES=${PAIR_SHAPES:-qwen3-8b llama-3.2-1b}
+LANE0_CORES=0-$(( $(nproc) / 2 - 1 ))
+LANE1_CORES=$(( $(nproc) / 2 ))-$(( $(nproc) - 1 ))
 elapsed() { echo $(( $(date +%s) - CALL_START )); }
 note() { echo "$* at $(elapsed) s" | tee -a "$OUT/summary.txt"; }
 
@@ -33,13 +35,13 @@ probe() {  # probe GPU CORES STATE LENGTH VARIANT: one length of ours under the 
 }
 
 lane_lengths() {
-  probe 0 0-$(( $(nproc) / 2 - 1 )) ours-lora-cap "${LORA_LENGTH:-540672}" lora
-  probe 0 0-$(( $(nproc) / 2 - 1 )) ours-qlora-cap-flash "${QLORA_LENGTH:-393216}" qlora
-  FINETUNE_LONG_ROW_ATTENTION=cudnn probe 0 0-$(( $(nproc) / 2 - 1 )) ours-qlora-cap-cudnn "${QLORA_LENGTH:-393216}" qlora
+  probe 0 "$LANE0_CORES" ours-lora-cap "${LORA_LENGTH:-540672}" lora
+  probe 0 "$LANE0_CORES" ours-qlora-cap-flash "${QLORA_LENGTH:-393216}" qlora
+  FINETUNE_LONG_ROW_ATTENTION=cudnn probe 0 "$LANE0_CORES" ours-qlora-cap-cudnn "${QLORA_LENGTH:-393216}" qlora
 }
 
 best_run() {  # best_run SHAPE LABELS: ours at the best setting, one GPU, the build's model; rows labelled as LABELS says
-  CUDA_VISIBLE_DEVICES=1 taskset -c "$(( $(nproc) / 2 ))-$(( $(nproc) - 1 ))" python3 "$ROOT/bench/bench.py" \
+  CUDA_VISIBLE_DEVICES=1 taskset -c "$LANE1_CORES" python3 "$ROOT/bench/bench.py" \
     --finetune "$FINETUNE" --shapes "$1" --settings best --gpus 1 --skip_reference --steps 40 --warmup 10 \
     --labels "$2" --work /tmp/bench --out "$OUT/best-$1-$2" > "$OUT/best-$1-$2.log" 2>&1
   note "best $1 labels $2: exit $?"
