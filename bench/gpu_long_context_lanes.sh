@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Issue 31's measurements in one device call, one lane per GPU (LANES, one word per GPU in order; each
+# lane pinned to its share of the cores). Carry .deps and .whl.
+#   lora     ours bf16 LoRA at LORA_LENGTH (default 540,672 = 1.5 x Unsloth's 360,448 on Llama-3.1-8B)
+#   qlora    ours QLoRA at QLORA_LENGTH (default 393,216, Unsloth's longest: tokens/s at its maximum),
+#            with flash and then with FINETUNE_LONG_ROW_ATTENTION=cudnn (its own state file)
+#   lengths  lora, then qlora (for a 2-GPU machine)
+#   kernels  the head-grouped attention CUDA tests; bench/attention_backends.py with cudnn_groups; the
+#            completions-only pair: bench.py --settings best --skip_reference on PAIR_SHAPES (default
+#            "qwen3-8b llama-3.2-1b") with the benchmark's rows (half labelled) and with --labels all
+#   loop     the transformers + PEFT loop's longest row at full depth, QLoRA then bf16 LoRA, from
+#            LOOP_START (16,384) to LOOP_RESOLUTION (8,192) tokens
+#   unsloth-lora, unsloth-qlora   Unsloth's longest row, from 262,144 to 32,768 tokens' resolution
+# Every probe but the loop's is bench/long_context_probe.py's proxy (2 of the shape's layers + ballast,
+# 2 steps), all at an H100's capacity (CAPACITY_GIB, default 79.19), on SHAPE (default llama-3.1-8b).
+#   LANES="lora qlora kernels loop" bash bench/gpu_long_context_lanes.sh      (4 GPUs; the default)
+#   LANES="lengths kernels" bash bench/gpu_long_context_lanes.sh              (2 GPUs)
+# Results: $OUT/summary.txt, $OUT/*.json, $OUT/*.txt. The build and the bench's models come from
+# bench/gpu_step_planning.sh build (detached), as for its runs.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${OUT:-/tmp/gpu_long_context_lanes}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 CALL_START=$(date +%s)
+TREE=/tmp/step_planning_work/tree
+FINETUNE=$TREE/build-gpu/finetune
+CAPACITY_GIB=${CAPACITY_GIB:-79.19}
+SHAPE=${SHAPE:-llama-3.1-8b}
+PAIR_SHAPES=${PAIR_SHAPES:-qwen3-8b llama-3.2-1b}
+read -ra LANE_NAMES <<< "${LANES:-lora qlora kernels loop}"
+CORES_PER_LANE=$(( $(nproc) / ${#LANE_NAMES[@]} ))
+END_S=${END_S:-575}
+elapsed() { echo $(( $(date +%s) - CALL_START )); }
+note() { echo "$* at $(elapsed) s" | tee -a "$OUT/summary.txt"; }
+
+probe() {  # probe GPU STATE args...: one probe on SHAPE under the capacity, until END_S
+  local gpu=$1 state=$2; shift 2
+  local first=$(( gpu * CORES_PER_LANE ))
+  CUDA_VISIBLE_DEVICES=$gpu taskset -c "$first-$(( first + CORES_PER_LANE - 1 ))" \
+    python3 "$ROOT/bench/long_context_probe.py" --finetune "$FINETUNE" --shapes "$SHAPE" \
+    --gpu_capacity_gib "$CAPACITY_GIB" --budget_s $(( END_S - $(elapsed) )) --work "/tmp/longctx-$gpu" \
+    --state "$OUT/$state.json" "$@" > "$OUT/$state.txt" 2>&1
+  note "probe $state ($*): exit $?"
+}
+
+ours_at() {  # ours_at GPU STATE VARIANT LENGTH: one length of ours on the proxy
+  probe "$1" "$2" --layers 2 --steps 2 --tools finetune --variants "$3" --start "$4" --max_length "$4"
+}
+
+lane_lora() { ours_at "$1" "ours-lora-$SHAPE" lora "${LORA_LENGTH:-540672}"; }
+lane_qlora() {
+  ours_at "$1" "ours-qlora-flash-$SHAPE" qlora "${QLORA_LENGTH:-393216}"
+  FINETUNE_LONG_ROW_ATTENTION=cudnn ours_at "$1" "ours-qlora-cudnn-$SHAPE" qlora "${QLORA_LENGTH:-393216}"
+}
+lane_lengths() { lane_lora "$1"; lane_qlora "$1"; }
+lane_loop() {
+  probe "$1" "loop-$SHAPE" --steps 2 --tools loop --variants qlora,lora --start "${LOOP_START:-16384}" \
+    --resolution "${LOOP_RESOLUTION:-8192}"
+}
+unsloth() {  # unsloth GPU VARIANT
+  probe "$1" "unsloth-$2-$SHAPE" --layers 2 --steps 2 --tools unsloth --variants "$2" --start 262144 \
+    --resolution 32768
+}
+lane_unsloth-lora() { unsloth "$1" lora; }
+lane_unsloth-qlora() { unsloth "$1" qlora; }
+
+best_run() {  # best_run GPU SHAPE LABELS: ours at the best setting, one GPU, the build's model
+  CUDA_VISIBLE_DEVICES=$1 python3 "$ROOT/bench/bench.py" \
+    --finetune "$FINETUNE" --shapes "$2" --settings best --gpus 1 --skip_reference --steps 40 --warmup 10 \
+    --labels "$3" --work /tmp/bench --out "$OUT/best-$2-$3" > "$OUT/best-$2-$3.log" 2>&1
+  note "best $2 labels $3: exit $?"
+}
+
+lane_kernels() {
+  (cd "$TREE" && CUDA_VISIBLE_DEVICES=$1 timeout 120 build-gpu/finetune_cuda_tests --gtest_filter='HeadGroupAttention.*' \
+    > "$OUT/cuda_tests.txt" 2>&1)
+  note "HeadGroupAttention tests: exit $?"
+  CUDA_VISIBLE_DEVICES=$1 timeout 150 python3 "$ROOT/bench/attention_backends.py" --lengths 32768,131072,262144 \
+    --backends flash_varlen,flash_groups,cudnn_groups,sdpa_cudnn --out "$OUT/attention.json" > "$OUT/attention.txt" 2>&1
+  note "attention kernels: exit $?"
+  for shape in $PAIR_SHAPES; do
+    best_run "$1" "$shape" completions
+    best_run "$1" "$shape" all
+  done
+}
+
+for lane in "${LANE_NAMES[@]}"; do
+  declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
+done
+RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} bash "$ROOT/bench/gpu_step_planning.sh" build \
+  > "$OUT/build-start.txt" 2>&1
+if [ -d "$ROOT/.whl" ] && [ ! -d /tmp/site/unsloth ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$ROOT"/.whl/*.whl \
+    > "$OUT/pip.log" 2>&1
+fi
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+WAIT_S=300 OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.txt" 2>&1 || { note "build failed"; exit 1; }
+note "built"
+source "$TREE/build-gpu/env.sh" 2>/dev/null
+for gpu in "${!LANE_NAMES[@]}"; do
+  "lane_${LANE_NAMES[$gpu]}" "$gpu" &
+done
+wait
+cat "$OUT/summary.txt"
