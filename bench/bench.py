@@ -170,6 +170,7 @@ def main():
     if args.dry_run:  # the checks before timing need the models; a dry run lists the timed commands only
         args.parity = args.train_parity = args.qlora_check = False
     os.makedirs(args.work, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
     results = []
     for shape in args.shapes.split(","):
         model = os.path.join(args.work, shape)

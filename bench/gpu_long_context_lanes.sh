@@ -87,8 +87,9 @@ lane_kernels() {
 for lane in "${LANE_NAMES[@]}"; do
   declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
 done
-RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} bash "$ROOT/bench/gpu_step_planning.sh" build \
-  > "$OUT/build-start.txt" 2>&1
+# REUSE_BUILD=1 on a machine still warm from an earlier call: keep its build and models
+[ -n "${REUSE_BUILD:-}" ] && [ -x "$FINETUNE" ] || RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} \
+  bash "$ROOT/bench/gpu_step_planning.sh" build > "$OUT/build-start.txt" 2>&1
 if [ -d "$ROOT/.whl" ] && [ ! -d /tmp/site/unsloth ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$ROOT"/.whl/*.whl \
     > "$OUT/pip.log" 2>&1

@@ -30,8 +30,8 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
       {"FINETUNE_FUZZ_SECONDS", "scripts/test.sh: the fuzzer's time per parser"},
       {"FINETUNE_CUDA_MEMORY_HISTORY", "bench/gpu_memory_snapshot.sh: where train writes the CUDA allocator's history"},
       {"FINETUNE_LONG_ROW_ATTENTION",
-       "bench/gpu_long_context.sh: cudnn runs long single-sample rows' attention through cuDNN per KV head "
-       "(read into the kernel policy, model/kernel_policy.h); flash, the default, otherwise"},
+       "long single-sample rows' attention per KV head: cudnn (the default) or flash "
+       "(read into the kernel policy, model/kernel_policy.h)"},
       {"FINETUNE_LLAMA_LORA_LOGITS", "scripts/test.sh: the llama.cpp LoRA driver it builds for tests/e2e"},
       {"FINETUNE_SKIP_SETUP", "scripts/demo.sh: do not run setup.sh"},
       {"FINETUNE_DEMO_DIR", "scripts/demo.sh: where the demo writes"},

@@ -161,8 +161,9 @@ AttentionKernel CausalLM::attention_kernel(const AttentionMask& mask, const Atte
                                      windowed.sample_lengths, config_.num_attention_heads, spec, device_))
                                : nullptr;
   // Note [Head-grouped cuDNN attention]: the long rows' kernel, for this row and layer kind.
-  const auto group_kernel = head_group_kernel_for(kernels_.long_row_attention, windowed.sample_lengths, seq_len,
-                                                  spec.window.has_value());
+  const auto group_kernel =
+      head_group_kernel_for(kernels_.long_row_attention, windowed.sample_lengths, seq_len,
+                            config_.num_attention_heads * config_.head_dim, spec.window.has_value());
   return [windowed, spec, packed_plan, group_kernel](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
     const int64_t batch = q.size(0);
     const int64_t seq_len = q.size(1);

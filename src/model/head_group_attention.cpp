@@ -162,16 +162,18 @@ std::optional<HeadGroupKernel> head_group_kernel_named(const std::string& name) 
 }
 
 HeadGroupKernel head_group_kernel_for(HeadGroupKernel requested, const std::vector<int64_t>& sample_lengths,
-                                      int64_t row_tokens, bool windowed) {
+                                      int64_t row_tokens, int64_t query_width, bool windowed) {
   const bool one_sample = sample_lengths.size() == 1 && sample_lengths[0] == row_tokens;
-  return requested == HeadGroupKernel::kCudnn && one_sample && !windowed ? HeadGroupKernel::kCudnn
-                                                                          : HeadGroupKernel::kFlash;
+  const bool addressable = row_tokens * query_width < kCudnnMaxQueryElements;
+  return requested == HeadGroupKernel::kCudnn && one_sample && !windowed && addressable ? HeadGroupKernel::kCudnn
+                                                                                         : HeadGroupKernel::kFlash;
 }
 
 namespace {
 
-// Why args cannot run on the cuDNN kernel ("" when they can): one sample of all `tokens`, no window.
-std::string cudnn_refusal(const HeadGroupArgs& args, int64_t tokens) {
+// Why args cannot run on the cuDNN kernel ("" when they can): one sample of all `tokens`, no window,
+// fewer than kCudnnMaxQueryElements query elements.
+std::string cudnn_refusal(const HeadGroupArgs& args, int64_t tokens, int64_t query_elements) {
   if (!args.cu_seqlens.defined() || args.cu_seqlens.numel() != 2) {
     return std::to_string(args.cu_seqlens.defined() ? args.cu_seqlens.numel() - 1 : 0) + " samples";
   }
@@ -179,6 +181,7 @@ std::string cudnn_refusal(const HeadGroupArgs& args, int64_t tokens) {
     return "max_seqlen " + std::to_string(args.max_seqlen) + " for " + std::to_string(tokens) + " tokens";
   }
   if (args.window_left || args.window_right) return "a sliding window";
+  if (query_elements >= kCudnnMaxQueryElements) return std::to_string(query_elements) + " query elements";
   return "";
 }
 
@@ -194,9 +197,9 @@ at::Tensor head_grouped_attention(const at::Tensor& q, const at::Tensor& k, cons
                 std::to_string(v.dim() == 3 ? v.size(1) : -1) + " heads");
   }
   if (args.kernel == HeadGroupKernel::kFlash) return HeadGroupedFlash::apply(q, k, v, args);
-  if (const auto refusal = cudnn_refusal(args, q.size(0)); !refusal.empty()) {
-    throw Error("head_grouped_attention: the cuDNN kernel takes one sample of all the row's tokens and no window "
-                "(Note [Head-grouped cuDNN attention]), got " + refusal);
+  if (const auto refusal = cudnn_refusal(args, q.size(0), q.numel()); !refusal.empty()) {
+    throw Error("head_grouped_attention: the cuDNN kernel takes one sample of all the row's tokens, no window and "
+                "fewer than 2^31 query elements (Note [Head-grouped cuDNN attention]), got " + refusal);
   }
   return HeadGroupedCudnn::apply(q, k, v, args.scale);
 }

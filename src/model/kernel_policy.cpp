@@ -55,19 +55,21 @@ std::string KernelPolicy::describe() const {
   } else {
     add(variable_length_attention, "padding-free flash attention", "padded SDPA attention");
   }
-  if (long_row_attention == HeadGroupKernel::kCudnn) {
-    out += std::string(", long single-sample rows: cuDNN attention per KV head (") + kLongRowAttentionVariable + ")";
+  if (variable_length_attention) {
+    out += std::string(", long single-sample rows: ") +
+           (long_row_attention == HeadGroupKernel::kCudnn ? "cuDNN" : "flash") + " attention per KV head (" +
+           kLongRowAttentionVariable + ")";
   }
   add(fused_adamw, "fused AdamW", "per-tensor AdamW");
   return out;
 }
 
 HeadGroupKernel requested_long_row_attention(const std::string& value) {
-  if (value.empty()) return HeadGroupKernel::kFlash;
+  if (value.empty()) return kDefaultHeadGroupKernel;
   if (const auto kernel = head_group_kernel_named(value)) return *kernel;
   throw UsageError(std::string(kLongRowAttentionVariable) + "=" + value + ": unknown attention kernel (" +
-                   head_group_kernel_name(HeadGroupKernel::kFlash) + ", the default, or " +
-                   head_group_kernel_name(HeadGroupKernel::kCudnn) + ")");
+                   head_group_kernel_name(HeadGroupKernel::kCudnn) + ", the default, or " +
+                   head_group_kernel_name(HeadGroupKernel::kFlash) + ")");
 }
 
 }  // namespace finetune

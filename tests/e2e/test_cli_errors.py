@@ -331,11 +331,12 @@ def test_unknown_finetune_environment_variable_is_a_usage_error(assets):
 
 
 def test_long_row_attention_variable_names_a_kernel(assets):
-    """FINETUNE_LONG_ROW_ATTENTION (a benchmark's switch, read into the kernel policy): a value that names
-    no kernel is a usage error naming the accepted ones; cudnn on the CPU (no flash groups to replace) runs."""
+    """FINETUNE_LONG_ROW_ATTENTION (read into the kernel policy): a value that names no kernel is a usage
+    error naming the accepted ones; either kernel on the CPU (no head groups there) runs."""
     args = eval_args(assets["model"], assets["rows"])
     expect_failure(args, 2, "FINETUNE_LONG_ROW_ATTENTION=1", "cudnn", env={"FINETUNE_LONG_ROW_ATTENTION": "1"})
     expect_success(args, env={"FINETUNE_LONG_ROW_ATTENTION": "cudnn"})
+    expect_success(args, env={"FINETUNE_LONG_ROW_ATTENTION": "flash"})
 
 
 def project_script_variables():

@@ -21,16 +21,25 @@ TEST(HeadGroupAttention, ScratchIsTheQueryAccumulatorAndTheExpandedKeyValueGradi
   EXPECT_TRUE(head_group_attention_scratch_bytes(32769, 32, 8, 128, 2) > kHeadGroupAttentionBytes);
 }
 
-TEST(HeadGroupAttention, CudnnOnlyForOneSampleOfTheWholeRowWithoutAWindowWhenAskedFor) {
+TEST(HeadGroupAttention, CudnnOnlyForOneSampleOfTheWholeRowWithoutAWindowBelowTwoToThe31QueryElements) {
   const auto cudnn = HeadGroupKernel::kCudnn, flash = HeadGroupKernel::kFlash;
-  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, /*windowed=*/false), cudnn);
-  // Asked for flash (the default), or not one sample of all the row's tokens, or a sliding layer.
-  EXPECT_EQ(head_group_kernel_for(flash, {40000}, 40000, false), flash);
-  EXPECT_EQ(head_group_kernel_for(cudnn, {30000, 10000}, 40000, false), flash);
-  EXPECT_EQ(head_group_kernel_for(cudnn, {39000}, 40000, false), flash);
-  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, /*windowed=*/true), flash);
+  EXPECT_EQ(kDefaultHeadGroupKernel, cudnn);
+  const int64_t width = 32 * 128;  // Llama-3.1-8B's query heads x head_dim
+  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, width, /*windowed=*/false), cudnn);
+  // Asked for flash, or not one sample of all the row's tokens, or a sliding layer.
+  EXPECT_EQ(head_group_kernel_for(flash, {40000}, 40000, width, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {30000, 10000}, 40000, width, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {39000}, 40000, width, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {40000}, 40000, width, /*windowed=*/true), flash);
   // A graphed micro-step's mask has its lengths on the device only.
-  EXPECT_EQ(head_group_kernel_for(cudnn, {}, 40000, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {}, 40000, width, false), flash);
+  // 2^31 query elements: 524,288 tokens of 32 x 128 run flash, one token fewer cuDNN (its query
+  // gradient was wrong at 557,056 tokens on an H100).
+  EXPECT_EQ(head_group_kernel_for(cudnn, {524287}, 524287, width, false), cudnn);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {524288}, 524288, width, false), flash);
+  EXPECT_EQ(head_group_kernel_for(cudnn, {655360}, 655360, width, false), flash);
+  // Fewer heads address more tokens.
+  EXPECT_EQ(head_group_kernel_for(cudnn, {655360}, 655360, 16 * 128, false), cudnn);
 }
 
 TEST(HeadGroupAttention, KernelNamesRoundTrip) {
@@ -58,6 +67,17 @@ TEST(HeadGroupAttention, CudnnKernelRefusesSeveralSamplesAWindowOrAShortSample) 
   EXPECT_NE(refusal({0, 2, 6}, 4, std::nullopt).find("2 samples"), std::string::npos);
   EXPECT_NE(refusal({0, 5}, 5, std::nullopt).find("max_seqlen 5 for 6 tokens"), std::string::npos);
   EXPECT_NE(refusal({0, 6}, 6, 3).find("sliding window"), std::string::npos);
+  // 2^31 query elements, as (2^31 / 64) x 4 x 16 zero-stride views: nothing is allocated.
+  const int64_t tokens = (int64_t{1} << 31) / 64;
+  const auto long_q = at::zeros({1}).expand({tokens, 4, 16}), long_kv = at::zeros({1}).expand({tokens, 2, 16});
+  const HeadGroupArgs long_args{at::tensor(std::vector<int32_t>{0, static_cast<int32_t>(tokens)}, at::kInt), tokens,
+                                0.25, std::nullopt, std::nullopt, HeadGroupKernel::kCudnn};
+  try {
+    head_grouped_attention(long_q, long_kv, long_kv, long_args);
+    ADD_FAILURE() << "2^31 query elements reached the cuDNN kernel";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2147483648 query elements"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -43,16 +43,19 @@ TEST(KernelPolicy, SoftCappedAttentionKeepsPaddingFreeBatchesWithoutFlashOrGraph
   EXPECT_NE(cpu.describe().find("padded eager soft-capped attention"), std::string::npos) << cpu.describe();
 }
 
-TEST(KernelPolicy, LongRowCudnnAttentionOnlyWhenAskedForAndFlashAttentionIsOn) {
+TEST(KernelPolicy, LongRowCudnnAttentionByDefaultWhereFlashAttentionIsOn) {
   const at::Device cuda(at::kCUDA, 0);
   const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
-  const auto asked = choose_kernel_policy(cuda, at::kBFloat16, llama_config, HeadGroupKernel::kCudnn);
-  EXPECT_EQ(asked.long_row_attention, HeadGroupKernel::kCudnn);
-  EXPECT_NE(asked.describe().find("cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)"), std::string::npos)
-      << asked.describe();
   const auto by_default = choose_kernel_policy(cuda, at::kBFloat16, llama_config);
-  EXPECT_EQ(by_default.long_row_attention, HeadGroupKernel::kFlash);
-  EXPECT_EQ(by_default.describe().find("cuDNN"), std::string::npos) << by_default.describe();
+  EXPECT_EQ(by_default.long_row_attention, HeadGroupKernel::kCudnn);
+  EXPECT_NE(by_default.describe().find("long single-sample rows: cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)"),
+            std::string::npos)
+      << by_default.describe();
+  const auto flash = choose_kernel_policy(cuda, at::kBFloat16, llama_config, HeadGroupKernel::kFlash);
+  EXPECT_EQ(flash.long_row_attention, HeadGroupKernel::kFlash);
+  EXPECT_NE(flash.describe().find("long single-sample rows: flash attention per KV head"), std::string::npos)
+      << flash.describe();
+  EXPECT_EQ(flash.describe().find("cuDNN"), std::string::npos) << flash.describe();
   // No flash attention, no head groups to run on cuDNN: the CPU, fp32, soft-capped attention.
   for (const auto& policy :
        {choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, HeadGroupKernel::kCudnn),
@@ -63,7 +66,7 @@ TEST(KernelPolicy, LongRowCudnnAttentionOnlyWhenAskedForAndFlashAttentionIsOn) {
 }
 
 TEST(KernelPolicy, LongRowAttentionVariableNamesAKernel) {
-  EXPECT_EQ(requested_long_row_attention(""), HeadGroupKernel::kFlash);  // unset
+  EXPECT_EQ(requested_long_row_attention(""), HeadGroupKernel::kCudnn);  // unset
   EXPECT_EQ(requested_long_row_attention("flash"), HeadGroupKernel::kFlash);
   EXPECT_EQ(requested_long_row_attention("cudnn"), HeadGroupKernel::kCudnn);
   try {

@@ -45,11 +45,10 @@ struct KernelPolicy {
   // device with padding-free batches, in a build with the CUDA code. Whether this model's adapters and base weights allow it
   // is CausalLM::cuda_graph_safe().
   bool cuda_graphs = false;
-  // The kernel of long rows' head-grouped attention (Note [Head-grouped cuDNN attention]): flash,
-  // or cuDNN when FINETUNE_LONG_ROW_ATTENTION=cudnn asks for it and flash attention is on; the
-  // attention kernel then gives it only the rows of one sample without a window
-  // (head_group_kernel_for). A benchmark's switch, not an option: cuDNN's path is opt-in until it
-  // has been measured and tested on a GPU.
+  // The kernel of long rows' head-grouped attention (Note [Head-grouped cuDNN attention]): cuDNN
+  // where flash attention is on, unless FINETUNE_LONG_ROW_ATTENTION=flash asks for flash; the
+  // attention kernel then gives cuDNN only the rows of one sample without a window and below
+  // kCudnnMaxQueryElements (head_group_kernel_for), and flash the rest.
   HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash;
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
@@ -62,10 +61,10 @@ struct KernelPolicy {
 // a CUDA device in bf16/fp16 gets every fused path this build has. `long_row_attention`: what
 // FINETUNE_LONG_ROW_ATTENTION asks for (requested_long_row_attention).
 KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
-                                  HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash);
+                                  HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel);
 
 // The environment variable that asks for long rows' attention kernel, and the kernel its value
-// asks for: unset or "" flash, else a head_group_kernel_name ("flash", "cudnn"); a UsageError
+// asks for: unset or "" kDefaultHeadGroupKernel, else a head_group_kernel_name ("flash", "cudnn"); a UsageError
 // naming them for any other value.
 inline constexpr const char* kLongRowAttentionVariable = "FINETUNE_LONG_ROW_ATTENTION";
 HeadGroupKernel requested_long_row_attention(const std::string& value);
