@@ -15,9 +15,9 @@
 #   LONGCTX_BALLAST  auto|none|BYTES (default auto): GPU memory bench/gpu_ballast.py holds during every
 #                    attempt; auto = what the removed layers would hold (bf16 or NF4 base weights + fp32
 #                    LoRA r 16 with gradients and AdamW states), none at full depth
-#   FINETUNE_LONG_ROW_ATTENTION=cudnn  (passed through to ours) long single-sample rows' attention through
-#                    cuDNN per KV head instead of flash (Note [Head-grouped cuDNN attention]; the banner's
-#                    kernels line says so); unset: flash
+#   FINETUNE_LONG_ROW_ATTENTION=flash  (passed through to ours) long single-sample rows' attention through
+#                    flash per KV head instead of cuDNN (Note [Head-grouped cuDNN attention]; the banner's
+#                    kernels line says which); unset: cuDNN below 2^31 query elements, flash above
 #   LONGCTX_CAPACITY_GIB  emulate a GPU of this many GiB (--gpu_capacity_gib): the ballast process also holds
 #                    the card's memory beyond it, e.g. 79.19 (the total torch reports for an H100 80GB HBM3)
 #                    when the call lands on an H200 (139.8 GiB); default: the card as it is. Only free

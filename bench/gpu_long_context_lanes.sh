@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 31's measurements in one device call, one lane per GPU (LANES, one word per GPU in order; each
-# lane pinned to its share of the cores). Carry .deps and .whl.
+# lane pinned to its share of the cores; a word of lanes joined by + runs them one after the other on
+# that GPU, e.g. qlora+loop). Carry .deps and .whl.
 #   lora     ours bf16 LoRA at LORA_LENGTH (default 540,672 = 1.5 x Unsloth's 360,448 on Llama-3.1-8B)
 #   qlora    ours QLoRA at QLORA_LENGTH (default 393,216, Unsloth's longest: tokens/s at its maximum),
-#            with flash and then with FINETUNE_LONG_ROW_ATTENTION=cudnn (its own state file)
-#   lengths  lora, then qlora (for a 2-GPU machine)
+#            long rows' attention as ours chooses it (cuDNN per KV head below 2^31 query elements)
+#   qlora-flash  the same with FINETUNE_LONG_ROW_ATTENTION=flash (its own state file)
 #   kernels  the head-grouped attention CUDA tests; bench/attention_backends.py with cudnn_groups; the
 #            completions-only pair: bench.py --settings best --skip_reference on PAIR_SHAPES (default
 #            "qwen3-8b llama-3.2-1b") with the benchmark's rows (half labelled) and with --labels all
@@ -14,7 +15,7 @@
 # Every probe but the loop's is bench/long_context_probe.py's proxy (2 of the shape's layers + ballast,
 # 2 steps), all at an H100's capacity (CAPACITY_GIB, default 79.19), on SHAPE (default llama-3.1-8b).
 #   LANES="lora qlora kernels loop" bash bench/gpu_long_context_lanes.sh      (4 GPUs; the default)
-#   LANES="lengths kernels" bash bench/gpu_long_context_lanes.sh              (2 GPUs)
+#   LANES="lora+qlora kernels+loop" bash bench/gpu_long_context_lanes.sh      (2 GPUs)
 # Results: $OUT/summary.txt, $OUT/*.json, $OUT/*.txt. The build and the bench's models come from
 # bench/gpu_step_planning.sh build (detached), as for its runs.
 set -uo pipefail
@@ -48,11 +49,10 @@ ours_at() {  # ours_at GPU STATE VARIANT LENGTH: one length of ours on the proxy
 }
 
 lane_lora() { ours_at "$1" "ours-lora-$SHAPE" lora "${LORA_LENGTH:-540672}"; }
-lane_qlora() {
-  ours_at "$1" "ours-qlora-flash-$SHAPE" qlora "${QLORA_LENGTH:-393216}"
-  FINETUNE_LONG_ROW_ATTENTION=cudnn ours_at "$1" "ours-qlora-cudnn-$SHAPE" qlora "${QLORA_LENGTH:-393216}"
+lane_qlora() { ours_at "$1" "ours-qlora-$SHAPE" qlora "${QLORA_LENGTH:-393216}"; }
+lane_qlora-flash() {
+  FINETUNE_LONG_ROW_ATTENTION=flash ours_at "$1" "ours-qlora-flash-$SHAPE" qlora "${QLORA_LENGTH:-393216}"
 }
-lane_lengths() { lane_lora "$1"; lane_qlora "$1"; }
 lane_loop() {
   probe "$1" "loop-$SHAPE" --steps 2 --tools loop --variants qlora,lora --start "${LOOP_START:-16384}" \
     --resolution "${LOOP_RESOLUTION:-8192}"
@@ -84,8 +84,14 @@ lane_kernels() {
   done
 }
 
-for lane in "${LANE_NAMES[@]}"; do
-  declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
+run_lanes() {  # run_lanes GPU WORD: the word's lanes (joined by +) one after the other
+  local lane
+  for lane in ${2//+/ }; do "lane_$lane" "$1"; done
+}
+for word in "${LANE_NAMES[@]}"; do
+  for lane in ${word//+/ }; do
+    declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
+  done
 done
 # REUSE_BUILD=1 on a machine still warm from an earlier call: keep its build and models
 [ -n "${REUSE_BUILD:-}" ] && [ -x "$FINETUNE" ] || RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} \
@@ -99,7 +105,7 @@ WAIT_S=300 OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.tx
 note "built"
 source "$TREE/build-gpu/env.sh" 2>/dev/null
 for gpu in "${!LANE_NAMES[@]}"; do
-  "lane_${LANE_NAMES[$gpu]}" "$gpu" &
+  run_lanes "$gpu" "${LANE_NAMES[$gpu]}" &
 done
 wait
 cat "$OUT/summary.txt"

@@ -51,14 +51,20 @@ StepItem packed_row_step_item(const std::vector<int64_t>& sample_lengths);
 // Rows of these lengths kept together (a preference pair: chosen, rejected).
 StepItem grouped_rows_step_item(const std::vector<int64_t>& row_lengths);
 
-// Cost of a rank's share in token-equivalents. Defaults: not yet calibrated from a GPU profile;
-// derived from issue 25's Qwen3-8B figures (one micro-step of ~200 tokens ~61 ms, ~800 tokens
-// ~200 ms: ~0.23 ms per token plus ~15 ms, i.e. ~64 tokens, per micro-batch) and the ratio of the
-// causal attention FLOPs to the linear FLOPs of an 8B model (~2e-5 per token of context).
+// Cost of a rank's share in token-equivalents, calibrated on Qwen3-8B from GPU measurements (one
+// token = the best setting's time a token: 97.5 us at 10,253 tok/s on an H100, 2026-11-28):
+//  - per_squared_token: its attention shape (32 query / 8 KV heads of 128) timed per layer by
+//    bench/attention_backends.py on an H100, forward + backward + the recompute's forward, fitted
+//    as a x tokens + b x sum of squared sample lengths to a packed 2,048-token row (6 samples,
+//    0.40 ms) and a 32,768-token row (116.1 ms): b = 1.04e-10 s, x 36 layers / 97.5 us = 3.8e-5
+//    (a = 1.5e-7 s a token and layer, 5% of a token's time, stays in per_token);
+//  - per_micro_batch: the seed setting's micro-steps (batch 1, ~239 tokens) against the best
+//    setting's rate on one H200 in one call (9,216 and 10,610 tok/s: 25.9 against 22.5 ms), 3.4 ms
+//    = 36 tokens a micro-batch (bench/RESULTS.md, 2026-11-27, third session).
 struct StepCostModel {
   double per_token = 1.0;
-  double per_squared_token = 2e-5;
-  double per_micro_batch = 64.0;
+  double per_squared_token = 3.8e-5;
+  double per_micro_batch = 36.0;
   double item_cost(const StepItem& item) const;
 };
 
