@@ -199,7 +199,8 @@ at::Tensor head_grouped_attention(const at::Tensor& q, const at::Tensor& k, cons
   if (args.kernel == HeadGroupKernel::kFlash) return HeadGroupedFlash::apply(q, k, v, args);
   if (const auto refusal = cudnn_refusal(args, q.size(0), q.numel()); !refusal.empty()) {
     throw Error("head_grouped_attention: the cuDNN kernel takes one sample of all the row's tokens, no window and "
-                "fewer than 2^31 query elements (Note [Head-grouped cuDNN attention]), got " + refusal);
+                "fewer than " + std::to_string(kCudnnMaxQueryElements) +
+                " query elements (Note [Head-grouped cuDNN attention]), got " + refusal);
   }
   return HeadGroupedCudnn::apply(q, k, v, args.scale);
 }

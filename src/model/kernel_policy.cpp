@@ -67,9 +67,11 @@ std::string KernelPolicy::describe() const {
 HeadGroupKernel requested_long_row_attention(const std::string& value) {
   if (value.empty()) return kDefaultHeadGroupKernel;
   if (const auto kernel = head_group_kernel_named(value)) return *kernel;
+  const auto other =
+      kDefaultHeadGroupKernel == HeadGroupKernel::kCudnn ? HeadGroupKernel::kFlash : HeadGroupKernel::kCudnn;
   throw UsageError(std::string(kLongRowAttentionVariable) + "=" + value + ": unknown attention kernel (" +
-                   head_group_kernel_name(HeadGroupKernel::kCudnn) + ", the default, or " +
-                   head_group_kernel_name(HeadGroupKernel::kFlash) + ")");
+                   head_group_kernel_name(kDefaultHeadGroupKernel) + ", the default, or " +
+                   head_group_kernel_name(other) + ")");
 }
 
 }  // namespace finetune

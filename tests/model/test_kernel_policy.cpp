@@ -48,9 +48,8 @@ TEST(KernelPolicy, LongRowCudnnAttentionByDefaultWhereFlashAttentionIsOn) {
   const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
   const auto by_default = choose_kernel_policy(cuda, at::kBFloat16, llama_config);
   EXPECT_EQ(by_default.long_row_attention, HeadGroupKernel::kCudnn);
-  EXPECT_NE(by_default.describe().find("long single-sample rows: cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)"),
-            std::string::npos)
-      << by_default.describe();
+  const std::string cudnn_line = "long single-sample rows: cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)";
+  EXPECT_NE(by_default.describe().find(cudnn_line), std::string::npos) << by_default.describe();
   const auto flash = choose_kernel_policy(cuda, at::kBFloat16, llama_config, HeadGroupKernel::kFlash);
   EXPECT_EQ(flash.long_row_attention, HeadGroupKernel::kFlash);
   EXPECT_NE(flash.describe().find("long single-sample rows: flash attention per KV head"), std::string::npos)

@@ -18,22 +18,24 @@
 //
 // Note [Head-grouped cuDNN attention]
 // The default for long single-sample rows (KernelPolicy::long_row_attention): the same per-KV-head
-// scheme with cuDNN's fused attention (at::_scaled_dot_product_cudnn_attention and its backward) in place of flash, for a
-// row that holds exactly one sample and no sliding window: cuDNN's dense op takes (B, H, T, D)
-// tensors with neither cu_seqlens nor a window (its varlen op, _cudnn_attention_forward, gave
-// wrong values and an illegal memory access at 131k tokens on an H200). The group's tensors are
-// (1, H / KV, N, D) and (1, 1, N, D) views of the (N, H, D) rows, no copies; cuDNN takes the one
-// KV head with the group's query heads as they are (grouped-query attention: sdp_utils accepts
-// fewer KV heads for cuDNN) and returns that KV head's key and value gradients. On an H200 at
-// Llama-3.1-8B's shape (bench/attention_backends.py, cudnn_groups against flash_varlen, on an H100)
-// this scheme ran forward + backward at 536 TFLOP/s against flash's 334 at 32k tokens and 523 against
-// 321 at 262k, with half of flash's scratch; its output and gradients were as far from flash's at
-// 262k as at 32k (3.9e-3 / 1.6e-2 / 3.1e-2 / 3.1e-2 max abs for out / dq / dk / dv). At 557,056
-// tokens, though, its query gradient was 0.84 from flash's: past 2^31 elements in q (524,288 tokens
-// of 32 x 128), so cuDNN takes only rows below that (kCudnnMaxQueryElements) and longer ones run the
-// flash groups. On the 2-of-32-layer Llama-3.1-8B QLoRA proxy at 393,216 tokens a step ran at
-// 13,806 tok/s against flash's 9,950 (bench/RESULTS.md). Chosen where the flash groups would be
-// (kHeadGroupAttentionBytes); FINETUNE_LONG_ROW_ATTENTION=flash keeps flash (kernel_policy.h).
+// scheme with cuDNN's fused attention (at::_scaled_dot_product_cudnn_attention and its backward)
+// in place of flash, for a row that holds exactly one sample and no sliding window: cuDNN's dense
+// op takes (B, H, T, D) tensors with neither cu_seqlens nor a window (its varlen op,
+// _cudnn_attention_forward, gave wrong values and an illegal memory access at 131k tokens on an
+// H200). The group's tensors are (1, H / KV, N, D) and (1, 1, N, D) views of the (N, H, D) rows,
+// no copies; cuDNN takes the one KV head with the group's query heads as they are (grouped-query
+// attention: sdp_utils accepts fewer KV heads for cuDNN) and returns that KV head's key and value
+// gradients. At Llama-3.1-8B's shape on an H100 (bench/attention_backends.py, cudnn_groups against
+// flash_varlen) it ran forward + backward at 536 TFLOP/s against flash's 334 at 32k tokens and 523
+// against 321 at 262k, with half of flash's scratch, its output and gradients as far from flash's
+// at 262k as at 32k (max abs 3.9e-3 / 1.6e-2 / 3.1e-2 / 3.1e-2 for out / dq / dk / dv). At 557,056
+// tokens its query gradient was 0.84 from flash's. That row is the only one measured with more than
+// 2^31 query elements (524,288 tokens of 32 x 128), so cuDNN takes only rows below that count
+// (kCudnnMaxQueryElements) and longer ones run the flash groups; rows between 262k and 524k tokens
+// have trained with it (the 393,216-token QLoRA proxy: 13,806 tok/s against flash's 9,950,
+// bench/RESULTS.md) but their gradients were not compared with flash's. Chosen where the flash
+// groups would be (kHeadGroupAttentionBytes); FINETUNE_LONG_ROW_ATTENTION=flash keeps flash
+// (kernel_policy.h).
 #pragma once
 
 #include <cstdint>

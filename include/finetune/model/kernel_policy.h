@@ -64,8 +64,8 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
                                   HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel);
 
 // The environment variable that asks for long rows' attention kernel, and the kernel its value
-// asks for: unset or "" kDefaultHeadGroupKernel, else a head_group_kernel_name ("flash", "cudnn"); a UsageError
-// naming them for any other value.
+// asks for: unset or "" kDefaultHeadGroupKernel, else a head_group_kernel_name ("flash", "cudnn"); a
+// UsageError naming them for any other value.
 inline constexpr const char* kLongRowAttentionVariable = "FINETUNE_LONG_ROW_ATTENTION";
 HeadGroupKernel requested_long_row_attention(const std::string& value);
 
