@@ -2,9 +2,11 @@
 # Issue 31's measurements in one device call, one lane per GPU (LANES, one word per GPU in order; each
 # lane pinned to its share of the cores; a word of lanes joined by + runs them one after the other on
 # that GPU, e.g. qlora+loop). Carry .deps and .whl.
-#   lora     ours bf16 LoRA at LORA_LENGTH (default 540,672 = 1.5 x Unsloth's 360,448 on Llama-3.1-8B)
+#   lora     ours bf16 LoRA at LORA_LENGTH (default 540,672 = 1.5 x Unsloth's 360,448 on Llama-3.1-8B);
+#            if that runs out of memory, the probe bisects below it until the call's time is up
 #   qlora    ours QLoRA at QLORA_LENGTH (default 393,216, Unsloth's longest: tokens/s at its maximum),
-#            long rows' attention as ours chooses it (cuDNN per KV head below 2^31 query elements)
+#            long rows' attention as ours chooses it (cuDNN per KV head below 2^31 query elements);
+#            below it on failure, as lora
 #   qlora-flash  the same with FINETUNE_LONG_ROW_ATTENTION=flash (its own state file)
 #   kernels  the head-grouped attention CUDA tests; bench/attention_backends.py with cudnn_groups; the
 #            completions-only pair: bench.py --settings best --skip_reference on PAIR_SHAPES (default
