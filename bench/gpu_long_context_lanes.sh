@@ -19,7 +19,10 @@
 #   LANES="lora qlora kernels loop" bash bench/gpu_long_context_lanes.sh      (4 GPUs; the default)
 #   LANES="lora+qlora kernels+loop" bash bench/gpu_long_context_lanes.sh      (2 GPUs)
 # Results: $OUT/summary.txt, $OUT/*.json, $OUT/*.txt. The build and the bench's models come from
-# bench/gpu_step_planning.sh build (detached), as for its runs.
+# bench/gpu_step_planning.sh build (detached, so it goes on after the call on a machine that stays
+# warm), as for its runs. The lanes that run only peers (unsloth-lora, unsloth-qlora, loop) start at
+# once, beside the build; the others once it is done. REUSE_BUILD=1 (a later call on the same warm
+# machine) starts no build and waits for the one already there.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/gpu_long_context_lanes}
@@ -95,18 +98,34 @@ for word in "${LANE_NAMES[@]}"; do
     declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
   done
 done
+needs_build() {  # needs_build WORD: whether one of the word's lanes runs ours
+  local lane
+  for lane in ${1//+/ }; do
+    case $lane in unsloth-lora|unsloth-qlora|loop) ;; *) return 0 ;; esac
+  done
+  return 1
+}
 # REUSE_BUILD=1 on a machine still warm from an earlier call: keep its build and models
-[ -n "${REUSE_BUILD:-}" ] && [ -x "$FINETUNE" ] || RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} \
+[ -n "${REUSE_BUILD:-}" ] || RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} \
   bash "$ROOT/bench/gpu_step_planning.sh" build > "$OUT/build-start.txt" 2>&1
 if [ -d "$ROOT/.whl" ] && [ ! -d /tmp/site/unsloth ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$ROOT"/.whl/*.whl \
     > "$OUT/pip.log" 2>&1
 fi
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-WAIT_S=300 OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.txt" 2>&1 || { note "build failed"; exit 1; }
-note "built"
-source "$TREE/build-gpu/env.sh" 2>/dev/null
 for gpu in "${!LANE_NAMES[@]}"; do
+  needs_build "${LANE_NAMES[$gpu]}" || run_lanes "$gpu" "${LANE_NAMES[$gpu]}" &
+done
+built=""
+for gpu in "${!LANE_NAMES[@]}"; do
+  needs_build "${LANE_NAMES[$gpu]}" || continue
+  if [ -z "$built" ]; then
+    WAIT_S=$(( END_S - $(elapsed) )) OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.txt" 2>&1 ||
+      { note "build failed or unfinished"; break; }
+    note "built"
+    source "$TREE/build-gpu/env.sh" 2>/dev/null
+    built=1
+  fi
   run_lanes "$gpu" "${LANE_NAMES[$gpu]}" &
 done
 wait

@@ -202,6 +202,15 @@ std::string memory_history_path(const EnvMap& env, const LaunchEnv& launch, cons
   return path;
 }
 
+// FINETUNE_GRAPHED_ALL_REDUCE (a benchmark's switch): overlapped (the default: Note [Bucket
+// all-reduces during a replay] in ddp/grad_reducer.h) or after_replay, to measure what it gains.
+bool overlap_graphed_all_reduce(const EnvMap& env) {
+  const auto found = env.find("FINETUNE_GRAPHED_ALL_REDUCE");
+  if (found == env.end() || found->second.empty() || found->second == "overlapped") return true;
+  if (found->second == "after_replay") return false;
+  throw UsageError("FINETUNE_GRAPHED_ALL_REDUCE=" + found->second + ": expected overlapped or after_replay");
+}
+
 int run_training(const Options& options, const EnvMap& env, Action action) {
   StopRequest::install();  // from here a SIGTERM/SIGUSR1 stops training at a step boundary, saved
   const Rendezvous rendezvous(launch_env_from(env));
@@ -270,7 +279,8 @@ int run_training(const Options& options, const EnvMap& env, Action action) {
       log::info("resuming from " + checkpoint + " at step " + std::to_string(resume->global_step));
     }
     MicroBatchStream stream(data.train.samples, stream_config);
-    const auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
+    auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
+    config.overlap_graphed_all_reduce = overlap_graphed_all_reduce(env);
     // Note [Ranks agree before the first step]: a rank started with other settings stops them all.
     check_ranks_agree(*communicator, rank_settings_from(options, identity, config, loaded.model_dir));
     if (resume && resume->global_step >= config.total_steps) {

@@ -32,6 +32,9 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
       {"FINETUNE_LONG_ROW_ATTENTION",
        "long single-sample rows' attention per KV head: cudnn (the default) or flash "
        "(read into the kernel policy, model/kernel_policy.h)"},
+      {"FINETUNE_GRAPHED_ALL_REDUCE",
+       "bench/gpu_step_planning.sh: overlapped (the default) or after_replay, the gradient all-reduce of "
+       "graphed micro-steps (read by the train command, commands/train_command.cpp)"},
       {"FINETUNE_LLAMA_LORA_LOGITS", "scripts/test.sh: the llama.cpp LoRA driver it builds for tests/e2e"},
       {"FINETUNE_SKIP_SETUP", "scripts/demo.sh: do not run setup.sh"},
       {"FINETUNE_DEMO_DIR", "scripts/demo.sh: where the demo writes"},

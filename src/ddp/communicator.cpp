@@ -27,6 +27,9 @@ class LocalCommunicator : public Communicator {
   std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor&, const std::string&) override {
     return std::make_unique<FinishedWork>();
   }
+  std::unique_ptr<CollectiveWork> all_reduce_after(at::Tensor&, const std::string&, const ReadyEvent&) override {
+    return std::make_unique<FinishedWork>();
+  }
   void broadcast(at::Tensor&, int root, const std::string& what) override {
     if (root != 0) throw distributed_error(0, what, "has no rank " + std::to_string(root) + " (world size 1)");
   }
@@ -43,6 +46,14 @@ class LocalCommunicator : public Communicator {
  private:
   std::map<std::string, std::string> published_;
 };
+
+}  // namespace
+
+std::unique_ptr<CollectiveWork> Communicator::all_reduce_after(at::Tensor&, const std::string& what, const ReadyEvent&) {
+  throw distributed_error(rank(), what, "cannot wait for a device event on this backend (CUDA graphs run on NCCL only)");
+}
+
+namespace {
 
 std::string resolve_backend(const std::string& requested, const at::Device& device) {
   if (requested == "auto") return device.is_cuda() ? "nccl" : "gloo";

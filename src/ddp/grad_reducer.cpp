@@ -39,6 +39,7 @@ struct GradReducer::State {
     at::Tensor buffer;  // (sum of numels,) flat
     size_t pending = 0;
     std::unique_ptr<CollectiveWork> work;
+    ReadyEvent ready;  // set by a replay: launch after this event, Note [Bucket all-reduces during a replay]
   };
 
   class MarkGradientReady : public torch::autograd::PostAccumulateGradHook {
@@ -64,6 +65,8 @@ struct GradReducer::State {
   bool sync = true;
   bool recording = false;
   std::vector<bool> recorded;  // while recording: the parameters whose gradient landed
+  std::vector<size_t> recording_pending;  // while recording: per bucket, its parameters yet to land
+  BucketFed on_bucket_fed;
   size_t next_bucket = 0;  // buckets before this one are launched
 
   void mark_ready(size_t index);
@@ -92,7 +95,10 @@ void GradReducer::State::mark_ready(size_t index) {
   std::lock_guard<std::mutex> lock(mutex);
   Parameter& parameter = parameters[index];
   if (recording) {
-    recorded[index] = true;
+    if (!recorded[index]) {
+      recorded[index] = true;
+      if (--recording_pending[parameter.bucket] == 0 && on_bucket_fed) on_bucket_fed(parameter.bucket);
+    }
     return;
   }
   if (!prepared) {
@@ -115,7 +121,10 @@ void GradReducer::State::mark_ready(size_t index) {
 void GradReducer::State::launch_ready_buckets_in_order() {
   while (next_bucket < buckets.size() && buckets[next_bucket].pending == 0) {
     Bucket& bucket = buckets[next_bucket];
-    bucket.work = communicator.all_reduce_async(bucket.buffer, bucket_description(next_bucket));
+    const std::string what = bucket_description(next_bucket);
+    bucket.work = bucket.ready.cuda_event != nullptr ? communicator.all_reduce_after(bucket.buffer, what, bucket.ready)
+                                                     : communicator.all_reduce_async(bucket.buffer, what);
+    bucket.ready = ReadyEvent{};
     ++next_bucket;
   }
 }
@@ -251,6 +260,7 @@ void GradReducer::prepare_for_backward(bool sync) {
   for (auto& bucket : state_->buckets) {
     bucket.pending = bucket.parameters.size();
     bucket.work.reset();
+    bucket.ready = ReadyEvent{};
   }
 }
 
@@ -328,28 +338,50 @@ void GradReducer::zero_grad() {
   for (auto& bucket : state_->buckets) bucket.buffer.zero_();
 }
 
-void GradReducer::begin_recording() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->recording = true;
-  state_->recorded.assign(state_->parameters.size(), false);
+void GradReducer::begin_recording(BucketFed on_bucket_fed) {
+  State& state = *state_;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  state.recording = true;
+  state.recorded.assign(state.parameters.size(), false);
+  state.recording_pending.clear();
+  for (const auto& bucket : state.buckets) state.recording_pending.push_back(bucket.parameters.size());
+  state.on_bucket_fed = std::move(on_bucket_fed);
 }
 
 std::vector<bool> GradReducer::end_recording() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->recording = false;
+  state_->on_bucket_fed = nullptr;
   return std::move(state_->recorded);
 }
 
-void GradReducer::add_replayed_gradients(const std::vector<bool>& fed) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  if (!state_->prepared) throw Error("GradReducer: replayed gradients without prepare_for_backward()");
-  if (fed.size() != state_->parameters.size()) {
+void GradReducer::add_replayed_gradients(const std::vector<bool>& fed, const std::vector<ReadyEvent>& bucket_ready) {
+  State& state = *state_;
+  std::lock_guard<std::mutex> lock(state.mutex);
+  if (!state.prepared) throw Error("GradReducer: replayed gradients without prepare_for_backward()");
+  if (fed.size() != state.parameters.size()) {
     throw Error("GradReducer: replayed gradients name " + std::to_string(fed.size()) + " parameters, the reducer has " +
-                std::to_string(state_->parameters.size()));
+                std::to_string(state.parameters.size()));
+  }
+  if (!bucket_ready.empty() && bucket_ready.size() != state.buckets.size()) {
+    throw Error("GradReducer: replayed gradients have " + std::to_string(bucket_ready.size()) +
+                " bucket events, the reducer has " + std::to_string(state.buckets.size()) + " buckets");
   }
   for (size_t i = 0; i < fed.size(); ++i) {
-    if (fed[i]) state_->parameters[i].got_gradient = true;
+    if (fed[i]) state.parameters[i].got_gradient = true;
   }
+  if (bucket_ready.empty() || !state.sync) return;
+  // Note [Bucket all-reduces during a replay]: the replay's gradients arrive as an eager backward's would.
+  for (size_t i = 0; i < fed.size(); ++i) {
+    State::Parameter& parameter = state.parameters[i];
+    if (!fed[i] || parameter.ready) continue;
+    parameter.ready = true;
+    --state.buckets[parameter.bucket].pending;
+  }
+  for (size_t b = state.next_bucket; b < state.buckets.size(); ++b) {
+    if (state.buckets[b].pending == 0) state.buckets[b].ready = bucket_ready[b];
+  }
+  state.launch_ready_buckets_in_order();
 }
 
 void GradReducer::broadcast_parameters() {

@@ -17,6 +17,7 @@
 #include "finetune/train/micro_step_graphs.h"
 #include "finetune/train/objective.h"
 #include "graph_test_batches.h"
+#include "nccl_ranks.h"
 #include "random_lora_model.h"
 
 namespace finetune {
@@ -170,6 +171,71 @@ TEST(MicroStepGraphs, OffloadedInputsAndOperandsSplitPerUseReplayBitwise) {
       EXPECT_TRUE(run->final_parameters[p].equal(eager.final_parameters[p])) << "parameter " << p;
     }
   }
+}
+
+// Two optimizer steps of 4 micro-steps on `rank` of an NCCL world, the reducer's buckets small (a
+// dozen here) so that a replay completes them one after another; rank 1 runs each step's
+// micro-batches in reverse order. mode: 1 padded eagerly (the hooks launch each bucket during the
+// backward), 2 through graphs with the buckets' all-reduces after their events in the replay
+// (Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h), 3 through graphs with them
+// all after the replay. Returns each step's reduced gradients, flattened (fp32).
+std::vector<at::Tensor> train_rank(int rank, Communicator& communicator, int mode, size_t* buckets = nullptr) {
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
+  auto model = testing::random_lora_model(device);
+  const NamedTensors trainable = lora_parameters(*model);
+  GradReducerOptions options;
+  options.first_bucket_bytes = 4096;
+  options.bucket_cap_bytes = 16384;
+  GradReducer reducer(trainable, communicator, options);
+  if (buckets != nullptr) *buckets = reducer.buckets().size();
+  ForwardOptions forward;
+  forward.training = true;
+  forward.gradient_checkpointing = true;
+  const CausalLmObjective objective(model->config());
+  MicroStepGraphsConfig config;
+  config.capture = mode >= 2;
+  config.eager_warmup = 1;
+  config.overlap_all_reduce = mode == 2;
+  MicroStepGraphs graphs(*model, forward, config, objective);
+  const auto batches = testing::graph_test_micro_batches();
+  std::vector<at::Tensor> grads;
+  for (size_t step = 0; step < 2; ++step) {
+    const auto global_tokens = at::full({}, 400.0, at::TensorOptions().dtype(at::kFloat).device(device));
+    for (size_t i = 0; i < 4; ++i) {
+      const HostBatch& host = batches[step * 4 + (rank % 2 == 0 ? i : 3 - i)];
+      reducer.prepare_for_backward(i == 3);
+      graphs.run(host, global_tokens, at::Tensor(), reducer);
+    }
+    reducer.finalize();
+    std::vector<at::Tensor> flat;
+    for (const auto& [name, tensor] : trainable) flat.push_back(tensor.grad().reshape({-1}).to(at::kFloat));
+    grads.push_back(at::cat(flat));
+    at::NoGradGuard no_grad;
+    for (const auto& [name, tensor] : trainable) tensor.detach().sub_(tensor.grad() * 0.5);
+    reducer.zero_grad();
+  }
+  at::cuda::getCurrentCUDAStream().synchronize();
+  return grads;
+}
+
+// Every visible GPU a rank (one included: Note [NCCL test world]). The all-reduces launched midway
+// through the replays sum bitwise what the eager hooks' all-reduces and the after-replay ones sum.
+TEST(MicroStepGraphs, BucketAllReducesDuringTheReplaySumBitwiseWhatTheEagerStepsSum) {
+  const bool was_deterministic = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  cuda_testing::run_nccl_ranks(cuda_testing::visible_gpus(), [&](int rank, Communicator& communicator) {
+    size_t buckets = 0;
+    const auto eager = train_rank(rank, communicator, 1, &buckets);
+    const auto overlapped = train_rank(rank, communicator, 2);
+    const auto after_replay = train_rank(rank, communicator, 3);
+    EXPECT_GE(buckets, 8u);
+    for (size_t s = 0; s < eager.size(); ++s) {
+      EXPECT_TRUE(overlapped[s].equal(eager[s])) << "rank " << rank << ", step " << s << ": relative error "
+                                                 << relative_error(overlapped[s], eager[s]);
+      EXPECT_TRUE(after_replay[s].equal(eager[s])) << "rank " << rank << ", step " << s;
+    }
+  });
+  at::globalContext().setDeterministicAlgorithms(was_deterministic, false);
 }
 
 TEST(MicroStepGraphs, PaddedStepsTrainWhatUnpaddedStepsTrainToBf16Rounding) {

@@ -6,8 +6,11 @@
 // GPU) and a live peer that stops joining collectives (two GPUs).
 #include <gtest/gtest.h>
 
+#include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
 
 #include <array>
 #include <atomic>
@@ -99,6 +102,44 @@ TEST(NcclCommunicator, AsyncAllReducesOrderWithTheCurrentStreamBothWays) {
       EXPECT_TRUE(at::equal(buckets[k].cpu(), at::full({sizes[k]}, expected, at::TensorOptions().dtype(at::kFloat))))
           << "rank " << rank << ": bucket " << k;
     }
+  });
+}
+
+// Note [Bucket all-reduces during a replay] (ddp/grad_reducer.h): a graph writes the bucket between
+// two ~50 ms spins and records an external event after the write; all_reduce_after(event), issued
+// right after the launch, must sum what the replay wrote, not the -1 the bucket held before it (a
+// collective that waited for nothing, or for the event's record by an earlier replay, would start
+// during the first spin and read -1). Three replays: each must be waited for, not the first one's.
+TEST(NcclCommunicator, AllReduceAfterAGraphsEventSumsWhatTheReplayWroteBeforeIt) {
+  const int world = visible_gpus();
+  const int64_t triangle = int64_t{world} * (world + 1) / 2;
+  constexpr int64_t kSpinCycles = 100'000'000;  // ~50 ms at an H100's ~2 GHz
+  run_nccl_ranks(world, [&](int rank, Communicator& communicator) {
+    const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(rank));
+    const auto stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    c10::cuda::CUDAStreamGuard on_stream(stream);
+    const int64_t numel = int64_t{1} << 20;
+    at::Tensor bucket = at::empty({numel}, on(device, at::kFloat));
+    const at::Tensor source = at::full({numel}, static_cast<double>(rank + 1), on(device, at::kFloat));
+    cudaEvent_t event{};
+    ASSERT_EQ(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), cudaSuccess);
+    at::cuda::CUDAGraph graph;
+    stream.synchronize();
+    graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    at::cuda::sleep(kSpinCycles);
+    bucket.copy_(source);
+    ASSERT_EQ(cudaEventRecordWithFlags(event, stream.stream(), cudaEventRecordExternal), cudaSuccess);
+    at::cuda::sleep(kSpinCycles);
+    graph.capture_end();
+    for (int replay = 0; replay < 3; ++replay) {
+      bucket.fill_(-1.0);
+      graph.replay();
+      communicator.all_reduce_after(bucket, "bucket after the graph's event", ReadyEvent{event})->wait();
+      EXPECT_TRUE(at::equal(bucket.cpu(), at::full({numel}, static_cast<double>(triangle), at::TensorOptions().dtype(at::kFloat))))
+          << "rank " << rank << ", replay " << replay << ": element 0 is " << bucket[0].item<float>();
+    }
+    stream.synchronize();
+    cudaEventDestroy(event);
   });
 }
 

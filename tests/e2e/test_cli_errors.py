@@ -339,6 +339,16 @@ def test_long_row_attention_variable_names_a_kernel(assets):
     expect_success(args, env={"FINETUNE_LONG_ROW_ATTENTION": "flash"})
 
 
+def test_graphed_all_reduce_variable_names_a_schedule(assets, tmp_path):
+    """FINETUNE_GRAPHED_ALL_REDUCE (a benchmark's switch, read by train): a value that names no
+    schedule is a usage error naming the accepted ones; either schedule trains on the CPU (no graphs)."""
+    args = ["--model_name", assets["model"], "--dataset", assets["rows"], "--max_steps", 1] + CPU
+    expect_failure(args + ["--output_dir", tmp_path / "x"], 2, "FINETUNE_GRAPHED_ALL_REDUCE=later", "after_replay",
+                   env={"FINETUNE_GRAPHED_ALL_REDUCE": "later"})
+    for value in ["overlapped", "after_replay"]:
+        expect_success(args + ["--output_dir", tmp_path / value], env={"FINETUNE_GRAPHED_ALL_REDUCE": value})
+
+
 def project_script_variables():
     """The FINETUNE_* names the project's own scripts use, options excepted."""
     options = set()

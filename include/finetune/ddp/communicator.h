@@ -24,6 +24,14 @@
 
 namespace finetune {
 
+// Where on the device a collective's input is complete when that is earlier than everything the
+// caller's stream has queued: on CUDA an event (cudaEvent_t) that a CUDA graph records while it
+// replays, so that a gradient bucket's all-reduce starts midway through the replay of a backward
+// (Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h).
+struct ReadyEvent {
+  void* cuda_event = nullptr;
+};
+
 // A launched collective; wait() makes the current device stream wait for it (no host sync on CUDA;
 // on CPU it blocks until done). Throws DistributedError on failure/timeout.
 class CollectiveWork {
@@ -42,6 +50,11 @@ class Communicator {
   // (e.g. "grad bucket 3").
   virtual std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) = 0;
   void all_reduce(at::Tensor& tensor, const std::string& what) { all_reduce_async(tensor, what)->wait(); }
+  // all_reduce_async, waiting on the device only for `ready` (recorded, or its graph launched,
+  // before this call) instead of for the caller's stream. The NCCL and local backends; the others
+  // throw (they have no device events).
+  virtual std::unique_ptr<CollectiveWork> all_reduce_after(at::Tensor& tensor, const std::string& what,
+                                                           const ReadyEvent& ready);
   virtual void broadcast(at::Tensor& tensor, int root, const std::string& what) = 0;
   virtual void barrier(const std::string& what) = 0;
   // After the last collective of a run that succeeded on this rank (the final barrier): tells the

@@ -205,6 +205,22 @@ class NcclCommunicator : public Communicator {
     return std::make_unique<NcclWork>(watchdog_, std::move(launched), device_, rank_, what);
   }
 
+  std::unique_ptr<CollectiveWork> all_reduce_after(at::Tensor& tensor, const std::string& what,
+                                                   const ReadyEvent& ready) override {
+    if (ready.cuda_event == nullptr) throw distributed_error(rank_, what, "was given no CUDA event to wait for");
+    check_tensor(tensor, what);
+    if (!tensor.is_contiguous()) throw distributed_error(rank_, what, "needs a contiguous tensor");
+    const ncclDataType_t dtype = nccl_dtype(tensor.scalar_type(), rank_, what);
+    void* data = tensor.data_ptr();
+    const size_t count = static_cast<size_t>(tensor.numel());
+    // Not owned: the event belongs to the graph that records it.
+    auto event = std::shared_ptr<cudaEvent_t>(new cudaEvent_t(static_cast<cudaEvent_t>(ready.cuda_event)));
+    auto launched = launch_after(event, tensor, what, [this, data, count, dtype](cudaStream_t stream) {
+      return ncclAllReduce(data, data, count, dtype, ncclSum, comm_, stream);
+    });
+    return std::make_unique<NcclWork>(watchdog_, std::move(launched), device_, rank_, what);
+  }
+
   void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
     check_tensor(tensor, what);
     if (root < 0 || root >= world_size_) throw distributed_error(rank_, what, "has no rank " + std::to_string(root));
@@ -287,11 +303,20 @@ class NcclCommunicator : public Communicator {
   // that (the allocator's recordStream then covers the collective).
   template <typename Enqueue>
   Launched launch(const at::Tensor& tensor, const std::string& what, Enqueue enqueue) {
-    watchdog_->throw_if_failed();
     c10::cuda::CUDAGuard guard(device_);
     const cudaStream_t compute = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     auto ready = make_event(rank_, what);
     cuda_check(cudaEventRecord(*ready, compute), rank_, what);
+    return launch_after(ready, tensor, what, enqueue);
+  }
+
+  // launch() with the comm stream waiting for `ready`, already recorded (by the caller's stream or
+  // by a graph launched before this call), instead of for the caller's stream.
+  template <typename Enqueue>
+  Launched launch_after(std::shared_ptr<cudaEvent_t> ready, const at::Tensor& tensor, const std::string& what,
+                        Enqueue enqueue) {
+    watchdog_->throw_if_failed();
+    c10::cuda::CUDAGuard guard(device_);
     auto done = make_event(rank_, what);
     auto enqueued = enqueuer_->submit([this, tensor, what, enqueue, ready, done] {
       c10::cuda::CUDAGuard worker_guard(device_);

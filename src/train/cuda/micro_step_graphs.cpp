@@ -5,6 +5,7 @@
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "finetune/lora/half_precision_lora_linear.h"
@@ -23,6 +24,24 @@ std::string describe(const GraphShape& shape) {
   return out;
 }
 
+// A CUDA event without timing that a graph records as an external node (Note [Bucket all-reduces
+// during a replay] in ddp/grad_reducer.h): each replay records it.
+class GraphRecordedEvent {
+ public:
+  GraphRecordedEvent() { C10_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
+  ~GraphRecordedEvent() { C10_CUDA_CHECK_WARN(cudaEventDestroy(event_)); }
+  GraphRecordedEvent(const GraphRecordedEvent&) = delete;
+  GraphRecordedEvent& operator=(const GraphRecordedEvent&) = delete;
+  // While `stream` is being captured.
+  void record_in_capture(cudaStream_t stream) {
+    C10_CUDA_CHECK(cudaEventRecordWithFlags(event_, stream, cudaEventRecordExternal));
+  }
+  ReadyEvent ready() const { return ReadyEvent{static_cast<void*>(event_)}; }
+
+ private:
+  cudaEvent_t event_{};
+};
+
 // The calling stream waits for everything queued on `other` so far.
 void wait_for(const c10::cuda::CUDAStream& waiting, const c10::cuda::CUDAStream& other) {
   at::cuda::CUDAEvent event;
@@ -38,6 +57,10 @@ struct MicroStepGraphs::State {
     at::Tensor inputs;  // int64, graph_batch.h's layout
     std::unique_ptr<at::cuda::CUDAGraph> graph;
     std::vector<bool> fed;  // parameters the captured backward feeds (GradReducer::end_recording)
+    // Per reducer bucket: the event the graph records where the bucket is complete (null where it
+    // is not), and its ReadyEvent for the reducer (empty without config.overlap_all_reduce).
+    std::vector<std::unique_ptr<GraphRecordedEvent>> bucket_events;
+    std::vector<ReadyEvent> bucket_ready;
     LossAndMetrics outputs;  // the graph's: the loss sum and the objective's metric sums
   };
 
@@ -105,7 +128,18 @@ struct MicroStepGraphs::State {
 
   void capture(Entry& entry, const at::Tensor& loss_scale, GradReducer& reducer) {
     auto graph = std::make_unique<at::cuda::CUDAGraph>();
-    reducer.begin_recording();
+    entry.bucket_events.clear();
+    entry.bucket_events.resize(reducer.buckets().size());
+    GradReducer::BucketFed on_bucket_fed;
+    if (config.overlap_all_reduce) {
+      // On autograd's device thread, whose current stream is the captured one.
+      on_bucket_fed = [&entry](size_t bucket) {
+        auto event = std::make_unique<GraphRecordedEvent>();
+        event->record_in_capture(c10::cuda::getCurrentCUDAStream().stream());
+        entry.bucket_events[bucket] = std::move(event);
+      };
+    }
+    reducer.begin_recording(on_bucket_fed);
     try {
       // Thread-local mode: the NCCL watchdog's event queries on its own thread stay legal.
       graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
@@ -117,6 +151,10 @@ struct MicroStepGraphs::State {
                   ") failed: " + e.what() + " (--cuda_graphs false runs micro-steps without graphs)");
     }
     entry.fed = reducer.end_recording();
+    entry.bucket_ready.clear();
+    if (config.overlap_all_reduce) {
+      for (const auto& event : entry.bucket_events) entry.bucket_ready.push_back(event ? event->ready() : ReadyEvent{});
+    }
     entry.graph = std::move(graph);
     ++captured;
   }
@@ -170,7 +208,7 @@ LossAndMetrics MicroStepGraphs::run(const HostBatch& batch, const at::Tensor& no
   refresh_derived_tensors(state.adapters, state.model.dtype());
   if (!entry.graph) state.capture(entry, loss_scale, reducer);
   entry.graph->replay();
-  reducer.add_replayed_gradients(entry.fed);
+  reducer.add_replayed_gradients(entry.fed, entry.bucket_ready);
   ++state.replayed;
   return entry.outputs;
 }

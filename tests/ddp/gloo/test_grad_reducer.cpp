@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "../ddp_test_helpers.h"
 #include "finetune/ddp/backends.h"
 #include "finetune/ddp/grad_reducer.h"
@@ -281,6 +283,113 @@ TEST(GradReducer, RecordedGradientsAreReducedAfterReplays) {
     reducer.add_replayed_gradients(fed);
     reducer.finalize();
     // Two additions of (r + 1) * c_i on every rank, summed over ranks 0..2: 2 * 6 * c_i.
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      EXPECT_TRUE(parameters[i].second.grad().equal(coefficient(i, parameters[i].second) * 12.0))
+          << parameters[i].first;
+    }
+  });
+}
+
+// Forwards to the rank's communicator and notes, in launch order, each bucket all-reduce launched
+// after a device event (which bucket, which event); on the CPU the work is already done, so
+// forwarding it as an ordinary all-reduce is what waiting for the event would give.
+class EventLaunchLog : public Communicator {
+ public:
+  explicit EventLaunchLog(Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int world_size() const override { return inner_.world_size(); }
+  std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) override {
+    launches.push_back({what, nullptr});
+    return inner_.all_reduce_async(tensor, what);
+  }
+  std::unique_ptr<CollectiveWork> all_reduce_after(at::Tensor& tensor, const std::string& what,
+                                                   const ReadyEvent& ready) override {
+    launches.push_back({what, ready.cuda_event});
+    return inner_.all_reduce_async(tensor, what);
+  }
+  void broadcast(at::Tensor& tensor, int root, const std::string& what) override { inner_.broadcast(tensor, root, what); }
+  void barrier(const std::string& what) override { inner_.barrier(what); }
+  void finish() override { inner_.finish(); }
+  void publish(const std::string& key, const std::string& value) override { inner_.publish(key, value); }
+  std::string wait_for(const std::string& key, const std::string& what) override { return inner_.wait_for(key, what); }
+  void abort(const std::string& reason) override { inner_.abort(reason); }
+
+  std::vector<std::pair<std::string, void*>> launches;  // (what, the event waited for or null)
+
+ private:
+  Communicator& inner_;
+};
+
+// Note [Bucket all-reduces during a replay]: the recording names each bucket as its last gradient
+// lands; a synchronised replay launches, in bucket order, the buckets it fed completely after
+// their events, up to the first it did not feed; finalize() launches the rest (those fed still
+// after their events), and the sums are the same. A no_sync replay launches nothing.
+TEST(GradReducer, ReplayLaunchesTheBucketsItFedAfterTheirEvents) {
+  run_ranks(3, [&](int rank, Communicator& communicator) {
+    EventLaunchLog log(communicator);
+    auto parameters = make_parameters();
+    GradReducerOptions options = small_buckets();  // buckets {3} {2} {1} {0}
+    options.find_unused_parameters = true;
+    GradReducer reducer(parameters, log, options);
+    const double local = rank + 1;
+    std::vector<size_t> fed_buckets;
+    reducer.prepare_for_backward(false);
+    reducer.begin_recording([&](size_t bucket) { fed_buckets.push_back(bucket); });
+    backward(parameters, local, rank, /*skip=*/{2});  // the "capture": bucket 1 stays incomplete
+    const std::vector<bool> fed = reducer.end_recording();
+    std::sort(fed_buckets.begin(), fed_buckets.end());
+    EXPECT_EQ(fed_buckets, (std::vector<size_t>{0, 2, 3}));
+    std::vector<int> events(4);
+    std::vector<ReadyEvent> ready(4);
+    for (size_t b : fed_buckets) ready[b].cuda_event = &events[b];
+
+    auto replay = [&](bool sync) {
+      reducer.prepare_for_backward(sync);
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        if (fed[i]) parameters[i].second.grad().add_(coefficient(i, parameters[i].second) * local);
+      }
+      reducer.add_replayed_gradients(fed, ready);
+    };
+    replay(/*sync=*/false);
+    EXPECT_TRUE(log.launches.empty());
+    replay(/*sync=*/true);
+    ASSERT_EQ(log.launches.size(), 1u);  // bucket 0 only: bucket 1 was not fed
+    EXPECT_NE(log.launches[0].first.find("bucket 0 "), std::string::npos) << log.launches[0].first;
+    EXPECT_EQ(log.launches[0].second, &events[0]);
+    reducer.finalize();
+    // Then bucket 1 after the caller's stream, buckets 2 and 3 (fed) still after their events, then
+    // the used-parameter bitmap.
+    ASSERT_EQ(log.launches.size(), 5u);
+    for (size_t b = 1; b < 4; ++b) {
+      EXPECT_NE(log.launches[b].first.find("bucket " + std::to_string(b) + " "), std::string::npos);
+      EXPECT_EQ(log.launches[b].second, b == 1 ? nullptr : &events[b]) << b;
+    }
+    EXPECT_NE(log.launches[4].first.find("bitmap"), std::string::npos) << log.launches[4].first;
+    // The capture and the synchronised replay added; the no_sync replay too: 3 (r + 1) c_i, summed
+    // over ranks 0..2: 18 c_i; parameter 2 got nothing anywhere.
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      const at::Tensor expected = i == 2 ? at::zeros({2, 3}, kFloat) : coefficient(i, parameters[i].second) * 18.0;
+      EXPECT_TRUE(parameters[i].second.grad().equal(expected)) << parameters[i].first;
+    }
+
+    // A graph that feeds every bucket: all four after their events, in bucket order.
+    reducer.zero_grad();
+    log.launches.clear();
+    reducer.prepare_for_backward(false);
+    reducer.begin_recording([&](size_t bucket) { ready[bucket].cuda_event = &events[bucket]; });
+    backward(parameters, local, rank);
+    const std::vector<bool> all = reducer.end_recording();
+    reducer.prepare_for_backward(true);
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      parameters[i].second.grad().add_(coefficient(i, parameters[i].second) * local);
+    }
+    reducer.add_replayed_gradients(all, ready);
+    ASSERT_EQ(log.launches.size(), 4u);
+    for (size_t b = 0; b < 4; ++b) {
+      EXPECT_NE(log.launches[b].first.find("bucket " + std::to_string(b) + " "), std::string::npos);
+      EXPECT_EQ(log.launches[b].second, &events[b]);
+    }
+    reducer.finalize();
     for (size_t i = 0; i < parameters.size(); ++i) {
       EXPECT_TRUE(parameters[i].second.grad().equal(coefficient(i, parameters[i].second) * 12.0))
           << parameters[i].first;
