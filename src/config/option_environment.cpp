@@ -33,7 +33,7 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
        "long single-sample rows' attention per KV head: cudnn (the default) or flash "
        "(read into the kernel policy, model/kernel_policy.h)"},
       {"FINETUNE_GRAPHED_ALL_REDUCE",
-       "bench/gpu_step_planning.sh: overlapped (the default) or after_replay, the gradient all-reduce of "
+       "bench/gpu_rank_contention.sh: after_replay (the default) or overlapped, the gradient all-reduce of "
        "graphed micro-steps (read by the train command, commands/train_command.cpp)"},
       {"FINETUNE_LLAMA_LORA_LOGITS", "scripts/test.sh: the llama.cpp LoRA driver it builds for tests/e2e"},
       {"FINETUNE_SKIP_SETUP", "scripts/demo.sh: do not run setup.sh"},

@@ -12,10 +12,11 @@
 //  - Gradients: the .grad tensors are views into the reducer's buckets when a graph is captured
 //    (ddp/grad_reducer.h), so each replay's AccumulateGrad adds into them in place. Gradient hooks
 //    run while capturing, not on replay: the reducer records then which parameters the graph
-//    feeds, and the graph an event where each bucket is complete; after each replay the reducer is
-//    told, and in a synchronised micro-step launches those buckets' all-reduces after their events
-//    (Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h), in bucket order on every
-//    rank, outside any graph; finalize() launches the rest.
+//    feeds; after each replay the reducer is told, and finalize() launches the buckets'
+//    all-reduces, in bucket order on every rank, outside any graph. With overlap_all_reduce the
+//    graph also records an event where each bucket is complete, and a synchronised replay launches
+//    those buckets' all-reduces after their events (Note [Bucket all-reduces during a replay] in
+//    ddp/grad_reducer.h).
 //  - One stream: while this object lives training runs on a side stream (capture needs a
 //    non-default stream; autograd runs each backward op on its forward op's stream).
 //  - Outputs: the loss sum and the objective's metric sums (Objective::loss_and_metric_sums), which
@@ -83,9 +84,9 @@ struct MicroStepGraphsConfig {
   // inputs go to host memory (Note [Activation offloading]): into one pinned arena sized for
   // max_tokens, which all graphs share (Note [Offload arena]). --offload_activations true.
   bool offload_activations = false;
-  // Note [Bucket all-reduces during a replay]; false: every bucket's all-reduce after the replay
-  // (FINETUNE_GRAPHED_ALL_REDUCE=after_replay, to measure the overlap).
-  bool overlap_all_reduce = true;
+  // Note [Bucket all-reduces during a replay] (FINETUNE_GRAPHED_ALL_REDUCE=overlapped); false
+  // (the default): every bucket's all-reduce after the replay, in finalize().
+  bool overlap_all_reduce = false;
 };
 
 // Whether micro-steps of `model` under `objective` can be graphed: KernelPolicy::cuda_graphs (a

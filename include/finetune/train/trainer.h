@@ -73,7 +73,7 @@ struct TrainerConfig {
   uint64_t seed = 3407;            // seeds the generators LoRA dropout draws from (rng_state.h)
   bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
   bool cuda_graphs = true;         // replay small micro-steps from CUDA graphs (train/micro_step_graphs.h)
-  bool overlap_graphed_all_reduce = true;  // MicroStepGraphsConfig::overlap_all_reduce
+  bool overlap_graphed_all_reduce = false;  // MicroStepGraphsConfig::overlap_all_reduce
   // NEFTune's alpha (model/embedding_noise.h); 0: off. Its micro-steps run eagerly (no CUDA graphs):
   // each draws its noise from its own seeded generator (Note [NEFTune length and seeds]).
   double neftune_noise_alpha = 0;
