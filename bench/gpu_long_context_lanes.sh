@@ -3,7 +3,8 @@
 # lane pinned to its share of the cores; a word of lanes joined by + runs them one after the other on
 # that GPU, e.g. qlora+loop). Carry .deps and .whl.
 #   lora     ours bf16 LoRA at LORA_LENGTH (default 540,672 = 1.5 x Unsloth's 360,448 on Llama-3.1-8B);
-#            if that runs out of memory, the probe bisects below it until the call's time is up
+#            if that runs out of memory, the probe bisects below it until the call's time is up; a
+#            comma-separated list instead tries those lengths, longest first, until one trains
 #   qlora    ours QLoRA at QLORA_LENGTH (default 393,216, Unsloth's longest: tokens/s at its maximum),
 #            long rows' attention as ours chooses it (cuDNN per KV head below 2^31 query elements);
 #            below it on failure, as lora
@@ -49,8 +50,13 @@ probe() {  # probe GPU STATE args...: one probe on SHAPE under the capacity, unt
   note "probe $state ($*): exit $?"
 }
 
-ours_at() {  # ours_at GPU STATE VARIANT LENGTH: one length of ours on the proxy
-  probe "$1" "$2" --layers 2 --steps 2 --tools finetune --variants "$3" --start "$4" --max_length "$4"
+ours_at() {  # ours_at GPU STATE VARIANT LENGTHS: ours on the proxy, at LENGTH, or with a comma-separated
+  # list the first of them (longest first) that trains
+  if [[ "$4" == *,* ]]; then
+    probe "$1" "$2" --layers 2 --steps 2 --tools finetune --variants "$3" --lengths "$4"
+  else
+    probe "$1" "$2" --layers 2 --steps 2 --tools finetune --variants "$3" --start "$4" --max_length "$4"
+  fi
 }
 
 lane_lora() { ours_at "$1" "ours-lora-$SHAPE" lora "${LORA_LENGTH:-540672}"; }

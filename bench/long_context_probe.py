@@ -312,6 +312,8 @@ class Probe:
     def search(self, deadline):
         """The longest length that trained, and whether the search finished. Only out-of-memory failures
     bound the search; any other failure ends it (see the state's "error" of that attempt)."""
+        if self.args.lengths:
+            return self.first_that_trains(deadline)
         ok, failed = 0, None
         length = self.args.start
         while length <= self.args.max_length:  # doubling
@@ -342,6 +344,20 @@ class Probe:
         return ok, True
 
 
+    def first_that_trains(self, deadline):
+        """--lengths, longest first: the first that trains (0 if none did), and whether the list was
+    settled (a length trained, or every one ran out of memory)."""
+        for length in sorted(self.args.lengths, reverse=True):
+            result = self.run(length, deadline)
+            if result is None:
+                return 0, False
+            if result["ok"]:
+                return length, True
+            if not result.get("oom"):
+                return 0, True
+        return 0, True
+
+
 def save_state(path, state):
     with open(path + ".tmp", "w") as f:
         json.dump(state, f, indent=1)
@@ -357,6 +373,9 @@ def parse_args(argv=None):
     p.add_argument("--start", type=int, default=16384, help="the first length tried")
     p.add_argument("--max_length", type=int, default=1 << 20)
     p.add_argument("--resolution", type=int, default=1024)
+    p.add_argument("--lengths", type=lambda text: [int(v) for v in text.split(",")], default=None,
+                   help="instead of doubling and bisection: these lengths, longest first, until one trains "
+                        "(e.g. the lengths that decide a bound, after a search on the same machine)")
     p.add_argument("--budget_s", type=float, default=float(os.environ.get("LONGCTX_BUDGET_S", 540)))
     p.add_argument("--attempt_timeout", type=int, default=420)
     p.add_argument("--first_attempt_s", type=float, default=90, help="expected time of a probe's first attempt")

@@ -153,3 +153,20 @@ def test_the_capacity_is_in_the_key_and_the_setting(tmp_path):
 def test_a_capacity_that_is_not_positive_is_refused(tmp_path):
     with pytest.raises(SystemExit):
         llama_probe(tmp_path, "--gpu_capacity_gib", "0")
+
+
+def test_lengths_are_tried_longest_first_until_one_trains(tmp_path):
+    """--lengths: the first length (longest first) that trains is the longest; an out-of-memory
+    failure goes on to the next; any other failure, or a list that all ran out of memory, settles
+    at 0. The attempts come from the state (Probe.run reads a length's recorded result first)."""
+    deadline = float("inf")
+    cut = llama_probe(tmp_path, "--layers", "2", "--lengths", "589824,622592,557056")
+    oom, ok = {"ok": False, "oom": True, "error": "out of memory"}, {"ok": True, "tokens_per_s": 1.0}
+    cut.attempts.update({"622592": oom, "589824": ok, "557056": ok})
+    assert cut.search(deadline) == (589824, True)
+    cut.attempts.clear()
+    cut.attempts.update({"622592": oom, "589824": oom, "557056": oom})
+    assert cut.search(deadline) == (0, True)
+    cut.attempts.clear()
+    cut.attempts.update({"622592": {"ok": False, "error": "no such flag"}, "589824": ok})
+    assert cut.search(deadline) == (0, True)
