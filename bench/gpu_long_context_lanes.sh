@@ -14,7 +14,9 @@
 #            "qwen3-8b llama-3.2-1b") with the benchmark's rows (half labelled) and with --labels all
 #   loop     the transformers + PEFT loop's longest row at full depth, QLoRA then bf16 LoRA, from
 #            LOOP_START (16,384) to LOOP_RESOLUTION (8,192) tokens
-#   unsloth-lora, unsloth-qlora   Unsloth's longest row, from 262,144 to 32,768 tokens' resolution
+#   unsloth-lora, unsloth-qlora   Unsloth's longest row, from 262,144 to 32,768 tokens' resolution; with
+#            UNSLOTH_LORA_LENGTHS / UNSLOTH_QLORA_LENGTHS (comma-separated) only those, longest first, until
+#            one trains (a search already made on the shape, confirmed in this call: e.g. 425984,393216)
 # Every probe but the loop's is bench/long_context_probe.py's proxy (2 of the shape's layers + ballast,
 # 2 steps), all at an H100's capacity (CAPACITY_GIB, default 79.19), on SHAPE (default llama-3.1-8b).
 #   LANES="lora qlora kernels loop" bash bench/gpu_long_context_lanes.sh      (4 GPUs; the default)
@@ -68,12 +70,16 @@ lane_loop() {
   probe "$1" "loop-$SHAPE" --steps 2 --tools loop --variants qlora,lora --start "${LOOP_START:-16384}" \
     --resolution "${LOOP_RESOLUTION:-8192}"
 }
-unsloth() {  # unsloth GPU VARIANT
-  probe "$1" "unsloth-$2-$SHAPE" --layers 2 --steps 2 --tools unsloth --variants "$2" --start 262144 \
-    --resolution 32768
+unsloth() {  # unsloth GPU VARIANT [LENGTHS]: its longest row, or the first of LENGTHS (longest first) that trains
+  if [ -n "${3:-}" ]; then
+    probe "$1" "unsloth-$2-$SHAPE" --layers 2 --steps 2 --tools unsloth --variants "$2" --lengths "$3"
+  else
+    probe "$1" "unsloth-$2-$SHAPE" --layers 2 --steps 2 --tools unsloth --variants "$2" --start 262144 \
+      --resolution 32768
+  fi
 }
-lane_unsloth-lora() { unsloth "$1" lora; }
-lane_unsloth-qlora() { unsloth "$1" qlora; }
+lane_unsloth-lora() { unsloth "$1" lora "${UNSLOTH_LORA_LENGTHS:-}"; }
+lane_unsloth-qlora() { unsloth "$1" qlora "${UNSLOTH_QLORA_LENGTHS:-}"; }
 
 best_run() {  # best_run GPU SHAPE LABELS: ours at the best setting, one GPU, the build's model
   CUDA_VISIBLE_DEVICES=$1 python3 "$ROOT/bench/bench.py" \
