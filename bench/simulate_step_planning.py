@@ -3,7 +3,7 @@
 8 and 16 ranks, by simulation (issue 25, item 5: machines with more than 2 GPUs are not at hand).
 
 Usage: python3 bench/simulate_step_planning.py [--steps 2000] [--batch 1] [--accumulation 4]
-                                              [--max_seq_length 2048] [--seed 0]
+                                              [--max_seq_length 2048] [--seed 0] [--packing]
                                               [--alpaca MEDIAN SIGMA] [--alpaca_lengths FILE]
 
 Efficiency of one step = mean over ranks of a rank's cost / its maximum: the fraction of the
@@ -49,11 +49,13 @@ def form_micro_batches(share, lengths, budget):
     return batches
 
 
-def share_cost(share, lengths, budget):
-    return sum(item_cost(lengths[p]) for p in share) + PER_MICRO_BATCH * len(form_micro_batches(share, lengths, budget))
+def share_cost(share, lengths, budget, item_costs=None):
+    """`item_costs`: each item's cost when an item is not one sample (a packed row); default item_cost(length)."""
+    cost = sum(item_costs[p] if item_costs else item_cost(lengths[p]) for p in share)
+    return cost + PER_MICRO_BATCH * len(form_micro_batches(share, lengths, budget))
 
 
-def improve_once(shares, costs, lengths, budget):
+def improve_once(shares, costs, lengths, budget, item_costs=None):
     high = max(range(len(costs)), key=lambda r: (costs[r], -r))
     low = min(range(len(costs)), key=lambda r: (costs[r], r))
     if high == low:
@@ -63,7 +65,8 @@ def improve_once(shares, costs, lengths, budget):
 
     def consider(high_share, low_share):
         nonlocal best, found
-        high_cost, low_cost = share_cost(high_share, lengths, budget), share_cost(low_share, lengths, budget)
+        high_cost = share_cost(high_share, lengths, budget, item_costs)
+        low_cost = share_cost(low_share, lengths, budget, item_costs)
         if max(high_cost, low_cost) < best:
             best = max(high_cost, low_cost)
             found = (high_share, low_share, high_cost, low_cost)
@@ -79,17 +82,18 @@ def improve_once(shares, costs, lengths, budget):
     return True
 
 
-def plan_balanced(lengths, world, budget):
-    order = sorted(range(len(lengths)), key=lambda p: -item_cost(lengths[p]))
+def plan_balanced(lengths, world, budget, item_costs=None):
+    cost_of = (lambda p: item_costs[p]) if item_costs else (lambda p: item_cost(lengths[p]))
+    order = sorted(range(len(lengths)), key=lambda p: -cost_of(p))
     shares, load = [[] for _ in range(world)], [0.0] * world
     for position in order:
         rank = min(range(world), key=lambda r: (load[r], r))
         shares[rank].append(position)
-        load[rank] += item_cost(lengths[position])
+        load[rank] += cost_of(position)
     shares = [sorted(share) for share in shares]
-    costs = [share_cost(share, lengths, budget) for share in shares]
+    costs = [share_cost(share, lengths, budget, item_costs) for share in shares]
     for _ in range(4 * len(lengths) + 4):
-        if not improve_once(shares, costs, lengths, budget):
+        if not improve_once(shares, costs, lengths, budget, item_costs):
             break
     return [form_micro_batches(share, lengths, budget) for share in shares]
 
@@ -102,8 +106,9 @@ def plan_literal(lengths, world, batch):
     return plan
 
 
-def efficiency(plan, lengths):
-    costs = [sum(PER_MICRO_BATCH + sum(item_cost(lengths[p]) for p in batch) for batch in batches if batch)
+def efficiency(plan, lengths, item_costs=None):
+    cost_of = (lambda p: item_costs[p]) if item_costs else (lambda p: item_cost(lengths[p]))
+    costs = [sum(PER_MICRO_BATCH + sum(cost_of(p) for p in batch) for batch in batches if batch)
              for batches in plan]
     return sum(costs) / len(costs) / max(costs) if max(costs) > 0 else 1.0
 
@@ -116,6 +121,52 @@ def resampled_lengths(rng, count, lengths):
     return [rng.choice(lengths) for _ in range(count)]
 
 
+def pack_rows(lengths, capacity):
+    """Best-fit decreasing into rows of `capacity` tokens, as pack_samples (src/data/batch.cpp)."""
+    rows, left = [], []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        fits = [r for r in range(len(rows)) if left[r] >= lengths[index]]
+        if fits:
+            row = min(fits, key=lambda r: (left[r], r))
+        else:
+            row = len(rows)
+            rows.append([])
+            left.append(capacity)
+        rows[row].append(index)
+        left[row] -= lengths[index]
+    return rows
+
+
+def packed_rows_comparison(draw, world, args, rng):
+    """--packing: the step's packed rows planned as rows (what the planner does) against the same step's
+    samples planned one by one, the latter taken only where it needs no more micro-batches a rank and
+    costs no more. Returns (row plan efficiency, sample plan efficiency, share of steps it was taken)."""
+    per_step = world * args.batch * args.accumulation
+    lengths = draw(rng, per_step * 12 * args.steps)
+    rows = pack_rows(lengths, args.max_seq_length)
+    rng.shuffle(rows)
+    budget = args.batch * args.max_seq_length
+    by_rows = by_samples = taken = 0.0
+    steps = min(args.steps, len(rows) // per_step)
+    for step in range(steps):
+        step_rows = rows[step * per_step:(step + 1) * per_step]
+        row_tokens = [sum(lengths[i] for i in row) for row in step_rows]
+        row_costs = [sum(item_cost(lengths[i]) for i in row) for row in step_rows]
+        row_plan = plan_balanced(row_tokens, world, budget, row_costs)
+        row_efficiency = efficiency(row_plan, row_tokens, row_costs)
+        samples = [lengths[i] for row in step_rows for i in row]
+        sample_plan = plan_balanced(samples, world, budget)
+        sample_efficiency = efficiency(sample_plan, samples)
+        most = lambda plan: max(len([b for b in batches if b]) for batches in plan)
+        by_rows += row_efficiency
+        if most(sample_plan) <= most(row_plan) and sample_efficiency >= row_efficiency:
+            by_samples += sample_efficiency
+            taken += 1
+        else:
+            by_samples += row_efficiency
+    return by_rows / steps, by_samples / steps, taken / steps
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000)
@@ -126,6 +177,9 @@ def main():
     parser.add_argument("--alpaca_lengths", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                  "alpaca_cleaned_lengths.json"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--packing", action="store_true",
+                        help="packed rows (best-fit decreasing to max_seq_length): the balanced plan of the step's "
+                             "rows against planning their samples one by one")
     args = parser.parse_args()
     with open(args.alpaca_lengths) as f:
         alpaca_rows = json.load(f)
@@ -138,6 +192,16 @@ def main():
             lambda rng, count: [min(length, args.max_seq_length) for length in resampled_lengths(rng, count, alpaca_rows)],
     }
     budget = args.batch * args.max_seq_length
+    if args.packing:
+        print(f"per step: ranks x {args.batch} x {args.accumulation} packed rows of {args.max_seq_length} tokens; "
+              f"{args.steps} steps at most")
+        print("| lengths | ranks | rows planned | samples planned where no worse | steps taken |")
+        print("|---|---|---|---|---|")
+        for name, draw in distributions.items():
+            for world in (2, 4, 8):
+                rows, samples, taken = packed_rows_comparison(draw, world, args, random.Random(args.seed * 1000 + world))
+                print(f"| {name} | {world} | {rows:.4f} | {samples:.4f} | {taken:.2f} |")
+        return
     print(f"per step: ranks x {args.batch} x {args.accumulation} samples; token budget {budget}; "
           f"{args.steps} steps; cost = tokens + {PER_SQUARED_TOKEN:g} tokens^2 + {PER_MICRO_BATCH:g} per micro-batch")
     print("| lengths | ranks | literal | balanced | balanced micro-batches/rank |")
