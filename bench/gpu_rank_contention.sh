@@ -5,9 +5,10 @@
 #   pair     two independent one-GPU processes at once (GPU 0 and GPU 1), no communication;
 #   ddp      two ranks under torchrun;
 #   <base>-<variant>  one of those with one change: VARIANT_ARGS_<variant> flags and
-#            VARIANT_ENV_<variant> environment (nographs, onebucket, ctas4, omp8, overlapped below:
-#            overlapped launches the graphed micro-steps' bucket all-reduces during the replay,
-#            Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h);
+#            VARIANT_ENV_<variant> environment (nographs, onebucket, ctas4, omp8, overlapped, simple,
+#            ncclinfo below: overlapped launches the graphed micro-steps' bucket all-reduces during the
+#            replay, Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h; ncclinfo logs the
+#            transport NCCL chose, in the run's log);
 # all over the same global batches: a one-GPU run takes twice the steps and warm-up of a two-rank
 # run. While each run trains, nvidia-smi samples the SM clock, power and throttle reasons of both
 # GPUs (mean over the samples where the GPU is busy). With PROFILE=1 each mode is run a second
@@ -33,6 +34,8 @@ VARIANT_ARGS_onebucket="--ddp_bucket_cap_mb 4096"
 VARIANT_ENV_ctas4="NCCL_MAX_CTAS=4 NCCL_MIN_CTAS=1"
 VARIANT_ENV_omp8="OMP_NUM_THREADS=8"
 VARIANT_ENV_overlapped="FINETUNE_GRAPHED_ALL_REDUCE=overlapped"
+VARIANT_ENV_simple="NCCL_PROTO=Simple"
+VARIANT_ENV_ncclinfo="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH"
 mkdir -p "$WORK"
 
 # The setting's flags: the seed setting unless SETTING_ARGS says otherwise (the 8B shape's best:
