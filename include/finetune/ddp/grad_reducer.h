@@ -22,9 +22,9 @@
 // Note [Bucket all-reduces during a replay]
 // A replayed backward runs no hooks, so its buckets' all-reduces start after the replay (in
 // finalize()), the whole gradient all-reduce exposed: ~2 ms of the 8B best setting's ~194 ms step
-// on 2 H200s (a profile of its NCCL kernels). The overlapped schedule (MicroStepGraphsConfig::overlap_all_reduce): while a graph is
-// captured, the hook of the gradient that completes a bucket calls on_bucket_fed(bucket), and the
-// graph records an event there (an external event node: every replay records it once that
+// on 2 H200s (a profile of its NCCL kernels). The overlapped schedule
+// (MicroStepGraphsConfig::overlap_all_reduce): while a graph is captured, the hook of the gradient
+// that completes a bucket calls on_bucket_fed(bucket), and the graph records an event there (an external event node: every replay records it once that
 // bucket's gradients are complete). After the replay of a synchronised micro-step,
 // add_replayed_gradients() launches in bucket order each bucket the graph fed completely, its
 // all-reduce waiting on the device for that bucket's event only: it overlaps the rest of the
