@@ -24,17 +24,17 @@
 // finalize()), the whole gradient all-reduce exposed: ~2 ms of the 8B best setting's ~194 ms step
 // on 2 H200s (a profile of its NCCL kernels). The overlapped schedule
 // (MicroStepGraphsConfig::overlap_all_reduce): while a graph is captured, the hook of the gradient
-// that completes a bucket calls on_bucket_fed(bucket), and the graph records an event there (an external event node: every replay records it once that
-// bucket's gradients are complete). After the replay of a synchronised micro-step,
-// add_replayed_gradients() launches in bucket order each bucket the graph fed completely, its
-// all-reduce waiting on the device for that bucket's event only: it overlaps the rest of the
-// replay, as the hooks' launches overlap an eager backward. A bucket the graph did not feed
-// completely waits for finalize(), and bucket order holds back every bucket after it until then
-// (those the graph fed are still launched after their events). It is not the default: on 2 H200s
-// (power-capped, NVLink) it was slower, the 8B best setting 10,275-10,310 tok/s/GPU against
-// 10,433-10,463 after the replay (the busier GPU's clock ~25 MHz lower), the 8B seed 8,878 against
-// 8,921, the 1B seed 40,007 against 39,857; an all-reduce that takes longer (across nodes) is where
-// it would pay, and that was not measured.
+// that completes a bucket calls on_bucket_fed(bucket), and the graph records an event there (an
+// external event node: every replay records it once that bucket's gradients are complete). After
+// the replay of a synchronised micro-step, add_replayed_gradients() launches in bucket order each
+// bucket the graph fed completely, its all-reduce waiting on the device for that bucket's event
+// only: it overlaps the rest of the replay, as the hooks' launches overlap an eager backward. A
+// bucket the graph did not feed completely waits for finalize(), and bucket order holds back every
+// bucket after it until then (those the graph fed are still launched after their events). It is not
+// the default: on 2 H200s (power-capped, NVLink) it was slower, the 8B best setting 10,275-10,310
+// tok/s/GPU against 10,433-10,463 after the replay (the busier GPU's clock ~25 MHz lower), the 8B
+// seed 8,878 against 8,921, the 1B seed 40,007 against 39,857; an all-reduce that takes longer
+// (across nodes) is where it would pay, and that was not measured.
 //
 // Note [Deferred verdict]
 // Reading the bitmap at once would make the host wait for the whole backward every step, leaving
