@@ -24,8 +24,9 @@
 # Results: $OUT/summary.txt, $OUT/*.json, $OUT/*.txt. The build and the bench's models come from
 # bench/gpu_step_planning.sh build (detached, so it goes on after the call on a machine that stays
 # warm), as for its runs. The lanes that run only peers (unsloth-lora, unsloth-qlora, loop) start at
-# once, beside the build; the others once it is done. REUSE_BUILD=1 (a later call on the same warm
-# machine) starts no build and waits for the one already there.
+# once, beside the build; a lane that runs ours waits for it (so unsloth-qlora+qlora runs Unsloth
+# during the build). REUSE_BUILD=1 (a later call on the same warm machine) starts no build and waits
+# for the one already there.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/gpu_long_context_lanes}
@@ -101,22 +102,27 @@ lane_kernels() {
   done
 }
 
-run_lanes() {  # run_lanes GPU WORD: the word's lanes (joined by +) one after the other
+peer_only() {  # peer_only LANE: whether the lane runs only peers (no build needed)
+  case $1 in unsloth-lora|unsloth-qlora|loop) return 0 ;; *) return 1 ;; esac
+}
+wait_for_build() {  # once per lane that needs ours: the build (and the bench's models) done, its env sourced
+  WAIT_S=$(( END_S - $(elapsed) )) OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait >> "$OUT/wait.txt" 2>&1 ||
+    { note "build failed or unfinished"; return 1; }
+  source "$TREE/build-gpu/env.sh" 2>/dev/null || true
+}
+run_lanes() {  # run_lanes GPU WORD: the word's lanes (joined by +) one after the other; a lane that runs
+  # ours waits for the build first, so a peer lane before it runs beside the build
   local lane
-  for lane in ${2//+/ }; do "lane_$lane" "$1"; done
+  for lane in ${2//+/ }; do
+    peer_only "$lane" || wait_for_build || return
+    "lane_$lane" "$1"
+  done
 }
 for word in "${LANE_NAMES[@]}"; do
   for lane in ${word//+/ }; do
     declare -F "lane_$lane" > /dev/null || { echo "unknown lane '$lane' in LANES" >&2; exit 2; }
   done
 done
-needs_build() {  # needs_build WORD: whether one of the word's lanes runs ours
-  local lane
-  for lane in ${1//+/ }; do
-    case $lane in unsloth-lora|unsloth-qlora|loop) ;; *) return 0 ;; esac
-  done
-  return 1
-}
 # REUSE_BUILD=1 on a machine still warm from an earlier call: keep its build and models
 [ -n "${REUSE_BUILD:-}" ] || RUNS="$PAIR_SHAPES" JOBS=${JOBS:-$(( $(nproc) - 2 ))} \
   bash "$ROOT/bench/gpu_step_planning.sh" build > "$OUT/build-start.txt" 2>&1
@@ -126,18 +132,6 @@ if [ -d "$ROOT/.whl" ] && [ ! -d /tmp/site/unsloth ]; then
 fi
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 for gpu in "${!LANE_NAMES[@]}"; do
-  needs_build "${LANE_NAMES[$gpu]}" || run_lanes "$gpu" "${LANE_NAMES[$gpu]}" &
-done
-built=""
-for gpu in "${!LANE_NAMES[@]}"; do
-  needs_build "${LANE_NAMES[$gpu]}" || continue
-  if [ -z "$built" ]; then
-    WAIT_S=$(( END_S - $(elapsed) )) OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.txt" 2>&1 ||
-      { note "build failed or unfinished"; break; }
-    note "built"
-    source "$TREE/build-gpu/env.sh" 2>/dev/null
-    built=1
-  fi
   run_lanes "$gpu" "${LANE_NAMES[$gpu]}" &
 done
 wait
