@@ -358,6 +358,14 @@ class Probe:
         return 0, True
 
 
+def length_list(text):
+    """--lengths: comma-separated positive token counts."""
+    lengths = [int(value) for value in text.split(",")]
+    if any(length < 1 for length in lengths):
+        raise ValueError(text)
+    return lengths
+
+
 def save_state(path, state):
     with open(path + ".tmp", "w") as f:
         json.dump(state, f, indent=1)
@@ -373,7 +381,7 @@ def parse_args(argv=None):
     p.add_argument("--start", type=int, default=16384, help="the first length tried")
     p.add_argument("--max_length", type=int, default=1 << 20)
     p.add_argument("--resolution", type=int, default=1024)
-    p.add_argument("--lengths", type=lambda text: [int(v) for v in text.split(",")], default=None,
+    p.add_argument("--lengths", type=length_list, default=None,
                    help="instead of doubling and bisection: these lengths, longest first, until one trains "
                         "(e.g. the lengths that decide a bound, after a search on the same machine)")
     p.add_argument("--budget_s", type=float, default=float(os.environ.get("LONGCTX_BUDGET_S", 540)))

@@ -49,9 +49,13 @@ def form_micro_batches(share, lengths, budget):
     return batches
 
 
-def share_cost(share, lengths, budget, item_costs=None):
+def position_cost(position, lengths, item_costs=None):
     """`item_costs`: each item's cost when an item is not one sample (a packed row); default item_cost(length)."""
-    cost = sum(item_costs[p] if item_costs else item_cost(lengths[p]) for p in share)
+    return item_costs[position] if item_costs else item_cost(lengths[position])
+
+
+def share_cost(share, lengths, budget, item_costs=None):
+    cost = sum(position_cost(p, lengths, item_costs) for p in share)
     return cost + PER_MICRO_BATCH * len(form_micro_batches(share, lengths, budget))
 
 
@@ -83,13 +87,12 @@ def improve_once(shares, costs, lengths, budget, item_costs=None):
 
 
 def plan_balanced(lengths, world, budget, item_costs=None):
-    cost_of = (lambda p: item_costs[p]) if item_costs else (lambda p: item_cost(lengths[p]))
-    order = sorted(range(len(lengths)), key=lambda p: -cost_of(p))
+    order = sorted(range(len(lengths)), key=lambda p: -position_cost(p, lengths, item_costs))
     shares, load = [[] for _ in range(world)], [0.0] * world
     for position in order:
         rank = min(range(world), key=lambda r: (load[r], r))
         shares[rank].append(position)
-        load[rank] += cost_of(position)
+        load[rank] += position_cost(position, lengths, item_costs)
     shares = [sorted(share) for share in shares]
     costs = [share_cost(share, lengths, budget, item_costs) for share in shares]
     for _ in range(4 * len(lengths) + 4):
@@ -107,8 +110,8 @@ def plan_literal(lengths, world, batch):
 
 
 def efficiency(plan, lengths, item_costs=None):
-    cost_of = (lambda p: item_costs[p]) if item_costs else (lambda p: item_cost(lengths[p]))
-    costs = [sum(PER_MICRO_BATCH + sum(cost_of(p) for p in batch) for batch in batches if batch)
+    costs = [sum(PER_MICRO_BATCH + sum(position_cost(p, lengths, item_costs) for p in batch) for batch in batches
+                 if batch)
              for batches in plan]
     return sum(costs) / len(costs) / max(costs) if max(costs) > 0 else 1.0
 

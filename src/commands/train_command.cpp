@@ -29,6 +29,7 @@
 #include "finetune/commands/stage_configs.h"
 #include "finetune/commands/hub_inputs.h"
 #include "finetune/hub/hub_upload.h"
+#include "finetune/launch/environment.h"
 #include "finetune/launch/stop_request.h"
 #include "finetune/ddp/communicator.h"
 #include "finetune/report/html_report.h"
@@ -205,10 +206,11 @@ std::string memory_history_path(const EnvMap& env, const LaunchEnv& launch, cons
 // FINETUNE_GRAPHED_ALL_REDUCE (a benchmark's switch): after_replay (the default) or overlapped
 // (Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h: slower where it was measured).
 bool overlap_graphed_all_reduce(const EnvMap& env) {
-  const auto found = env.find("FINETUNE_GRAPHED_ALL_REDUCE");
-  if (found == env.end() || found->second.empty() || found->second == "after_replay") return false;
-  if (found->second == "overlapped") return true;
-  throw UsageError("FINETUNE_GRAPHED_ALL_REDUCE=" + found->second + ": expected after_replay or overlapped");
+  const std::string variable = "FINETUNE_GRAPHED_ALL_REDUCE";
+  const std::string value = env_value(env, variable);
+  if (value.empty() || value == "after_replay") return false;
+  if (value == "overlapped") return true;
+  throw UsageError(variable + "=" + value + ": expected after_replay or overlapped");
 }
 
 int run_training(const Options& options, const EnvMap& env, Action action) {

@@ -170,3 +170,11 @@ def test_lengths_are_tried_longest_first_until_one_trains(tmp_path):
     cut.attempts.clear()
     cut.attempts.update({"622592": {"ok": False, "error": "no such flag"}, "589824": ok})
     assert cut.search(deadline) == (0, True)
+
+
+def test_lengths_must_be_positive_token_counts(tmp_path):
+    with pytest.raises(SystemExit):
+        llama_probe(tmp_path, "--lengths", "589824,abc")
+    with pytest.raises(SystemExit):
+        llama_probe(tmp_path, "--lengths", "0")
+    assert llama_probe(tmp_path, "--lengths", "589824,557056").args.lengths == [589824, 557056]

@@ -194,31 +194,14 @@ class NcclCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::unique_ptr<CollectiveWork> all_reduce_async(at::Tensor& tensor, const std::string& what) override {
-    check_tensor(tensor, what);
-    if (!tensor.is_contiguous()) throw distributed_error(rank_, what, "needs a contiguous tensor");
-    const ncclDataType_t dtype = nccl_dtype(tensor.scalar_type(), rank_, what);
-    void* data = tensor.data_ptr();
-    const size_t count = static_cast<size_t>(tensor.numel());
-    auto launched = launch(tensor, what, [this, data, count, dtype](cudaStream_t stream) {
-      return ncclAllReduce(data, data, count, dtype, ncclSum, comm_, stream);
-    });
-    return std::make_unique<NcclWork>(watchdog_, std::move(launched), device_, rank_, what);
+    return launch_all_reduce(tensor, what, nullptr);
   }
 
   std::unique_ptr<CollectiveWork> all_reduce_after(at::Tensor& tensor, const std::string& what,
                                                    const ReadyEvent& ready) override {
     if (ready.cuda_event == nullptr) throw distributed_error(rank_, what, "was given no CUDA event to wait for");
-    check_tensor(tensor, what);
-    if (!tensor.is_contiguous()) throw distributed_error(rank_, what, "needs a contiguous tensor");
-    const ncclDataType_t dtype = nccl_dtype(tensor.scalar_type(), rank_, what);
-    void* data = tensor.data_ptr();
-    const size_t count = static_cast<size_t>(tensor.numel());
     // Not owned: the event belongs to the graph that records it.
-    auto event = std::shared_ptr<cudaEvent_t>(new cudaEvent_t(static_cast<cudaEvent_t>(ready.cuda_event)));
-    auto launched = launch_after(event, tensor, what, [this, data, count, dtype](cudaStream_t stream) {
-      return ncclAllReduce(data, data, count, dtype, ncclSum, comm_, stream);
-    });
-    return std::make_unique<NcclWork>(watchdog_, std::move(launched), device_, rank_, what);
+    return launch_all_reduce(tensor, what, std::make_shared<cudaEvent_t>(static_cast<cudaEvent_t>(ready.cuda_event)));
   }
 
   void broadcast(at::Tensor& tensor, int root, const std::string& what) override {
@@ -295,6 +278,21 @@ class NcclCommunicator : public Communicator {
     if (!tensor.defined() || tensor.device() != device_) {
       throw distributed_error(rank_, what, "needs a tensor on " + device_.str() + " for the nccl backend");
     }
+  }
+
+  // The in-place sum of `tensor`, after `ready` (null: after the caller's stream, launch()).
+  std::unique_ptr<CollectiveWork> launch_all_reduce(at::Tensor& tensor, const std::string& what,
+                                                    std::shared_ptr<cudaEvent_t> ready) {
+    check_tensor(tensor, what);
+    if (!tensor.is_contiguous()) throw distributed_error(rank_, what, "needs a contiguous tensor");
+    const ncclDataType_t dtype = nccl_dtype(tensor.scalar_type(), rank_, what);
+    void* data = tensor.data_ptr();
+    const size_t count = static_cast<size_t>(tensor.numel());
+    auto enqueue = [this, data, count, dtype](cudaStream_t stream) {
+      return ncclAllReduce(data, data, count, dtype, ncclSum, comm_, stream);
+    };
+    auto launched = ready ? launch_after(std::move(ready), tensor, what, enqueue) : launch(tensor, what, enqueue);
+    return std::make_unique<NcclWork>(watchdog_, std::move(launched), device_, rank_, what);
   }
 
   // Note [NCCL stream ordering], Note [Enqueue off the caller's thread]: records "ready" on the
