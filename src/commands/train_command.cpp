@@ -5,9 +5,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -213,6 +216,21 @@ bool overlap_graphed_all_reduce(const EnvMap& env) {
   throw UsageError(variable + "=" + value + ": expected after_replay or overlapped");
 }
 
+// FINETUNE_CUDA_GRAPH_MAX_TOKENS (a benchmark's switch): the longest micro-step replayed from a CUDA
+// graph, in tokens; unset: default_graph_max_tokens (train/micro_step_graphs.h).
+std::optional<int64_t> cuda_graph_max_tokens(const EnvMap& env) {
+  const std::string variable = "FINETUNE_CUDA_GRAPH_MAX_TOKENS";
+  const std::string value = env_value(env, variable);
+  if (value.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long tokens = std::strtoll(value.c_str(), &end, 10);
+  if (*end != '\0' || errno == ERANGE || tokens < 1 || tokens > (1LL << 30)) {
+    throw UsageError(variable + "=" + value + ": expected a positive number of tokens");
+  }
+  return tokens;
+}
+
 int run_training(const Options& options, const EnvMap& env, Action action) {
   StopRequest::install();  // from here a SIGTERM/SIGUSR1 stops training at a step boundary, saved
   const Rendezvous rendezvous(launch_env_from(env));
@@ -283,6 +301,7 @@ int run_training(const Options& options, const EnvMap& env, Action action) {
     MicroBatchStream stream(data.train.samples, stream_config);
     auto config = trainer_config_from(options, total_steps_from(options, stream.steps_per_epoch()));
     config.overlap_graphed_all_reduce = overlap_graphed_all_reduce(env);
+    config.cuda_graph_max_tokens = cuda_graph_max_tokens(env);
     // Note [Ranks agree before the first step]: a rank started with other settings stops them all.
     check_ranks_agree(*communicator, rank_settings_from(options, identity, config, loaded.model_dir));
     if (resume && resume->global_step >= config.total_steps) {

@@ -4,6 +4,10 @@
 
 namespace finetune {
 
+int64_t default_graph_max_tokens(const ModelConfig& config, bool offload_activations) {
+  return config.moe && !offload_activations ? kCudaGraphMaxTokensSparse : kCudaGraphMaxTokens;
+}
+
 bool micro_step_graphs_supported(const CausalLM& model, const Objective& objective) {
   return micro_step_graphs_unsupported_reason(model, objective).empty();
 }

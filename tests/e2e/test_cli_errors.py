@@ -349,6 +349,16 @@ def test_graphed_all_reduce_variable_names_a_schedule(assets, tmp_path):
         expect_success(args + ["--output_dir", tmp_path / value], env={"FINETUNE_GRAPHED_ALL_REDUCE": value})
 
 
+def test_graph_max_tokens_variable_takes_a_positive_count(assets, tmp_path):
+    """FINETUNE_CUDA_GRAPH_MAX_TOKENS (a benchmark's switch, read by train): anything but a positive
+    count of tokens is a usage error naming the variable; a count trains on the CPU (no graphs)."""
+    args = ["--model_name", assets["model"], "--dataset", assets["rows"], "--max_steps", 1] + CPU
+    for bad in ["0", "-5", "2k", "99999999999999999999"]:
+        expect_failure(args + ["--output_dir", tmp_path / "x"], 2, "FINETUNE_CUDA_GRAPH_MAX_TOKENS=" + bad,
+                       "positive number of tokens", env={"FINETUNE_CUDA_GRAPH_MAX_TOKENS": bad})
+    expect_success(args + ["--output_dir", tmp_path / "ok"], env={"FINETUNE_CUDA_GRAPH_MAX_TOKENS": "8192"})
+
+
 def project_script_variables():
     """The FINETUNE_* names the project's own scripts use, options excepted."""
     options = set()

@@ -71,5 +71,17 @@ TEST(MicroStepGraphsSupported, ObjectivesNameTheSectionsTheyRead) {
   EXPECT_TRUE(orpo.pairs && orpo.chosen_next_tokens);
 }
 
+TEST(MicroStepGraphsSupported, MixtureOfExpertsModelsGraphLongerMicroStepsUnlessOffloading) {
+  ModelConfig dense = tiny_llama_config({64, 32, 64, 1, 2, 2, 16});
+  EXPECT_EQ(default_graph_max_tokens(dense, false), 2048);
+  EXPECT_EQ(default_graph_max_tokens(dense, true), 2048);
+  ModelConfig sparse = dense;
+  sparse.moe = MoeConfig{};
+  sparse.moe->num_experts = 4;
+  sparse.moe->num_experts_per_tok = 2;
+  EXPECT_EQ(default_graph_max_tokens(sparse, false), 16384);
+  EXPECT_EQ(default_graph_max_tokens(sparse, true), 2048);  // the offload arena is sized for it
+}
+
 }  // namespace
 }  // namespace finetune

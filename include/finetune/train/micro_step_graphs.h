@@ -89,6 +89,11 @@ struct MicroStepGraphsConfig {
   bool overlap_all_reduce = false;
 };
 
+// The longest micro-step graphed unless a run says otherwise (MicroStepGraphsConfig::max_tokens):
+// kCudaGraphMaxTokensSparse for a mixture-of-experts model, kCudaGraphMaxTokens for a dense one and
+// whenever activations are offloaded (the pinned arena is sized for it, Note [Offload arena]).
+int64_t default_graph_max_tokens(const ModelConfig& config, bool offload_activations);
+
 // Whether micro-steps of `model` under `objective` can be graphed: KernelPolicy::cuda_graphs (a
 // CUDA build and device with padding-free batches: the padded graph layout keeps its filler
 // sample apart through them), a cuda_graph_safe() model and a graph_capturable objective.

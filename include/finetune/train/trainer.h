@@ -74,6 +74,8 @@ struct TrainerConfig {
   bool tensorboard = false;        // also log to OUTPUT_DIR/runs/ event files (report/tensorboard_writer.h)
   bool cuda_graphs = true;         // replay small micro-steps from CUDA graphs (train/micro_step_graphs.h)
   bool overlap_graphed_all_reduce = false;  // MicroStepGraphsConfig::overlap_all_reduce
+  // MicroStepGraphsConfig::max_tokens; unset: default_graph_max_tokens (train/micro_step_graphs.h).
+  std::optional<int64_t> cuda_graph_max_tokens;
   // NEFTune's alpha (model/embedding_noise.h); 0: off. Its micro-steps run eagerly (no CUDA graphs):
   // each draws its noise from its own seeded generator (Note [NEFTune length and seeds]).
   double neftune_noise_alpha = 0;
