@@ -21,6 +21,12 @@ int64_t graph_sample_bucket(int64_t count) {
   return bucket;
 }
 
+int64_t graph_longest_bucket(int64_t length, int64_t tokens) {
+  int64_t bucket = 64;
+  while (bucket < length) bucket *= 2;
+  return std::min(bucket, tokens);
+}
+
 int64_t graph_pair_bucket(int64_t pairs) {
   int64_t bucket = 1;
   while (bucket < pairs) bucket *= 2;
@@ -101,6 +107,10 @@ GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
   const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
   GraphShape shape{graph_bucket(tokens), graph_bucket(targets), graph_sample_bucket(samples + 1)};
+  // The filler is as long as the bucket's tokens beyond this micro-batch's own (graph_batch).
+  const int64_t own_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  const int64_t longest_sample = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  shape.longest = graph_longest_bucket(std::max(longest_sample, shape.tokens - own_tokens), shape.tokens);
   if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
   if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
   return shape;
@@ -195,7 +205,7 @@ MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shap
   batch.position_ids = in.position_ids;
   batch.mask.is_causal_only = false;
   batch.mask.cu_seqlens = in.cu_seqlens;
-  batch.mask.max_seqlen = shape.tokens;  // bounds every sample's length: one launch for any lengths
+  batch.mask.max_seqlen = shape.longest;  // bounds every sample's length and the filler's
   batch.targets = {in.target_positions, in.target_ids, in.target_weights};
   batch.token_mask = filler_free_token_mask(in.real_tokens, shape.tokens);
   batch.pairs = in.pairs;

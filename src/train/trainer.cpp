@@ -103,7 +103,7 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
     graph_config.offload_activations = forward_options_.offload_activations_above_bytes.has_value();
     graph_config.overlap_all_reduce = config.overlap_graphed_all_reduce;
     graph_config.max_tokens = config.cuda_graph_max_tokens.value_or(
-        default_graph_max_tokens(model.config(), graph_config.offload_activations));
+        default_graph_max_tokens(model.config(), graph_config.offload_activations && config.gradient_checkpointing));
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), graph_config, objective);
   } else if (graphs_asked && model.device().is_cuda() && communicator.rank() == 0) {
     log::info("CUDA graphs off: " + graphs_unsupported + "; micro-steps run eagerly");

@@ -25,7 +25,7 @@ std::vector<Sample> samples() {
 TEST(GraphBatch, PadsWithOneFillerSampleAndWeightZeroTargets) {
   const HostBatch flat = flatten(collate(samples(), {0, 1, 2}, 0));
   const GraphBatch padded = graph_batch(flat, /*filler_token_id=*/3);
-  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8}));
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 0, 0, 64}));
   EXPECT_EQ(padded.trainable_tokens, flat.trainable_tokens);
   EXPECT_EQ(padded.real_tokens, 10);
   ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1});
@@ -57,7 +57,7 @@ TEST(GraphBatch, ShapeOfAnyLayoutIsTheShapeOfItsFlattenedBatch) {
   for (const HostBatch& batch : {collate(data, {0, 1, 2}, 0), collate_rows(data, {{0, 1}, {2}}, 0)}) {
     EXPECT_EQ(graph_shape(batch), graph_batch(flatten(batch), 0).shape);
   }
-  EXPECT_EQ(graph_shape(collate(data, {0, 1, 2}, 0)), (GraphShape{64, 64, 8}));
+  EXPECT_EQ(graph_shape(collate(data, {0, 1, 2}, 0)), (GraphShape{64, 64, 8, 0, 0, 64}));
 }
 
 // A row that fills its bucket exactly (a full packed row of 2048) takes that bucket with an empty
@@ -66,7 +66,7 @@ TEST(GraphBatch, AFullBucketTakesNoFiller) {
   for (int64_t length : {64, 2048}) {
     std::vector<Sample> one = {{std::vector<int32_t>(length, 9), std::vector<int32_t>(length, 9)}};
     const GraphBatch padded = graph_batch(flatten(collate(one, {0}, 0)), 0);
-    EXPECT_EQ(padded.shape, (GraphShape{length, length, 8})) << length;
+    EXPECT_EQ(padded.shape, (GraphShape{length, length, 8, 0, 0, length})) << length;
     const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
     EXPECT_TRUE(in.cu_seqlens.narrow(0, 1, 8).eq(length).all().item<bool>()) << length;
     EXPECT_EQ(in.real_tokens.item<int64_t>(), length);
@@ -75,7 +75,7 @@ TEST(GraphBatch, AFullBucketTakesNoFiller) {
   // One token more needs the next bucket, and the filler then fills it.
   std::vector<Sample> over = {{std::vector<int32_t>(65, 9), std::vector<int32_t>(65, 9)}};
   const GraphBatch padded = graph_batch(flatten(collate(over, {0}, 0)), 0);
-  EXPECT_EQ(padded.shape, (GraphShape{128, 64, 8}));
+  EXPECT_EQ(padded.shape, (GraphShape{128, 64, 8, 0, 0, 128}));
   const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
   EXPECT_TRUE(graph_micro_batch(in, padded.shape).token_mask.equal(at::arange(128).lt(65).to(at::kFloat)));
 }
@@ -101,10 +101,10 @@ TEST(GraphBatch, PadsToTheStepPeaksOfTheOtherRanks) {
   batch.step_peak_real_tokens = 70;
   batch.step_peak_trainable_tokens = 66;
   batch.step_peak_samples = 9;
-  EXPECT_EQ(graph_shape(batch), (GraphShape{128, 128, 16}));
+  EXPECT_EQ(graph_shape(batch), (GraphShape{128, 128, 16, 0, 0, 128}));
   const HostBatch flat = flatten(batch);
   const GraphBatch padded = graph_batch(flat, 0);
-  EXPECT_EQ(padded.shape, (GraphShape{128, 128, 16}));
+  EXPECT_EQ(padded.shape, (GraphShape{128, 128, 16, 0, 0, 128}));
   const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
   EXPECT_EQ(in.target_weights.sum().item<float>(), static_cast<float>(flat.trainable_tokens));
   EXPECT_TRUE(in.cu_seqlens.narrow(0, 4, 13).eq(128).all().item<bool>());
@@ -112,7 +112,50 @@ TEST(GraphBatch, PadsToTheStepPeaksOfTheOtherRanks) {
   batch.step_peak_real_tokens = 3;
   batch.step_peak_trainable_tokens = 1;
   batch.step_peak_samples = 1;
-  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8}));
+  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8, 0, 0, 64}));
+}
+
+at::Tensor longs(const std::vector<int64_t>& values) { return at::tensor(values, at::TensorOptions().dtype(at::kLong)); }
+
+TEST(GraphLongestBucket, PowersOfTwoFrom64UpToTheRow) {
+  const std::vector<std::tuple<int64_t, int64_t, int64_t>> cases = {
+      {1, 2048, 64}, {64, 2048, 64}, {65, 2048, 128}, {700, 2048, 1024}, {1025, 2048, 2048}, {1025, 1152, 1152}};
+  for (const auto& [length, tokens, bucket] : cases) EXPECT_EQ(graph_longest_bucket(length, tokens), bucket) << length;
+}
+
+// A packed row of short samples: attention's max_seqlen bounds its samples and its filler, not the
+// whole row (a bound of the row would size the kernel's grid for samples 16x longer than any).
+TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerNotTheRow) {
+  std::vector<Sample> rows;
+  std::vector<int64_t> order;
+  for (int i = 0; i < 20; ++i) {
+    const size_t length = i == 7 ? 130 : 100;
+    rows.push_back({std::vector<int32_t>(length, 4), std::vector<int32_t>(length, 4)});
+    order.push_back(i);
+  }
+  HostBatch packed = collate_rows(rows, {order}, 0);  // 2030 tokens in one row
+  const GraphBatch padded = graph_batch(flatten(packed), 0);
+  EXPECT_EQ(padded.shape.tokens, 2048);
+  EXPECT_EQ(padded.shape.longest, 256);  // the 130-token sample; the filler has 18
+  const auto in = graph_inputs(longs(padded.values), padded.shape);
+  const MicroBatchInputs batch = graph_micro_batch(in, padded.shape);
+  EXPECT_EQ(batch.mask.max_seqlen, 256);
+  const auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
+  EXPECT_EQ(lengths.max().item<int>(), 130);
+  EXPECT_EQ(graph_shape(packed), padded.shape);
+
+  // Another rank's 3000 tokens pad this micro-batch with a filler of 1042 tokens: the bound covers it.
+  packed.step_peak_real_tokens = 3000;
+  const GraphShape shape = graph_shape(packed);
+  EXPECT_EQ(shape.tokens, 3072);
+  EXPECT_EQ(shape.longest, 2048);
+  HostBatch flat = flatten(packed);
+  flat.step_peak_real_tokens = 3000;
+  const GraphBatch wide = graph_batch(flat, 0);
+  EXPECT_EQ(wide.shape, shape);
+  const auto wide_in = graph_inputs(longs(wide.values), wide.shape);
+  const auto wide_lengths = wide_in.cu_seqlens.slice(0, 1) - wide_in.cu_seqlens.slice(0, 0, -1);
+  EXPECT_EQ(wide_lengths.max().item<int>(), 1042);
 }
 
 TEST(GraphBatch, RejectsUnflattenedBatches) {
@@ -142,8 +185,6 @@ GraphBatch pair_graph_batch(const HostBatch& batch, GraphSections sections) {
   return graph_batch(flat, /*filler_token_id=*/0, sections);
 }
 
-at::Tensor longs(const std::vector<int64_t>& values) { return at::tensor(values, at::TensorOptions().dtype(at::kLong)); }
-
 std::vector<int64_t> repeated(std::vector<int64_t> head, size_t size, int64_t value) {
   head.resize(size, value);
   return head;
@@ -153,7 +194,7 @@ TEST(GraphBatch, PairSlotsNameEachTargetsSequenceThePairsAndTheChosenNextTokens)
   const HostBatch batch = two_pairs();
   const GraphSections orpo{/*pairs=*/true, /*chosen_next_tokens=*/true};
   const GraphBatch padded = pair_graph_batch(batch, orpo);
-  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 2, 64}));
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 2, 64, 64}));
   EXPECT_EQ(graph_shape(batch, orpo), padded.shape);
   ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1 + (64 + 2 + 2 + 1) + (3 * 64 + 1)});
   const auto in = graph_inputs(longs(padded.values), padded.shape);
@@ -191,7 +232,7 @@ TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
   batch.step_peak_samples = 6;
   const GraphSections dpo{/*pairs=*/true, /*chosen_next_tokens=*/false};
   const GraphBatch padded = pair_graph_batch(batch, dpo);
-  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 4, 0}));
+  EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 4, 0, 64}));
   ASSERT_EQ(padded.values.size(), size_t{2 * 64 + 3 * 64 + 9 + 1 + (64 + 4 + 4 + 1)});
   const auto in = graph_inputs(longs(padded.values), padded.shape);
   const PairSlots& pairs = in.pairs;
@@ -202,7 +243,7 @@ TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
   EXPECT_EQ(pairs.count.item<float>(), 2.0f);
   EXPECT_FALSE(pairs.chosen_next_tokens.positions.defined());
   // Without sections the buffer is the causal-LM one.
-  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8}));
+  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8, 0, 0, 64}));
 }
 
 TEST(GraphBatch, PairSlotsNeedWholePairsWithTheirGroupIds) {

@@ -34,6 +34,10 @@ int64_t graph_bucket(int64_t count);
 // that micro-batches of a few samples more or less share a graph.
 int64_t graph_sample_bucket(int64_t count);
 
+// The smallest power of two >= length, at least 64, at most tokens: the bound a graph gives its
+// samples' lengths (GraphShape::longest).
+int64_t graph_longest_bucket(int64_t length, int64_t tokens);
+
 // The smallest power of two >= pairs: the pair slots of a preference micro-batch (1 pair: 1).
 int64_t graph_pair_bucket(int64_t pairs);
 
@@ -44,7 +48,10 @@ struct GraphShape {
   int64_t samples = 0;  // real samples + the filler + empty samples: graph_sample_bucket
   int64_t pairs = 0;    // GraphSections::pairs: pair slots (graph_pair_bucket); else 0
   int64_t chosen_next_tokens = 0;  // GraphSections::chosen_next_tokens: graph_bucket of them; else 0
-  auto key() const { return std::tie(tokens, targets, samples, pairs, chosen_next_tokens); }
+  // Bounds every sample's length and the filler's (graph_longest_bucket): attention's max_seqlen,
+  // which sizes its launch grid (a bound of the whole row would launch mostly idle blocks).
+  int64_t longest = 0;
+  auto key() const { return std::tie(tokens, targets, samples, pairs, chosen_next_tokens, longest); }
   bool operator<(const GraphShape& other) const { return key() < other.key(); }
   bool operator==(const GraphShape& other) const { return key() == other.key(); }
 };
@@ -90,7 +97,7 @@ GraphInputs graph_inputs(const at::Tensor& buffer, const GraphShape& shape);
 at::Tensor filler_free_token_mask(const at::Tensor& real_tokens, int64_t tokens);
 
 // The micro-batch the objective reads from a graph's inputs: variable-length attention over
-// cu_seqlens (max_seqlen: the whole row, which bounds every sample), the weighted targets, the
+// cu_seqlens (max_seqlen: the shape's longest, which bounds every sample), the weighted targets, the
 // token mask without the filler (the router loss counts real tokens only), the pairs.
 MicroBatchInputs graph_micro_batch(const GraphInputs& in, const GraphShape& shape);
 
