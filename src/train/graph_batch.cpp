@@ -108,9 +108,8 @@ GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
   GraphShape shape{graph_bucket(tokens), graph_bucket(targets), graph_sample_bucket(samples + 1)};
   // The filler is as long as the bucket's tokens beyond this micro-batch's own (graph_batch).
-  const int64_t own_tokens = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
   const int64_t longest_sample = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  shape.longest = graph_longest_bucket(std::max(longest_sample, shape.tokens - own_tokens), shape.tokens);
+  shape.longest = graph_longest_bucket(std::max(longest_sample, shape.tokens - batch.real_tokens), shape.tokens);
   if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
   if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
   return shape;
@@ -135,6 +134,12 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSect
   out.trainable_tokens = flat.trainable_tokens;
   out.real_tokens = flat.real_tokens;
   const int64_t filler = out.shape.tokens - real;
+  const std::vector<int64_t>& lengths = flat.sample_lengths[0];
+  if (filler > out.shape.longest ||
+      (!lengths.empty() && *std::max_element(lengths.begin(), lengths.end()) > out.shape.longest)) {
+    throw Error("graph_batch: a sample or the filler of " + std::to_string(filler) + " tokens is longer than the " +
+                "shape's bound of " + std::to_string(out.shape.longest));
+  }
   const int64_t padding_targets = out.shape.targets - static_cast<int64_t>(positions.size());
 
   auto& v = out.values;
