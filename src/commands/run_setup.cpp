@@ -33,9 +33,10 @@ LoadedModel load_model(const ModelSource& source, const EnvMap& env, const at::D
   loaded.model_dir = resolve_model_dir(source.model_name, env, source.revision);
   auto config = load_model_config(loaded.model_dir);
   const bool projections_4bit = source.load_in_4bit || config.quantization.has_value();
+  const KernelRequests kernel_requests{requested_long_row_attention(env_value(env, kLongRowAttentionVariable)),
+                                       requested_norm_rope_kernel(env_value(env, kNormRopeKernelVariable))};
   loaded.model = std::make_unique<CausalLM>(std::move(config), select_dtype(source.dtype, device), device,
-                                            projections_4bit,
-                                            requested_long_row_attention(env_value(env, kLongRowAttentionVariable)));
+                                            projections_4bit, kernel_requests);
   load_weights(*loaded.model, loaded.model_dir);
   const std::filesystem::path dir(loaded.model_dir);
   if (std::filesystem::exists(dir / "tokenizer.json") || std::filesystem::exists(dir / "tokenizer.model")) {

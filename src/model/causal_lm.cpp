@@ -46,11 +46,11 @@ auto per_layer_kind(const ModelConfig& config, const Make& make) {
 }  // namespace
 
 CausalLM::CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit,
-                   HeadGroupKernel long_row_attention)
+                   const KernelRequests& kernel_requests)
     : config_(std::move(config)), architecture_(&architecture_of(config_)),
       composition_(&decoder_composition(architecture_->id)), layout_(*architecture_, config_), dtype_(dtype),
       device_(device), projections_4bit_(projections_4bit),
-      kernels_(choose_kernel_policy(device, dtype, config_, long_row_attention)) {
+      kernels_(choose_kernel_policy(device, dtype, config_, kernel_requests)) {
   const auto options = at::TensorOptions().dtype(dtype).device(device);
   embed_tokens_ = at::empty({config_.vocab_size, config_.hidden_size}, options);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {

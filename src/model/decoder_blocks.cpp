@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "finetune/model/fused_kernels.h"
 #include "finetune/model/rms_norm.h"
 #include "finetune/model/swiglu.h"
 #include "finetune/util/errors.h"
@@ -163,6 +164,23 @@ std::vector<at::Tensor> projection_block(const DecoderLayer& layer, const std::v
   return out;
 }
 
+namespace {
+
+// Queries or keys (B, T, heads, D) through their per-head norm where the layer has one (Qwen3's
+// q_norm / k_norm), then RoPE: one fused kernel where the policy asks for it and the shapes allow.
+at::Tensor normed_and_rotated(const DecoderLayer& layer, ModuleRole norm_role, const at::Tensor& x,
+                              const LayerContext& context) {
+  if (!context.layout.has(norm_role)) return apply_rope(x, context.rope, context.kernels.fused_elementwise);
+  const auto& weight = layer.modules[context.layout.slot(norm_role).module].norm_weight;
+  if (context.kernels.fused_norm_rope && !context.unit_offset_norms &&
+      fused_norm_rope_supported(x, weight, context.rope.cos)) {
+    return fused_norm_rope(x, weight, context.config.rms_norm_eps, context.rope.cos, context.rope.sin);
+  }
+  return apply_rope(norm_block(layer, norm_role, x, context), context.rope, context.kernels.fused_elementwise);
+}
+
+}  // namespace
+
 at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
   const int64_t batch = x.size(0);
   const int64_t seq_len = x.size(1);
@@ -171,10 +189,8 @@ at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const
   auto q = qkv[0].view({batch, seq_len, -1, head_dim});
   auto k = qkv[1].view({batch, seq_len, -1, head_dim});
   auto v = qkv[2].view({batch, seq_len, -1, head_dim});
-  if (context.layout.has(ModuleRole::kQueryNorm)) q = norm_block(layer, ModuleRole::kQueryNorm, q, context);
-  if (context.layout.has(ModuleRole::kKeyNorm)) k = norm_block(layer, ModuleRole::kKeyNorm, k, context);
-  q = apply_rope(q, context.rope, context.kernels.fused_elementwise);  // (B, T, H, D)
-  k = apply_rope(k, context.rope, context.kernels.fused_elementwise);  // (B, T, KV, D)
+  q = normed_and_rotated(layer, ModuleRole::kQueryNorm, q, context);  // (B, T, H, D)
+  k = normed_and_rotated(layer, ModuleRole::kKeyNorm, k, context);    // (B, T, KV, D)
   const auto attention = context.attention_kernel(q, k, v);            // (B, T, H*D)
   return projection_block(layer, {ModuleRole::kAttentionOutput}, attention, context)[0];
 }

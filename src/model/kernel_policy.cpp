@@ -15,7 +15,7 @@ bool cuda_kernels_compiled_in() {
 }
 
 KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
-                                  HeadGroupKernel long_row_attention) {
+                                  const KernelRequests& requests) {
   KernelPolicy policy;
   const bool cuda = device.is_cuda();
   const bool cuda_half = cuda && is_half_precision(dtype);
@@ -35,9 +35,11 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   policy.variable_length_attention = flash_shape && !policy.softcapped_attention;
   policy.padding_free_batches = flash_shape;
   // cuDNN replaces the flash groups (Note [Head-grouped cuDNN attention]); without them it has nothing to replace.
-  policy.long_row_attention = policy.variable_length_attention ? long_row_attention : HeadGroupKernel::kFlash;
+  policy.long_row_attention =
+      policy.variable_length_attention ? requests.long_row_attention : HeadGroupKernel::kFlash;
   policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in() && !policy.softcapped_attention;
   policy.fused_adamw = cuda;
+  policy.fused_norm_rope = requests.fused_norm_rope && policy.fused_elementwise && policy.fused_rms_norm;
   return policy;
 }
 
@@ -61,6 +63,7 @@ std::string KernelPolicy::describe() const {
            kLongRowAttentionVariable + ")";
   }
   add(fused_adamw, "fused AdamW", "per-tensor AdamW");
+  if (fused_norm_rope) out += std::string(", fused q/k RMSNorm + RoPE (") + kNormRopeKernelVariable + ")";
   return out;
 }
 
@@ -72,6 +75,13 @@ HeadGroupKernel requested_long_row_attention(const std::string& value) {
   throw UsageError(std::string(kLongRowAttentionVariable) + "=" + value + ": unknown attention kernel (" +
                    head_group_kernel_name(kDefaultHeadGroupKernel) + ", the default, or " +
                    head_group_kernel_name(other) + ")");
+}
+
+bool requested_norm_rope_kernel(const std::string& value) {
+  if (value.empty() || value == "aten") return false;
+  if (value == "fused") return true;
+  throw UsageError(std::string(kNormRopeKernelVariable) + "=" + value +
+                   ": expected aten (the default: ATen's RMSNorm, then the fused RoPE) or fused");
 }
 
 }  // namespace finetune

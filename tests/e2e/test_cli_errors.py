@@ -339,6 +339,15 @@ def test_long_row_attention_variable_names_a_kernel(assets):
     expect_success(args, env={"FINETUNE_LONG_ROW_ATTENTION": "flash"})
 
 
+def test_norm_rope_kernel_variable_says_aten_or_fused(assets):
+    """FINETUNE_NORM_ROPE_KERNEL (read into the kernel policy): a value other than aten or fused is a
+    usage error naming both; either runs on the CPU (no fused kernels there)."""
+    args = eval_args(assets["model"], assets["rows"])
+    expect_failure(args, 2, "FINETUNE_NORM_ROPE_KERNEL=on", "fused", env={"FINETUNE_NORM_ROPE_KERNEL": "on"})
+    for value in ["aten", "fused"]:
+        expect_success(args, env={"FINETUNE_NORM_ROPE_KERNEL": value})
+
+
 def test_graphed_all_reduce_variable_names_a_schedule(assets, tmp_path):
     """FINETUNE_GRAPHED_ALL_REDUCE (a benchmark's switch, read by train): a value that names no
     schedule is a usage error naming the accepted ones; either schedule trains on the CPU (no graphs)."""

@@ -50,17 +50,47 @@ TEST(KernelPolicy, LongRowCudnnAttentionByDefaultWhereFlashAttentionIsOn) {
   EXPECT_EQ(by_default.long_row_attention, HeadGroupKernel::kCudnn);
   const std::string cudnn_line = "long single-sample rows: cuDNN attention per KV head (FINETUNE_LONG_ROW_ATTENTION)";
   EXPECT_NE(by_default.describe().find(cudnn_line), std::string::npos) << by_default.describe();
-  const auto flash = choose_kernel_policy(cuda, at::kBFloat16, llama_config, HeadGroupKernel::kFlash);
+  const auto flash = choose_kernel_policy(cuda, at::kBFloat16, llama_config, KernelRequests{HeadGroupKernel::kFlash});
   EXPECT_EQ(flash.long_row_attention, HeadGroupKernel::kFlash);
   EXPECT_NE(flash.describe().find("long single-sample rows: flash attention per KV head"), std::string::npos)
       << flash.describe();
   EXPECT_EQ(flash.describe().find("cuDNN"), std::string::npos) << flash.describe();
   // No flash attention, no head groups to run on cuDNN: the CPU, fp32, soft-capped attention.
   for (const auto& policy :
-       {choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, HeadGroupKernel::kCudnn),
-        choose_kernel_policy(cuda, at::kFloat, llama_config, HeadGroupKernel::kCudnn),
-        choose_kernel_policy(cuda, at::kBFloat16, gemma_config("Gemma2ForCausalLM", 50.0), HeadGroupKernel::kCudnn)}) {
+       {choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, KernelRequests{HeadGroupKernel::kCudnn}),
+        choose_kernel_policy(cuda, at::kFloat, llama_config, KernelRequests{HeadGroupKernel::kCudnn}),
+        choose_kernel_policy(cuda, at::kBFloat16, gemma_config("Gemma2ForCausalLM", 50.0), KernelRequests{HeadGroupKernel::kCudnn})}) {
     EXPECT_EQ(policy.long_row_attention, HeadGroupKernel::kFlash);
+  }
+}
+
+TEST(KernelPolicy, FusedNormRopeOnlyWhereAskedAndBothFusedPathsAreOn) {
+  const at::Device cuda(at::kCUDA, 0);
+  const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, llama_config).fused_norm_rope);  // not asked
+  const KernelRequests asked{kDefaultHeadGroupKernel, /*fused_norm_rope=*/true};
+  const auto on = choose_kernel_policy(cuda, at::kBFloat16, llama_config, asked);
+  EXPECT_EQ(on.fused_norm_rope, cuda_kernels_compiled_in());
+  EXPECT_EQ(on.describe().find("fused q/k RMSNorm + RoPE (FINETUNE_NORM_ROPE_KERNEL)") != std::string::npos,
+            cuda_kernels_compiled_in())
+      << on.describe();
+  // Without the fused RoPE or the fused RMSNorm: the CPU, fp32, Gemma's (1 + w) norms.
+  EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, asked).fused_norm_rope);
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kFloat, llama_config, asked).fused_norm_rope);
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, gemma_config("Gemma3ForCausalLM", std::nullopt), asked)
+                   .fused_norm_rope);
+}
+
+TEST(KernelPolicy, NormRopeKernelVariableSaysAtenOrFused) {
+  EXPECT_FALSE(requested_norm_rope_kernel(""));  // unset
+  EXPECT_FALSE(requested_norm_rope_kernel("aten"));
+  EXPECT_TRUE(requested_norm_rope_kernel("fused"));
+  try {
+    requested_norm_rope_kernel("on");
+    ADD_FAILURE() << "no error for on";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("FINETUNE_NORM_ROPE_KERNEL=on"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fused"), std::string::npos) << e.what();
   }
 }
 

@@ -70,7 +70,7 @@ class CausalLM {
   // one (Note [4-bit base weights] in linear.h); embeddings, norms and lm_head stay in `dtype`.
   // `long_row_attention`: the kernel asked for long rows' attention (KernelPolicy::long_row_attention).
   CausalLM(ModelConfig config, at::ScalarType dtype, at::Device device, bool projections_4bit = false,
-           HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel);
+           const KernelRequests& kernel_requests = {});
 
   const ModelConfig& config() const { return config_; }
   const Architecture& architecture() const { return *architecture_; }

@@ -13,6 +13,15 @@ namespace finetune {
 // RoPE, HF's (x * cos) + (rotate_half(x) * sin): x (B, T, H, D) contiguous, cos/sin (B, T, D).
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// RMSNorm over the head dimension, then RoPE: rope(rms_norm(x) * weight) for x (B, T, H, D) and a
+// frozen weight (D) (Qwen3's q_norm / k_norm), cos/sin (B, T, D) contiguous of x's dtype, bf16 or
+// fp16, D in {64, 128, 256} (fused_norm_rope_supported). The same roundings as ATen's fused
+// RMSNorm followed by fused_rope; only the sum of squares is added in another order. One kernel
+// each way; saves x and the rows' rstd, as the RMSNorm alone does.
+bool fused_norm_rope_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos);
+at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
+                           const at::Tensor& sin);
+
 // SwiGLU, HF's act_fn(gate) * up with SiLU: gate, up (..., I) contiguous, same shape, bf16, fp16
 // or fp32.
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);

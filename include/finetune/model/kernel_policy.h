@@ -52,22 +52,38 @@ struct KernelPolicy {
   HeadGroupKernel long_row_attention = HeadGroupKernel::kFlash;
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
+  // The per-head query and key RMSNorm (Qwen3's q_norm, k_norm) and RoPE as one fused CUDA kernel
+  // each way (fused_norm_rope, model/fused_kernels.h), where the fused RoPE and RMSNorm are on and
+  // FINETUNE_NORM_ROPE_KERNEL=fused asks for it: off by default until its tests have run on a GPU.
+  bool fused_norm_rope = false;
 
   // One line for the banner, e.g. "fused RoPE/SwiGLU, fused RMSNorm, ...".
   std::string describe() const;
 };
 
+// What the environment asks of the kernels: long rows' attention (FINETUNE_LONG_ROW_ATTENTION,
+// requested_long_row_attention) and the fused q/k norm + RoPE (FINETUNE_NORM_ROPE_KERNEL,
+// requested_norm_rope_kernel).
+struct KernelRequests {
+  HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel;
+  bool fused_norm_rope = false;
+};
+
 // The CPU, fp32 and builds without CUDA kernels get PEFT's and transformers' exact expressions;
-// a CUDA device in bf16/fp16 gets every fused path this build has. `long_row_attention`: what
-// FINETUNE_LONG_ROW_ATTENTION asks for (requested_long_row_attention).
+// a CUDA device in bf16/fp16 gets every fused path this build has, and those `requests` asks for.
 KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
-                                  HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel);
+                                  const KernelRequests& requests = {});
 
 // The environment variable that asks for long rows' attention kernel, and the kernel its value
 // asks for: unset or "" kDefaultHeadGroupKernel, else a head_group_kernel_name ("flash", "cudnn"); a
 // UsageError naming them for any other value.
 inline constexpr const char* kLongRowAttentionVariable = "FINETUNE_LONG_ROW_ATTENTION";
 HeadGroupKernel requested_long_row_attention(const std::string& value);
+
+// The environment variable that asks for the fused q/k norm + RoPE kernel, and whether its value
+// does: unset, "" or "aten" no, "fused" yes; a UsageError naming them for any other value.
+inline constexpr const char* kNormRopeKernelVariable = "FINETUNE_NORM_ROPE_KERNEL";
+bool requested_norm_rope_kernel(const std::string& value);
 
 // Whether this build compiled the CUDA kernels (src/*/cuda/*.cu).
 bool cuda_kernels_compiled_in();

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "elementwise_kernels.h"
+#include "norm_rope_kernels.h"
 #include "finetune/kernels/kernel_launch.h"
 #include "finetune/model/swiglu.h"
 #include "finetune/util/errors.h"
@@ -39,6 +40,39 @@ struct FusedRope : public torch::autograd::Function<FusedRope> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     return {run_rope(grad_outputs[0], saved[0], saved[1], /*backward=*/true), at::Tensor(), at::Tensor()};
+  }
+};
+
+// x (B, T, H, D) contiguous; saves x and the fp32 rstd (B*T*H) for the backward.
+struct FusedNormRope : public torch::autograd::Function<FusedNormRope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos,
+                            const at::Tensor& sin, double eps) {
+    const int64_t head_dim = x.size(-1);
+    const int64_t heads = x.size(-2);
+    const int64_t tokens = x.numel() / (heads * head_dim);
+    auto y = at::empty_like(x);
+    auto rstd = at::empty({tokens * heads}, x.options().dtype(at::kFloat));
+    check_launch(cuda_kernels::norm_rope_forward(half_kind(x), x.data_ptr(), weight.data_ptr(), cos.data_ptr(),
+                                                 sin.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), tokens, heads,
+                                                 head_dim, static_cast<float>(eps), current_stream(x)),
+                 "norm_rope forward");
+    ctx->save_for_backward({x, weight, cos, sin, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    auto grad = grad_outputs[0].contiguous();
+    auto dx = at::empty_like(x);
+    const int64_t head_dim = x.size(-1);
+    const int64_t heads = x.size(-2);
+    check_launch(cuda_kernels::norm_rope_backward(half_kind(x), grad.data_ptr(), x.data_ptr(), saved[1].data_ptr(),
+                                                  saved[2].data_ptr(), saved[3].data_ptr(), saved[4].data_ptr<float>(),
+                                                  dx.data_ptr(), x.numel() / (heads * head_dim), heads, head_dim,
+                                                  current_stream(x)),
+                 "norm_rope backward");
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -107,6 +141,24 @@ at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
     throw Error("fused_rope: expected x (B, T, H, D) and contiguous cos/sin (B, T, D) of x's dtype");
   }
   return FusedRope::apply(x, cos, sin);
+}
+
+bool fused_norm_rope_supported(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& cos) {
+  const auto dtype = x.scalar_type();
+  return x.is_cuda() && x.dim() == 4 && (dtype == at::kBFloat16 || dtype == at::kHalf) &&
+         cuda_kernels::norm_rope_head_dim_supported(x.size(-1)) && !weight.requires_grad() &&
+         weight.scalar_type() == dtype && weight.dim() == 1 && weight.size(0) == x.size(-1) &&
+         cos.scalar_type() == dtype && cos.size(-1) == x.size(-1);
+}
+
+at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double eps, const at::Tensor& cos,
+                           const at::Tensor& sin) {
+  if (!fused_norm_rope_supported(x, weight, cos) || !cos.is_contiguous() || !sin.is_contiguous() ||
+      sin.sizes() != cos.sizes() || cos.numel() != x.size(0) * x.size(1) * x.size(-1)) {
+    throw Error("fused_norm_rope: expected x (B, T, H, D) of bf16 or fp16 with D 64, 128 or 256, a frozen weight (D) "
+                "and contiguous cos/sin (B, T, D) of x's dtype");
+  }
+  return FusedNormRope::apply(x.contiguous(), weight.contiguous(), cos, sin, eps);
 }
 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
