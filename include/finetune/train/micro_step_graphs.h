@@ -73,8 +73,9 @@
 namespace finetune {
 
 struct MicroStepGraphsConfig {
-  // Rows padded beyond this run eagerly: there the GPU's work outlasts the host's issuing even for
-  // a 1B model, and long packed rows would make many micro-steps new shapes to capture.
+  // Rows padded beyond this run eagerly: there a dense model's GPU work outlasts the host's issuing
+  // even for a 1B model, and long packed rows would make many micro-steps new shapes to capture.
+  // The trainer sets default_graph_max_tokens (longer for mixture-of-experts models).
   int64_t max_tokens = kCudaGraphMaxTokens;
   int64_t max_graphs = kCudaGraphMaxShapes;  // shapes first seen after this many captures run eagerly
   int64_t eager_warmup = 2;    // micro-steps run without capture first
