@@ -26,13 +26,28 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// This warp's row, and this lane's first column; false for a warp past the last row (the whole
-// warp leaves together, so the shuffles below see every lane).
+// Where this lane's E elements are: its warp's row of head_dim = 32 * E elements (row = token *
+// heads + head), their offset in x (base) and in the cos/sin tables (table), their first column,
+// and whether they are in the row's first half. False for a warp past the last row (the whole warp
+// leaves together, so the shuffles see every lane).
+struct LaneSpan {
+  int64_t row;
+  int64_t base;
+  int64_t table;
+  int column;
+  bool first_half;
+};
+
 template <int E>
-__device__ __forceinline__ bool warp_row(int64_t rows, int64_t& row, int& column) {
-  row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  column = (threadIdx.x % kWarp) * E;
-  return row < rows;
+__device__ __forceinline__ bool lane_span(int64_t rows, int64_t heads, LaneSpan& span) {
+  constexpr int kDim = kWarp * E;
+  span.row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (span.row >= rows) return false;
+  span.column = (threadIdx.x % kWarp) * E;
+  span.base = span.row * kDim + span.column;
+  span.table = (span.row / heads) * kDim + span.column;
+  span.first_half = span.column < kDim / 2;
+  return true;
 }
 
 template <typename T, int E>
@@ -46,31 +61,27 @@ __global__ void norm_rope_forward_kernel(const T* __restrict__ x, const T* __res
                                          const T* __restrict__ cos, const T* __restrict__ sin, T* __restrict__ y,
                                          float* __restrict__ rstd, int64_t rows, int64_t heads, float eps) {
   constexpr int kDim = kWarp * E;
-  int64_t row;
-  int column;
-  if (!warp_row<E>(rows, row, column)) return;
-  const int64_t base = row * kDim + column;
-  const int64_t table = (row / heads) * kDim + column;
+  LaneSpan span;
+  if (!lane_span<E>(rows, heads, span)) return;
   float v[E];
-  load_floats<T, E>(x + base, v);
+  load_floats<T, E>(x + span.base, v);
   float squares = 0.0f;
 #pragma unroll
   for (int k = 0; k < E; ++k) squares += v[k] * v[k];
   const float r = rsqrtf(warp_sum(squares) / kDim + eps);
   float normed[E];
 #pragma unroll
-  for (int k = 0; k < E; ++k) normed[k] = round_to<T>((v[k] * r) * to_float(weight[column + k]));
-  const bool first_half = column < kDim / 2;
+  for (int k = 0; k < E; ++k) normed[k] = round_to<T>((v[k] * r) * to_float(weight[span.column + k]));
 #pragma unroll
   for (int k = 0; k < E; ++k) {
     const float partner = __shfl_xor_sync(kFullMask, normed[k], kWarp / 2);
-    const float c = to_float(cos[table + k]), s = to_float(sin[table + k]);
+    const float c = to_float(cos[span.table + k]), s = to_float(sin[span.table + k]);
     // first half: x1 c1 + (-x2) s1; second half: x2 c2 + x1 s2 (rope_kernel's forward)
-    const float rotated = first_half ? round_to<T>(normed[k] * c) + round_to<T>(-partner * s)
-                                     : round_to<T>(normed[k] * c) + round_to<T>(partner * s);
-    y[base + k] = from_float<T>(rotated);
+    const float rotated = span.first_half ? round_to<T>(normed[k] * c) + round_to<T>(-partner * s)
+                                          : round_to<T>(normed[k] * c) + round_to<T>(partner * s);
+    y[span.base + k] = from_float<T>(rotated);
   }
-  if (column == 0) rstd[row] = r;
+  if (span.column == 0) rstd[span.row] = r;
 }
 
 template <typename T, int E>
@@ -79,31 +90,27 @@ __global__ void norm_rope_backward_kernel(const T* __restrict__ dy, const T* __r
                                           const T* __restrict__ sin, const float* __restrict__ rstd,
                                           T* __restrict__ dx, int64_t rows, int64_t heads) {
   constexpr int kDim = kWarp * E;
-  int64_t row;
-  int column;
-  if (!warp_row<E>(rows, row, column)) return;
-  const int64_t base = row * kDim + column;
-  const int64_t table = (row / heads) * kDim + column;
-  const bool first_half = column < kDim / 2;
-  const float r = rstd[row];
+  LaneSpan span;
+  if (!lane_span<E>(rows, heads, span)) return;
+  const float r = rstd[span.row];
   float weighted[E], x_hat[E];
   float dot = 0.0f;
 #pragma unroll
   for (int k = 0; k < E; ++k) {
-    const float g = to_float(dy[base + k]);
+    const float g = to_float(dy[span.base + k]);
     const float partner_g = __shfl_xor_sync(kFullMask, g, kWarp / 2);
-    const float c = to_float(cos[table + k]), s = to_float(sin[table + k]);
+    const float c = to_float(cos[span.table + k]), s = to_float(sin[span.table + k]);
     const float partner_s = __shfl_xor_sync(kFullMask, s, kWarp / 2);
     // first half: g1 c1 + g2 s2; second half: g2 c2 - g1 s1 (rope_kernel's backward), rounded
-    const float unrotated = first_half ? round_to<T>(g * c) + round_to<T>(partner_g * partner_s)
-                                       : round_to<T>(g * c) - round_to<T>(partner_g * partner_s);
-    weighted[k] = round_to<T>(unrotated) * to_float(weight[column + k]);
-    x_hat[k] = to_float(x[base + k]) * r;
+    const float unrotated = span.first_half ? round_to<T>(g * c) + round_to<T>(partner_g * partner_s)
+                                            : round_to<T>(g * c) - round_to<T>(partner_g * partner_s);
+    weighted[k] = round_to<T>(unrotated) * to_float(weight[span.column + k]);
+    x_hat[k] = to_float(x[span.base + k]) * r;
     dot += weighted[k] * x_hat[k];
   }
   const float mean_dot = warp_sum(dot) / kDim;
 #pragma unroll
-  for (int k = 0; k < E; ++k) dx[base + k] = from_float<T>(r * (weighted[k] - x_hat[k] * mean_dot));
+  for (int k = 0; k < E; ++k) dx[span.base + k] = from_float<T>(r * (weighted[k] - x_hat[k] * mean_dot));
 }
 
 int64_t blocks_for_rows(int64_t rows) { return (rows + kWarpsPerBlock - 1) / kWarpsPerBlock; }
