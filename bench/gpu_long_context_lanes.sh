@@ -23,10 +23,11 @@
 #   LANES="lora+qlora kernels+loop" bash bench/gpu_long_context_lanes.sh      (2 GPUs)
 # Results: $OUT/summary.txt, $OUT/*.json, $OUT/*.txt. The build and the bench's models come from
 # bench/gpu_step_planning.sh build (detached, so it goes on after the call on a machine that stays
-# warm), as for its runs. The lanes that run only peers (unsloth-lora, unsloth-qlora, loop) start at
-# once, beside the build; a lane that runs ours waits for it (so unsloth-qlora+qlora runs Unsloth
-# during the build). REUSE_BUILD=1 (a later call on the same warm machine) starts no build and waits
-# for the one already there.
+# warm), as for its runs. The lanes that run only peers (unsloth-lora, unsloth-qlora, loop) start
+# once the build's models are written (they are made on GPU 0, and a probe's ballast sizes itself
+# from the free memory), beside the build; a lane that runs ours waits for the build (so
+# unsloth-qlora+qlora runs Unsloth during the build). REUSE_BUILD=1 (a later call on the same warm
+# machine) starts no build and waits for the one already there.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-/tmp/gpu_long_context_lanes}
@@ -105,16 +106,20 @@ lane_kernels() {
 peer_only() {  # peer_only LANE: whether the lane runs only peers (no build needed)
   case $1 in unsloth-lora|unsloth-qlora|loop) return 0 ;; *) return 1 ;; esac
 }
+wait_for_inputs() {  # a peer lane: the build's models are made on GPU 0 (bench/shapes.py), and a ballast
+  # sizes itself from the GPU's free memory, so no peer probe starts before they are written
+  while [ ! -f /tmp/step_planning_work/inputs.rc ] && [ "$(elapsed)" -lt "$END_S" ]; do sleep 5; done
+}
 wait_for_build() {  # once per lane that needs ours: the build (and the bench's models) done, its env sourced
   WAIT_S=$(( END_S - $(elapsed) )) OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait >> "$OUT/wait.txt" 2>&1 ||
     { note "build failed or unfinished"; return 1; }
   source "$TREE/build-gpu/env.sh" 2>/dev/null || true
 }
 run_lanes() {  # run_lanes GPU WORD: the word's lanes (joined by +) one after the other; a lane that runs
-  # ours waits for the build first, so a peer lane before it runs beside the build
+  # ours waits for the build first, so a peer lane before it runs beside the build (after its models)
   local lane
   for lane in ${2//+/ }; do
-    peer_only "$lane" || wait_for_build || return
+    if peer_only "$lane"; then wait_for_inputs; else wait_for_build || return; fi
     "lane_$lane" "$1"
   done
 }
