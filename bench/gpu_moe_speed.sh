@@ -12,7 +12,9 @@
 # A step's time and FLOPs are a per-token constant (embedding, LM head, optimizer) plus one term
 # per layer, so two depths give each variant's ratio at FULL_LAYERS (default 48, the real model's):
 # (a + b L) / (c + d L) from the two measured depths, in $OUT/summary.txt. PROFILE=1 also profiles
-# the last variant at the last depth (steps 10-11: kernel_summary in $OUT).
+# the last variant at the last depth (steps 10-11: kernel_summary in $OUT). After the first variant
+# (unless SKIP_PARITY=1), bench/gpu_parity.py on the shallowest model with the ATen q/k norms and
+# with FINETUNE_NORM_ROPE_KERNEL=fused.
 #   bash bench/gpu_moe_speed.sh
 #   REUSE_BUILD=1 SKIP_TESTS=1 VARIANTS="graphed normrope" bash bench/gpu_moe_speed.sh
 set -uo pipefail
@@ -37,8 +39,10 @@ source "$TREE/build-gpu/env.sh"
 if [ -z "${SKIP_TESTS:-}" ]; then
   SKIP_BUILD=1 BUILD_DIR=$TREE/build-gpu PARITY_SHAPES=${PARITY_SHAPES-} OUT=$OUT/cuda \
     bash "$ROOT/bench/gpu_cuda_tests.sh" > "$OUT/cuda.txt" 2>&1
-  echo "gpu_cuda_tests: exit $? ($(grep -c '^PASS' "$OUT/cuda/summary.txt") PASS, $(grep -c '^FAIL' "$OUT/cuda/summary.txt") FAIL)" |
-    tee -a "$OUT/summary.txt"
+  status=$?
+  passed=$(grep -c '^PASS' "$OUT/cuda/summary.txt")
+  failed=$(grep -c '^FAIL' "$OUT/cuda/summary.txt")
+  echo "gpu_cuda_tests: exit $status ($passed PASS, $failed FAIL)" | tee -a "$OUT/summary.txt"
 fi
 
 variant_run() {  # variant_run VARIANT DEPTH: one efficiency measurement, its JSON in $OUT
@@ -63,8 +67,20 @@ print(f"{sys.argv[2]} {d['layers']} layers: {ours.get('tokens_per_s', 0):,.0f} t
 PY
 }
 
+parity() {  # parity DEPTH: bf16 logits against transformers on the DEPTH-layer model, with the ATen
+  # q/k norms and with the fused norm + RoPE (bench/gpu_parity.py's ratio to transformers' bf16 error)
+  local dir=/tmp/moe_speed/$SHAPE-$1layers kernel
+  for kernel in aten fused; do
+    FINETUNE_NORM_ROPE_KERNEL=$kernel python3 "$ROOT/bench/gpu_parity.py" --finetune "$FINETUNE" \
+      --model "$dir/model" --data "$dir/rows.jsonl" --work "/tmp/moe_speed_parity_$kernel" \
+      > "$OUT/parity-$kernel.json" 2> "$OUT/parity-$kernel.err"
+    echo "parity, q/k norms $kernel: exit $? $(tail -c 300 "$OUT/parity-$kernel.json")" | tee -a "$OUT/summary.txt"
+  done
+}
+
 for variant in "${VARIANT_LIST[@]}"; do
   for depth in "${DEPTH_LIST[@]}"; do variant_run "$variant" "$depth"; done
+  [ "$variant" = "${VARIANT_LIST[0]}" ] && [ -z "${SKIP_PARITY:-}" ] && parity "${DEPTH_LIST[0]}"
   if [ "${#DEPTH_LIST[@]}" -ge 2 ]; then
     python3 - "$OUT/$variant-${DEPTH_LIST[0]}.json" "$OUT/$variant-${DEPTH_LIST[-1]}.json" "$FULL_LAYERS" "$variant" \
       <<'PY' | tee -a "$OUT/summary.txt"
