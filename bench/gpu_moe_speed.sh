@@ -30,7 +30,9 @@ read -ra DEPTH_LIST <<< "${DEPTHS:-2 8}"
 read -ra VARIANT_LIST <<< "${VARIANTS:-eager graphed normrope}"
 
 if [ -z "${REUSE_BUILD:-}" ]; then
-  SHAPES=llama-3.2-1b bash "$ROOT/bench/gpu_step_planning.sh" build > "$OUT/build-start.txt" 2>&1
+  # With the bench's models of INPUT_SHAPES (default qwen3-8b: what bench/gpu_rank_contention.sh
+  # runs next on the same warm machine), made beside the build.
+  RUNS=${INPUT_SHAPES:-qwen3-8b} bash "$ROOT/bench/gpu_step_planning.sh" build > "$OUT/build-start.txt" 2>&1
 fi
 WAIT_S=${WAIT_S:-480} OUT=$OUT bash "$ROOT/bench/gpu_step_planning.sh" wait > "$OUT/wait.txt" 2>&1 ||
   { echo "build failed or unfinished: $OUT/wait.txt, $OUT/build.log"; exit 1; }
