@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "finetune/train/micro_step_graph_limits.h"
 #include "finetune/util/errors.h"
 
 namespace finetune {
@@ -107,9 +108,13 @@ GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
   const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
   GraphShape shape{graph_bucket(tokens), graph_bucket(targets), graph_sample_bucket(samples + 1)};
-  // The filler is as long as the bucket's tokens beyond this micro-batch's own (graph_batch).
+  // Rows up to kCudaGraphMaxTokens keep the whole row as attention's bound (one shape per row
+  // length, as the dense models' graphs were measured); longer rows are bounded by their longest
+  // sample or the filler, which is as long as the bucket's tokens beyond the batch's own.
   const int64_t longest_sample = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  shape.longest = graph_longest_bucket(std::max(longest_sample, shape.tokens - batch.real_tokens), shape.tokens);
+  shape.longest = shape.tokens <= kCudaGraphMaxTokens
+                      ? shape.tokens
+                      : graph_longest_bucket(std::max(longest_sample, shape.tokens - batch.real_tokens), shape.tokens);
   if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
   if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
   return shape;

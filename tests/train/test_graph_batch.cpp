@@ -123,20 +123,21 @@ TEST(GraphLongestBucket, PowersOfTwoFrom64UpToTheRow) {
   for (const auto& [length, tokens, bucket] : cases) EXPECT_EQ(graph_longest_bucket(length, tokens), bucket) << length;
 }
 
-// A packed row of short samples: attention's max_seqlen bounds its samples and its filler, not the
-// whole row (a bound of the row would size the kernel's grid for samples 16x longer than any).
-TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerNotTheRow) {
+// A row beyond kCudaGraphMaxTokens of short samples: attention's max_seqlen bounds its samples and
+// its filler, not the whole row (a bound of the row would size the kernel's grid for samples 16x
+// longer than any). Rows up to it keep the row as the bound: one shape per row length.
+TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerBeyondTheGraphLimit) {
   std::vector<Sample> rows;
   std::vector<int64_t> order;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < 40; ++i) {
     const size_t length = i == 7 ? 130 : 100;
     rows.push_back({std::vector<int32_t>(length, 4), std::vector<int32_t>(length, 4)});
     order.push_back(i);
   }
-  HostBatch packed = collate_rows(rows, {order}, 0);  // 2030 tokens in one row
+  HostBatch packed = collate_rows(rows, {order}, 0);  // 4,030 tokens in one row
   const GraphBatch padded = graph_batch(flatten(packed), 0);
-  EXPECT_EQ(padded.shape.tokens, 2048);
-  EXPECT_EQ(padded.shape.longest, 256);  // the 130-token sample; the filler has 18
+  EXPECT_EQ(padded.shape.tokens, 4096);
+  EXPECT_EQ(padded.shape.longest, 256);  // the 130-token sample; the filler has 66
   const auto in = graph_inputs(longs(padded.values), padded.shape);
   const MicroBatchInputs batch = graph_micro_batch(in, padded.shape);
   EXPECT_EQ(batch.mask.max_seqlen, 256);
@@ -144,18 +145,23 @@ TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerNotTheRow) {
   EXPECT_EQ(lengths.max().item<int>(), 130);
   EXPECT_EQ(graph_shape(packed), padded.shape);
 
-  // Another rank's 3000 tokens pad this micro-batch with a filler of 1042 tokens: the bound covers it.
-  packed.step_peak_real_tokens = 3000;
+  // Another rank's 6,000 tokens pad this micro-batch with a filler of 2,114 tokens: the bound covers it.
+  packed.step_peak_real_tokens = 6000;
   const GraphShape shape = graph_shape(packed);
-  EXPECT_EQ(shape.tokens, 3072);
-  EXPECT_EQ(shape.longest, 2048);
+  EXPECT_EQ(shape.tokens, 6144);
+  EXPECT_EQ(shape.longest, 4096);
   HostBatch flat = flatten(packed);
-  flat.step_peak_real_tokens = 3000;
+  flat.step_peak_real_tokens = 6000;
   const GraphBatch wide = graph_batch(flat, 0);
   EXPECT_EQ(wide.shape, shape);
   const auto wide_in = graph_inputs(longs(wide.values), wide.shape);
   const auto wide_lengths = wide_in.cu_seqlens.slice(0, 1) - wide_in.cu_seqlens.slice(0, 0, -1);
-  EXPECT_EQ(wide_lengths.max().item<int>(), 1042);
+  EXPECT_EQ(wide_lengths.max().item<int>(), 2114);
+
+  // Up to the limit the row is the bound: 20 of those samples (2,030 tokens) in the 2048 bucket.
+  rows.resize(20);
+  order.resize(20);
+  EXPECT_EQ(graph_shape(collate_rows(rows, {order}, 0)).longest, 2048);
 }
 
 TEST(GraphBatch, RejectsUnflattenedBatches) {

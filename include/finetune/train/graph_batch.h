@@ -48,8 +48,9 @@ struct GraphShape {
   int64_t samples = 0;  // real samples + the filler + empty samples: graph_sample_bucket
   int64_t pairs = 0;    // GraphSections::pairs: pair slots (graph_pair_bucket); else 0
   int64_t chosen_next_tokens = 0;  // GraphSections::chosen_next_tokens: graph_bucket of them; else 0
-  // Bounds every sample's length and the filler's (graph_longest_bucket): attention's max_seqlen,
-  // which sizes its launch grid (a bound of the whole row would launch mostly idle blocks).
+  // Bounds every sample's length and the filler's: attention's max_seqlen, which sizes its launch
+  // grid. The row's tokens up to kCudaGraphMaxTokens; beyond, graph_longest_bucket of the longest
+  // sample or filler (a bound of the whole row would launch mostly idle blocks).
   int64_t longest = 0;
   auto key() const { return std::tie(tokens, targets, samples, pairs, chosen_next_tokens, longest); }
   bool operator<(const GraphShape& other) const { return key() < other.key(); }
