@@ -10,8 +10,9 @@
 // in its last bits (2^-24-sized against the dtype's u = eps / 2). Bounds per element, with N the
 // exact normalised value w x r, P its partner in the rotation, C, S the tables, all in double:
 //   y:  a flipped rounding of N moves it by one ulp (<= eps |N|), and each rounded product by that
-//       times |C| or |S| plus its own flipped rounding; the sum's rounding flips too:
-//       bound 2 eps (|N C| + |P S|) + eps |y|.
+//       times |C| or |S| plus its own flipped rounding; the sum's rounding flips too; (1 + 2 eps)
+//       covers the rounded values' magnitudes over the exact ones:
+//       bound 2 eps (1 + 2 eps) (|N C| + |P S|) + eps |y|.
 //   dx: the same rounded upstream gradient G on both sides (the un-rotation's bits are equal);
 //       r (G w - x^ mean(G w x^)) in fp32 in another order differs by a few 2^-24 of its terms'
 //       magnitudes, then each side rounds once (a flip: eps |dx|):
@@ -98,7 +99,8 @@ TEST(FusedNormRope, WithinDerivedBoundsOfRmsNormThenRopeAndAsAccurate) {
       const auto C = host_double(tables.cos).unsqueeze(2).expand({batch, tokens, heads, dim}).reshape({-1, dim});
       const auto S = host_double(tables.sin).unsqueeze(2).expand({batch, tokens, heads, dim}).reshape({-1, dim});
       const auto y_f = host_double(y_fused).view({-1, dim}), y_a = host_double(y_aten).view({-1, dim});
-      const auto y_bound = 2 * eps * ((N * C).abs() + (P * S).abs()) + eps * at::maximum(y_f.abs(), y_a.abs()) + floor;
+      const auto y_bound = 2 * eps * (1 + 2 * eps) * ((N * C).abs() + (P * S).abs()) +
+                           eps * at::maximum(y_f.abs(), y_a.abs()) + floor;
       EXPECT_TRUE(within_bound(y_f, y_a, y_bound)) << "y";
 
       const auto Gw = host_double(normed.grad()).view({-1, dim}) * W;
