@@ -39,7 +39,7 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
        "bench/gpu_rank_contention.sh: after_replay (the default) or overlapped, the gradient all-reduce of "
        "graphed micro-steps (read by the train command, commands/train_command.cpp)"},
       {"FINETUNE_CUDA_GRAPH_MAX_TOKENS",
-       "bench/moe_flop_efficiency.py: the longest micro-step replayed from a CUDA graph, in tokens (read by "
+       "bench/gpu_moe_speed.sh: the longest micro-step replayed from a CUDA graph, in tokens (read by "
        "the train command, commands/train_command.cpp)"},
       {"FINETUNE_LLAMA_LORA_LOGITS", "scripts/test.sh: the llama.cpp LoRA driver it builds for tests/e2e"},
       {"FINETUNE_SKIP_SETUP", "scripts/demo.sh: do not run setup.sh"},
