@@ -3,7 +3,8 @@
 #   1. build: scripts/setup.sh into $BUILD_DIR (ninja, Release, the carried .deps headers);
 #      SKIP_BUILD=1 when another script of the same call has built that directory already
 #   2. finetune_cuda_tests (tests/cuda/): the fused kernels against their ATen compositions, fused
-#      AdamW, the NCCL communicator with every visible GPU as a rank (its collective cases need 2)
+#      AdamW, the NCCL communicator with every visible GPU as a rank (its collective cases need 2);
+#      CUDA_TEST_FILTER (a gtest filter) runs some of them
 #   3. the CUDA cases of finetune_core_tests (--gtest_filter='*Cuda*': the 8-bit AdamW kernel, the
 #      NF4 and blockwise 8-bit kernels, the KV-cache forward, DoRA); those that compare with
 #      bitsandbytes' fixtures only where bitsandbytes imports (carried in .deps/py)
@@ -12,6 +13,8 @@
 # One PASS/FAIL line per step (also in $OUT/summary.txt); exits non-zero if any step failed.
 #   bash bench/gpu_cuda_tests.sh
 #   SKIP_BUILD=1 BUILD_DIR=build-gpu bash bench/gpu_cuda_tests.sh
+#   CUDA_TEST_FILTER='FusedNormRope.*:*MicroStepGraphs*' bash bench/gpu_cuda_tests.sh   (step 2's cases
+#   by a gtest filter; the script takes no arguments)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -78,7 +81,7 @@ mkdir -p "$FINETUNE_FIXTURES"
 
 # 2. tests/cuda
 if [ -x "$BUILD_DIR/finetune_cuda_tests" ]; then
-  timeout -k 10 "$TEST_TIMEOUT" "$BUILD_DIR/finetune_cuda_tests" \
+  timeout -k 10 "$TEST_TIMEOUT" "$BUILD_DIR/finetune_cuda_tests" --gtest_filter="${CUDA_TEST_FILTER:-*}" \
     --gtest_output="json:$OUT/finetune_cuda_tests.json" > "$OUT/finetune_cuda_tests.log" 2>&1
   status=$?
   gtest_outcome "$OUT/finetune_cuda_tests.log"
