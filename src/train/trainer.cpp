@@ -83,8 +83,9 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
       layout_(batch_layout_for(model.kernel_policy())),
       start_(Clock::now()) {
   reducer_.broadcast_parameters();
-  const auto& offload_above = forward_options_.offload_activations_above_bytes;
-  if (config.gradient_checkpointing && offload_above && communicator.rank() == 0) {
+  // Checkpointed layer inputs go to host memory: offloading asked, and layers recomputed.
+  const bool offloading = config.gradient_checkpointing && forward_options_.offload_activations_above_bytes;
+  if (offloading && communicator.rank() == 0) {
     log::info("activation offloading: each layer's checkpointed input goes to pinned host memory until its "
               "recompute (--offload_activations)");
   }
@@ -100,10 +101,10 @@ Trainer::Trainer(CausalLM& model, const NamedTensors& trainable, MicroBatchStrea
   const std::string graphs_unsupported = graphs_asked ? micro_step_graphs_unsupported_reason(model, objective) : "";
   if (graphs_asked && graphs_unsupported.empty()) {
     MicroStepGraphsConfig graph_config;
-    graph_config.offload_activations = forward_options_.offload_activations_above_bytes.has_value();
+    graph_config.offload_activations = offloading;
     graph_config.overlap_all_reduce = config.overlap_graphed_all_reduce;
-    graph_config.max_tokens = config.cuda_graph_max_tokens.value_or(
-        default_graph_max_tokens(model.config(), graph_config.offload_activations && config.gradient_checkpointing));
+    graph_config.max_tokens =
+        config.cuda_graph_max_tokens.value_or(default_graph_max_tokens(model.config(), offloading));
     graphs_ = std::make_unique<MicroStepGraphs>(model, without_offloading(forward_options_), graph_config, objective);
   } else if (graphs_asked && model.device().is_cuda() && communicator.rank() == 0) {
     log::info("CUDA graphs off: " + graphs_unsupported + "; micro-steps run eagerly");
