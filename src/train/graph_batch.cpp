@@ -139,11 +139,11 @@ GraphBatch graph_batch(const HostBatch& flat, int64_t filler_token_id, GraphSect
   out.trainable_tokens = flat.trainable_tokens;
   out.real_tokens = flat.real_tokens;
   const int64_t filler = out.shape.tokens - real;
-  const std::vector<int64_t>& lengths = flat.sample_lengths[0];
-  if (filler > out.shape.longest ||
-      (!lengths.empty() && *std::max_element(lengths.begin(), lengths.end()) > out.shape.longest)) {
-    throw Error("graph_batch: a sample or the filler of " + std::to_string(filler) + " tokens is longer than the " +
-                "shape's bound of " + std::to_string(out.shape.longest));
+  // graph_shape bounds the same samples; the filler it bounds is the batch's real_tokens short of
+  // the bucket, which must be the flattened row's length.
+  if (filler > out.shape.longest) {
+    throw Error("graph_batch: the filler of " + std::to_string(filler) + " tokens is longer than the shape's bound of " +
+                std::to_string(out.shape.longest));
   }
   const int64_t padding_targets = out.shape.targets - static_cast<int64_t>(positions.size());
 
