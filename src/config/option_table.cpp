@@ -367,7 +367,9 @@ std::vector<OptionRow> build_option_table() {
                 "how much an evaluation must beat the best one by to count as an improvement"),
       bool_row("cuda_graphs", {"training", kTrain}, &Options::cuda_graphs,
                "on CUDA, replay micro-steps of up to " + std::to_string(kCudaGraphMaxTokens) + " tokens (" +
-                   std::to_string(kCudaGraphMaxTokensSparse) + " for mixture-of-experts models) from CUDA graphs captured once per padded length (after the warm-up, those of the next " +
+                   std::to_string(kCudaGraphMaxTokensSparse) +
+                   " for mixture-of-experts models) from CUDA graphs captured once per padded length (after the "
+                   "warm-up, those of the next " +
                    std::to_string(kCudaGraphCaptureAheadSteps) + " steps at once), at most " +
                    std::to_string(kCudaGraphMaxShapes) + " lengths (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
       // Long context (issue 31): README "Long context".
