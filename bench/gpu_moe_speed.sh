@@ -9,6 +9,8 @@
 #   graphed   the default: mixture-of-experts micro-steps graphed up to 16,384 tokens
 #   normrope  graphed, with FINETUNE_NORM_ROPE_KERNEL=fused (Qwen3's q/k RMSNorm + RoPE, one kernel)
 #   rows8     graphed at 8 packed rows of 2048 a micro-step
+#   aten      FINETUNE_NORM_ROPE_KERNEL=aten (the ATen q/k norms and RoPE)
+# A variant may join parts with +: normrope+rows8.
 # A step's time and FLOPs are a per-token constant (embedding, LM head, optimizer) plus one term
 # per layer, so two depths give each variant's ratio at FULL_LAYERS (default 48, the real model's):
 # (a + b L) / (c + d L) from the two measured depths, in $OUT/summary.txt. PROFILE=1 also profiles
@@ -48,15 +50,18 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 variant_run() {  # variant_run VARIANT DEPTH: one efficiency measurement, its JSON in $OUT
-  local variant=$1 depth=$2 rows=4
+  local variant=$1 depth=$2 rows=4 part
   local -a env_args=()
-  case "$variant" in
-    eager) env_args=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048) ;;
-    graphed) ;;
-    normrope) env_args=(FINETUNE_NORM_ROPE_KERNEL=fused) ;;
-    rows8) rows=8 ;;
-    *) echo "unknown variant $variant" >&2; return 2 ;;
-  esac
+  for part in ${variant//+/ }; do  # a variant may join parts with +, e.g. normrope+rows8
+    case "$part" in
+      eager) env_args+=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048) ;;
+      graphed) ;;
+      normrope) env_args+=(FINETUNE_NORM_ROPE_KERNEL=fused) ;;
+      aten) env_args+=(FINETUNE_NORM_ROPE_KERNEL=aten) ;;
+      rows8) rows=8 ;;
+      *) echo "unknown variant part $part" >&2; return 2 ;;
+    esac
+  done
   env "${env_args[@]}" python3 "$ROOT/bench/moe_flop_efficiency.py" --finetune "$FINETUNE" --shape "$SHAPE" \
     --layers "$depth" --rows "$rows" --steps 30 --logging_steps 5 --work /tmp/moe_speed \
     > "$OUT/$variant-$depth.json" 2> "$OUT/$variant-$depth.err"
@@ -115,8 +120,8 @@ print(" ".join(cmd + ["--profile_start_step", "10", "--profile_steps", "2"]))
 PY
 )
   extra=()
-  [ "$last" = normrope ] && extra=(FINETUNE_NORM_ROPE_KERNEL=fused)
-  [ "$last" = eager ] && extra=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048)
+  [[ "$last" == *normrope* ]] && extra+=(FINETUNE_NORM_ROPE_KERNEL=fused)
+  [[ "$last" == *eager* ]] && extra+=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048)
   # shellcheck disable=SC2086
   env "${extra[@]}" $command > "$OUT/profile.log" 2>&1
   cp /tmp/moe_speed_profile/kernel_summary-rank0.txt "$OUT/kernel_summary-$last-$depth.txt"
