@@ -48,6 +48,7 @@ def main():
     p.add_argument("--device", default="cuda", help="cuda; cpu checks the script itself on a tiny model")
     args = p.parse_args()
     rows = parity_rows(args.data, args.rows, args.long_rows)
+    os.makedirs(args.work, exist_ok=True)
     subset = f"{args.work}/parity_rows.jsonl"
     with open(subset, "w") as f:
         for r in rows:

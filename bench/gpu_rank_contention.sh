@@ -6,10 +6,10 @@
 #   ddp      two ranks under torchrun;
 #   <base>-<variant>  one of those with one change: VARIANT_ARGS_<variant> flags and
 #            VARIANT_ENV_<variant> environment (nographs, onebucket, ctas4, omp8, overlapped, simple,
-#            ncclinfo, normrope below: overlapped launches the graphed micro-steps' bucket all-reduces
+#            ncclinfo, normrope, aten below: overlapped launches the graphed micro-steps' bucket all-reduces
 #            during the replay, Note [Bucket all-reduces during a replay] in ddp/grad_reducer.h;
 #            ncclinfo logs the transport NCCL chose, in the run's log; normrope runs the fused q/k
-#            RMSNorm + RoPE kernel);
+#            RMSNorm + RoPE kernel, the default; aten runs ATen's RMSNorm, then the fused RoPE);
 # all over the same global batches: a one-GPU run takes twice the steps and warm-up of a two-rank
 # run. While each run trains, nvidia-smi samples the SM clock, power and throttle reasons of both
 # GPUs (mean over the samples where the GPU is busy). With PROFILE=1 each mode is run a second
@@ -38,6 +38,7 @@ VARIANT_ENV_overlapped="FINETUNE_GRAPHED_ALL_REDUCE=overlapped"
 VARIANT_ENV_simple="NCCL_PROTO=Simple"
 VARIANT_ENV_ncclinfo="NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH"
 VARIANT_ENV_normrope="FINETUNE_NORM_ROPE_KERNEL=fused"
+VARIANT_ENV_aten="FINETUNE_NORM_ROPE_KERNEL=aten"
 mkdir -p "$WORK"
 
 # The setting's flags: the seed setting unless SETTING_ARGS says otherwise (the 8B shape's best:

@@ -33,8 +33,8 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
        "long single-sample rows' attention per KV head: cudnn (the default) or flash "
        "(read into the kernel policy, model/kernel_policy.h)"},
       {"FINETUNE_NORM_ROPE_KERNEL",
-       "aten (the default) or fused: Qwen3's per-head q/k RMSNorm and RoPE as one CUDA kernel (read into the "
-       "kernel policy, model/kernel_policy.h)"},
+       "fused (the default: Qwen3's per-head q/k RMSNorm and RoPE as one CUDA kernel) or aten (ATen's "
+       "RMSNorm, then the fused RoPE; read into the kernel policy, model/kernel_policy.h)"},
       {"FINETUNE_GRAPHED_ALL_REDUCE",
        "bench/gpu_rank_contention.sh: after_replay (the default) or overlapped, the gradient all-reduce of "
        "graphed micro-steps (read by the train command, commands/train_command.cpp)"},

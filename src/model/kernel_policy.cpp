@@ -78,10 +78,11 @@ HeadGroupKernel requested_long_row_attention(const std::string& value) {
 }
 
 bool requested_norm_rope_kernel(const std::string& value) {
-  if (value.empty() || value == "aten") return false;
-  if (value == "fused") return true;
+  if (value.empty() || value == "fused") return true;
+  if (value == "aten") return false;
   throw UsageError(std::string(kNormRopeKernelVariable) + "=" + value +
-                   ": expected aten (the default: ATen's RMSNorm, then the fused RoPE) or fused");
+                   ": expected fused (the default: one kernel for the q/k RMSNorm and RoPE) or aten (ATen's "
+                   "RMSNorm, then the fused RoPE)");
 }
 
 }  // namespace finetune

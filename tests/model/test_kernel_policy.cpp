@@ -64,11 +64,12 @@ TEST(KernelPolicy, LongRowCudnnAttentionByDefaultWhereFlashAttentionIsOn) {
   }
 }
 
-TEST(KernelPolicy, FusedNormRopeOnlyWhereAskedAndBothFusedPathsAreOn) {
+TEST(KernelPolicy, FusedNormRopeByDefaultWhereBothFusedPathsAreOnUnlessAtenIsAsked) {
   const at::Device cuda(at::kCUDA, 0);
   const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
-  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, llama_config).fused_norm_rope);  // not asked
-  const KernelRequests asked{kDefaultHeadGroupKernel, /*fused_norm_rope=*/true};
+  const KernelRequests aten{kDefaultHeadGroupKernel, /*fused_norm_rope=*/false};
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, llama_config, aten).fused_norm_rope);
+  const KernelRequests asked;  // the default requests
   const auto on = choose_kernel_policy(cuda, at::kBFloat16, llama_config, asked);
   EXPECT_EQ(on.fused_norm_rope, cuda_kernels_compiled_in());
   EXPECT_EQ(on.describe().find("fused q/k RMSNorm + RoPE (FINETUNE_NORM_ROPE_KERNEL)") != std::string::npos,
@@ -82,7 +83,7 @@ TEST(KernelPolicy, FusedNormRopeOnlyWhereAskedAndBothFusedPathsAreOn) {
 }
 
 TEST(KernelPolicy, NormRopeKernelVariableSaysAtenOrFused) {
-  EXPECT_FALSE(requested_norm_rope_kernel(""));  // unset
+  EXPECT_TRUE(requested_norm_rope_kernel(""));  // unset
   EXPECT_FALSE(requested_norm_rope_kernel("aten"));
   EXPECT_TRUE(requested_norm_rope_kernel("fused"));
   try {

@@ -53,8 +53,8 @@ struct KernelPolicy {
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
   // The per-head query and key RMSNorm (Qwen3's q_norm, k_norm) and RoPE as one fused CUDA kernel
-  // each way (fused_norm_rope, model/fused_kernels.h), where the fused RoPE and RMSNorm are on and
-  // FINETUNE_NORM_ROPE_KERNEL=fused asks for it: off by default until its tests have run on a GPU.
+  // each way (fused_norm_rope, model/fused_kernels.h), where the fused RoPE and RMSNorm are on,
+  // unless FINETUNE_NORM_ROPE_KERNEL=aten asks for ATen's RMSNorm, then the fused RoPE.
   bool fused_norm_rope = false;
 
   // One line for the banner, e.g. "fused RoPE/SwiGLU, fused RMSNorm, ...".
@@ -66,7 +66,7 @@ struct KernelPolicy {
 // requested_norm_rope_kernel).
 struct KernelRequests {
   HeadGroupKernel long_row_attention = kDefaultHeadGroupKernel;
-  bool fused_norm_rope = false;
+  bool fused_norm_rope = true;
 };
 
 // The CPU, fp32 and builds without CUDA kernels get PEFT's and transformers' exact expressions;
@@ -81,7 +81,7 @@ inline constexpr const char* kLongRowAttentionVariable = "FINETUNE_LONG_ROW_ATTE
 HeadGroupKernel requested_long_row_attention(const std::string& value);
 
 // The environment variable that asks for the fused q/k norm + RoPE kernel, and whether its value
-// does: unset, "" or "aten" no, "fused" yes; a UsageError naming them for any other value.
+// does: unset, "" or "fused" yes, "aten" no; a UsageError naming them for any other value.
 inline constexpr const char* kNormRopeKernelVariable = "FINETUNE_NORM_ROPE_KERNEL";
 bool requested_norm_rope_kernel(const std::string& value);
 
