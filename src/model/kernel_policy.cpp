@@ -14,6 +14,20 @@ bool cuda_kernels_compiled_in() {
 #endif
 }
 
+namespace {
+
+// Whether the layers normalise each head's queries and keys (Qwen3's q_norm, k_norm).
+bool has_query_key_norms(const Architecture& architecture) {
+  for (const auto& module : architecture.layer_modules) {
+    for (const ModuleRole role : module.roles) {
+      if (role == ModuleRole::kQueryNorm) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
                                   const KernelRequests& requests) {
   KernelPolicy policy;
@@ -39,7 +53,8 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
       policy.variable_length_attention ? requests.long_row_attention : HeadGroupKernel::kFlash;
   policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in() && !policy.softcapped_attention;
   policy.fused_adamw = cuda;
-  policy.fused_norm_rope = requests.fused_norm_rope && policy.fused_elementwise && policy.fused_rms_norm;
+  policy.fused_norm_rope = requests.fused_norm_rope && policy.fused_elementwise && policy.fused_rms_norm &&
+                           architecture && has_query_key_norms(*architecture);
   return policy;
 }
 

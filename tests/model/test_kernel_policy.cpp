@@ -64,20 +64,24 @@ TEST(KernelPolicy, LongRowCudnnAttentionByDefaultWhereFlashAttentionIsOn) {
   }
 }
 
-TEST(KernelPolicy, FusedNormRopeByDefaultWhereBothFusedPathsAreOnUnlessAtenIsAsked) {
+TEST(KernelPolicy, FusedNormRopeByDefaultForQueryKeyNormsWhereBothFusedPathsAreOnUnlessAtenIsAsked) {
   const at::Device cuda(at::kCUDA, 0);
-  const auto llama_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
+  auto qwen3_config = tiny_llama_config({32, 16, 24, 2, 2, 1, 16});
+  qwen3_config.architecture = "Qwen3ForCausalLM";
   const KernelRequests aten{kDefaultHeadGroupKernel, /*fused_norm_rope=*/false};
-  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, llama_config, aten).fused_norm_rope);
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, qwen3_config, aten).fused_norm_rope);
   const KernelRequests asked;  // the default requests
-  const auto on = choose_kernel_policy(cuda, at::kBFloat16, llama_config, asked);
+  const auto on = choose_kernel_policy(cuda, at::kBFloat16, qwen3_config, asked);
   EXPECT_EQ(on.fused_norm_rope, cuda_kernels_compiled_in());
   EXPECT_EQ(on.describe().find("fused q/k RMSNorm + RoPE (FINETUNE_NORM_ROPE_KERNEL)") != std::string::npos,
             cuda_kernels_compiled_in())
       << on.describe();
-  // Without the fused RoPE or the fused RMSNorm: the CPU, fp32, Gemma's (1 + w) norms.
-  EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, llama_config, asked).fused_norm_rope);
-  EXPECT_FALSE(choose_kernel_policy(cuda, at::kFloat, llama_config, asked).fused_norm_rope);
+  // Without q/k norms (Llama), or without the fused RoPE or the fused RMSNorm: the CPU, fp32,
+  // Gemma-3's (1 + w) norms.
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, tiny_llama_config({32, 16, 24, 2, 2, 1, 16}), asked)
+                   .fused_norm_rope);
+  EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCPU), at::kBFloat16, qwen3_config, asked).fused_norm_rope);
+  EXPECT_FALSE(choose_kernel_policy(cuda, at::kFloat, qwen3_config, asked).fused_norm_rope);
   EXPECT_FALSE(choose_kernel_policy(cuda, at::kBFloat16, gemma_config("Gemma3ForCausalLM", std::nullopt), asked)
                    .fused_norm_rope);
 }

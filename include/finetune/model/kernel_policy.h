@@ -53,8 +53,9 @@ struct KernelPolicy {
   // One multi-tensor fused AdamW launch (ATen's _fused_adamw_) instead of the per-tensor formula.
   bool fused_adamw = false;
   // The per-head query and key RMSNorm (Qwen3's q_norm, k_norm) and RoPE as one fused CUDA kernel
-  // each way (fused_norm_rope, model/fused_kernels.h), where the fused RoPE and RMSNorm are on,
-  // unless FINETUNE_NORM_ROPE_KERNEL=aten asks for ATen's RMSNorm, then the fused RoPE.
+  // each way (fused_norm_rope, model/fused_kernels.h), in architectures with those norms where the
+  // fused RoPE and RMSNorm are on, unless FINETUNE_NORM_ROPE_KERNEL=aten asks for ATen's RMSNorm,
+  // then the fused RoPE.
   bool fused_norm_rope = false;
 
   // One line for the banner, e.g. "fused RoPE/SwiGLU, fused RMSNorm, ...".
