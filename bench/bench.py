@@ -6,7 +6,8 @@ the same workload, same call. Prints a table and writes JSON.
 settings: seed = per-device batch 1, accumulation 4 (Unsloth multi-GPU guide); b8 = batch 8,
 accumulation 1; best = packing for us (when available), batch 8 for the reference.
 variants: lora = bf16 base; qlora = 4-bit NF4 base (--load_in_4bit; the reference quantizes with
-transformers + bitsandbytes); qlora8 = qlora with 8-bit AdamW on both sides (Unsloth's defaults).
+transformers + bitsandbytes); qlora8 = qlora with 8-bit AdamW on both sides (Unsloth's defaults);
+lora_eager, qlora_eager = ours without CUDA graphs (--cuda_graphs false), for on/off comparisons.
 --peers unsloth,liger also runs the real peers right after ours and the reference, on the same rows and
 setting (bench/peers.py; their wheels: bench/peer_wheels.sh); the table gains ours/peer ratios.
 --dry_run prints every command instead of running it.
@@ -46,7 +47,9 @@ REFERENCE_BEST_BATCH = {"llama-3.2-1b": 8, "qwen3-8b": 2, "gemma-3-4b": 4, "gemm
 # Each variant's flags, ours and the reference's.
 VARIANTS = {"lora": ([], []),
             "qlora": (["--load_in_4bit"], ["--load_in_4bit"]),
-            "qlora8": (["--load_in_4bit", "--optim", "adamw_8bit"], ["--load_in_4bit", "--optim", "adamw_8bit"])}
+            "qlora8": (["--load_in_4bit", "--optim", "adamw_8bit"], ["--load_in_4bit", "--optim", "adamw_8bit"]),
+            "lora_eager": (["--cuda_graphs", "false"], []),
+            "qlora_eager": (["--load_in_4bit", "--cuda_graphs", "false"], ["--load_in_4bit"])}
 
 
 def launcher(n):
