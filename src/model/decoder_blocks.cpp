@@ -172,8 +172,8 @@ at::Tensor normed_and_rotated(const DecoderLayer& layer, ModuleRole norm_role, c
                               const LayerContext& context) {
   if (!context.layout.has(norm_role)) return apply_rope(x, context.rope, context.kernels.fused_elementwise);
   const auto& weight = layer.modules[context.layout.slot(norm_role).module].norm_weight;
-  if (context.kernels.fused_norm_rope && !context.unit_offset_norms &&
-      fused_norm_rope_supported(x, weight, context.rope.cos)) {
+  // The policy asks for it only with the fused RMSNorm, which (1 + w) norms do not take.
+  if (context.kernels.fused_norm_rope && fused_norm_rope_supported(x, weight, context.rope.cos)) {
     return fused_norm_rope(x, weight, context.config.rms_norm_eps, context.rope.cos, context.rope.sin);
   }
   return apply_rope(norm_block(layer, norm_role, x, context), context.rope, context.kernels.fused_elementwise);

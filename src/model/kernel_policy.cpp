@@ -14,20 +14,6 @@ bool cuda_kernels_compiled_in() {
 #endif
 }
 
-namespace {
-
-// Whether the layers normalise each head's queries and keys (Qwen3's q_norm, k_norm).
-bool has_query_key_norms(const Architecture& architecture) {
-  for (const auto& module : architecture.layer_modules) {
-    for (const ModuleRole role : module.roles) {
-      if (role == ModuleRole::kQueryNorm) return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
 KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype, const ModelConfig& config,
                                   const KernelRequests& requests) {
   KernelPolicy policy;
@@ -54,7 +40,7 @@ KernelPolicy choose_kernel_policy(const at::Device& device, at::ScalarType dtype
   policy.cuda_graphs = cuda && policy.padding_free_batches && cuda_kernels_compiled_in() && !policy.softcapped_attention;
   policy.fused_adamw = cuda;
   policy.fused_norm_rope = requests.fused_norm_rope && policy.fused_elementwise && policy.fused_rms_norm &&
-                           architecture && has_query_key_norms(*architecture);
+                           architecture && has_role(*architecture, ModuleRole::kQueryNorm);  // Qwen3's q_norm
   return policy;
 }
 
