@@ -16,23 +16,24 @@ int64_t graph_bucket(int64_t count) {
   return (count + step - 1) / step * step;
 }
 
-int64_t graph_sample_bucket(int64_t count) {
-  int64_t bucket = 8;
+namespace {
+
+// The smallest power of two >= count, at least `floor` (itself a power of two).
+int64_t power_of_two_at_least(int64_t count, int64_t floor) {
+  int64_t bucket = floor;
   while (bucket < count) bucket *= 2;
   return bucket;
 }
 
+}  // namespace
+
+int64_t graph_sample_bucket(int64_t count) { return power_of_two_at_least(count, 8); }
+
 int64_t graph_longest_bucket(int64_t length, int64_t tokens) {
-  int64_t bucket = 64;
-  while (bucket < length) bucket *= 2;
-  return std::min(bucket, tokens);
+  return std::min(power_of_two_at_least(length, 64), tokens);
 }
 
-int64_t graph_pair_bucket(int64_t pairs) {
-  int64_t bucket = 1;
-  while (bucket < pairs) bucket *= 2;
-  return bucket;
-}
+int64_t graph_pair_bucket(int64_t pairs) { return power_of_two_at_least(pairs, 1); }
 
 namespace {
 
