@@ -50,21 +50,28 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   echo "gpu_cuda_tests: exit $status ($passed PASS, $failed FAIL)" | tee -a "$OUT/summary.txt"
 fi
 
-variant_run() {  # variant_run VARIANT DEPTH: one efficiency measurement, its JSON in $OUT
-  local variant=$1 depth=$2 rows=4 part
-  local -a env_args=()
-  for part in ${variant//+/ }; do  # a variant may join parts with +, e.g. normrope+rows8
+# variant_settings VARIANT: the variant's environment into VARIANT_ENV and its packed rows a micro-step
+# into VARIANT_ROWS (a variant may join parts with +, e.g. normrope+rows8).
+variant_settings() {
+  local part
+  VARIANT_ENV=() VARIANT_ROWS=4
+  for part in ${1//+/ }; do
     case "$part" in
-      eager) env_args+=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048) ;;
+      eager) VARIANT_ENV+=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048) ;;
       graphed) ;;
-      normrope) env_args+=(FINETUNE_NORM_ROPE_KERNEL=fused) ;;
-      aten) env_args+=(FINETUNE_NORM_ROPE_KERNEL=aten) ;;
-      rows8) rows=8 ;;
+      normrope) VARIANT_ENV+=(FINETUNE_NORM_ROPE_KERNEL=fused) ;;
+      aten) VARIANT_ENV+=(FINETUNE_NORM_ROPE_KERNEL=aten) ;;
+      rows8) VARIANT_ROWS=8 ;;
       *) echo "unknown variant part $part" >&2; return 2 ;;
     esac
   done
-  env "${env_args[@]}" python3 "$ROOT/bench/moe_flop_efficiency.py" --finetune "$FINETUNE" --shape "$SHAPE" \
-    --layers "$depth" --rows "$rows" --steps 30 --logging_steps 5 --work /tmp/moe_speed \
+}
+
+variant_run() {  # variant_run VARIANT DEPTH: one efficiency measurement, its JSON in $OUT
+  local variant=$1 depth=$2
+  variant_settings "$variant" || return 2
+  env "${VARIANT_ENV[@]}" python3 "$ROOT/bench/moe_flop_efficiency.py" --finetune "$FINETUNE" --shape "$SHAPE" \
+    --layers "$depth" --rows "$VARIANT_ROWS" --steps 30 --logging_steps 5 --work /tmp/moe_speed \
     > "$OUT/$variant-$depth.json" 2> "$OUT/$variant-$depth.err"
   python3 - "$OUT/$variant-$depth.json" "$variant" <<'PY' | tee -a "$OUT/summary.txt"
 import json, sys
@@ -120,12 +127,9 @@ cmd[cmd.index("--output_dir") + 1] = "/tmp/moe_speed_profile"
 print(" ".join(cmd + ["--profile_start_step", "10", "--profile_steps", "2"]))
 PY
 )
-  extra=()
-  [[ "$last" == *normrope* ]] && extra+=(FINETUNE_NORM_ROPE_KERNEL=fused)
-  [[ "$last" == *aten* ]] && extra+=(FINETUNE_NORM_ROPE_KERNEL=aten)
-  [[ "$last" == *eager* ]] && extra+=(FINETUNE_CUDA_GRAPH_MAX_TOKENS=2048)
+  variant_settings "$last"
   # shellcheck disable=SC2086
-  env "${extra[@]}" $command > "$OUT/profile.log" 2>&1
+  env "${VARIANT_ENV[@]}" $command > "$OUT/profile.log" 2>&1
   cp /tmp/moe_speed_profile/kernel_summary-rank0.txt "$OUT/kernel_summary-$last-$depth.txt"
   head -8 "$OUT/kernel_summary-$last-$depth.txt" | tee -a "$OUT/summary.txt"
 fi
