@@ -109,9 +109,13 @@ def ours(args, model, data, setting, n, work, profile=False, variant="lora"):
     first, last = lines[0], lines[-1]  # exclude the first (warm-up) window
     tokens = last["tokens"] - first["tokens"]
     seconds = last["elapsed_s"] - first["elapsed_s"]
+    # The peak so far at each logged step: a peer that runs fewer steps is compared at its own last step,
+    # over the same samples (ours logs every --warmup steps).
+    peak_by_step = {line["step"]: line["peak_memory_gib"] for line in lines if "peak_memory_gib" in line}
     return {"tool": "finetune", "tokens_per_s_per_gpu": tokens / seconds / n,
             "steps_per_s": (last["step"] - first["step"]) / seconds,
-            "peak_memory_gib": summary.get("peak_memory_gib"), "final_loss": last["loss"], "wall_s": wall}
+            "peak_memory_gib": summary.get("peak_memory_gib"), "peak_memory_gib_by_step": peak_by_step,
+            "final_loss": last["loss"], "wall_s": wall}
 
 
 def reference(args, model, data, setting, n, work, variant="lora"):

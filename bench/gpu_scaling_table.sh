@@ -3,7 +3,10 @@
 # the seed setting (batch 1 x accumulation 4) on 1 and 2 GPUs, and ours alone at EXTRA_SETTINGS
 # (e.g. "qlora:seed lora:best"). Every GPU count of ours is timed over the same samples: the one-GPU
 # run takes twice the timed and warm-up steps of the two-rank run (bench/gpu_step_planning.sh's
-# rule). The loop and Unsloth time PEER_STEPS steps after their warm-up, on 1 and on 2 GPUs.
+# rule). The loop and Unsloth time PEER_STEPS steps after their warm-up, on 1 and on 2 GPUs. Unsloth's
+# peak memory is over its 5 warm-up + PEER_STEPS steps, so ours is also given at that step, over the
+# same samples: the default PEER_STEPS 15 makes it 20, a step that ours logs on 1 GPU (every 20) and
+# on 2 (every 10).
 # Needs the tree of `bench/gpu_step_planning.sh build` (FINETUNE) and carries .whl (the peers'
 # wheels, installed under /tmp/site, nothing in the machine's site-packages replaced).
 #   SHAPE=qwen3-8b EXTRA_SETTINGS="qlora:seed lora:best" bash bench/gpu_scaling_table.sh
@@ -17,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 FINETUNE=${FINETUNE:-/tmp/step_planning_work/tree/build-gpu/finetune}
 SHAPE=${SHAPE:-qwen3-8b}
 STEPS=${STEPS:-60}
-PEER_STEPS=${PEER_STEPS:-20}
+PEER_STEPS=${PEER_STEPS:-15}
 BENCH=${BENCH:-/tmp/bench}
 TABLE=$OUT/table-$SHAPE.txt
 
@@ -47,6 +50,10 @@ for name in ("ours", "reference", "unsloth"):
     r = row.get(name) or {}
     if "tokens_per_s_per_gpu" in r:
         parts.append(f"{name} {r['tokens_per_s_per_gpu']:.0f} tok/s/GPU peak {r.get('peak_memory_gib')} GiB")
+        steps_run = (row.get("unsloth") or {}).get("steps_run")
+        if name == "ours" and steps_run:  # JSON keys are strings
+            at = r.get("peak_memory_gib_by_step", {}).get(str(steps_run), "not logged")
+            parts.append(f"ours peak over unsloth's {steps_run} steps {at} GiB")
     elif name in row:
         parts.append(f"{name} FAILED ({str(r.get('error', r))[:160]})")
 print(f"{sys.argv[2]}: " + "; ".join(parts))

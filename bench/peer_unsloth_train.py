@@ -178,6 +178,7 @@ def main():
     if rank == 0:
         print(json.dumps({"tool": "unsloth", "version": unsloth.__version__, "load_in_4bit": args.load_in_4bit,
                           "optim": args.optim, "world": world, "batch": args.batch, "accum": args.accum,
+                          "steps_run": args.warmup_steps + args.steps,
                           "packing": bool(trainer.args.packing), "padding_free": bool(trainer.args.padding_free),
                           "tokens_per_s_per_gpu": totals.item() / elapsed / world,
                           "steps_per_s": args.steps / elapsed, "peak_memory_gib": peak,

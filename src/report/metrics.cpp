@@ -14,6 +14,7 @@ nlohmann::json metrics_json(const StepMetrics& m) {
                          {"tokens_per_s", m.tokens_per_s}, {"elapsed_s", m.elapsed_s},
                          {"rank_imbalance", m.rank_imbalance}};
   for (const auto& [name, value] : m.objective_metrics) json[name] = value;
+  if (m.peak_memory_gib) json["peak_memory_gib"] = *m.peak_memory_gib;
   if (m.eval_loss) json["eval_loss"] = *m.eval_loss;
   return json;
 }

@@ -24,6 +24,7 @@ std::vector<ScalarValue> step_scalars(const StepMetrics& m) {
   };
   // The objective's metrics as HF's TensorBoardCallback writes TRL's logs: train/rewards/chosen, ...
   for (const auto& [name, value] : m.objective_metrics) scalars.push_back({tensorboard_tag(name), value});
+  if (m.peak_memory_gib) scalars.push_back({tensorboard_tag("peak_memory_gib"), *m.peak_memory_gib});
   if (m.eval_loss) scalars.push_back({tensorboard_tag("eval_loss"), *m.eval_loss});
   return scalars;
 }

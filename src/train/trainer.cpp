@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "finetune/ddp/rank0_agreement.h"
+#include "finetune/model/device_memory.h"
 #include "finetune/train/grad_clip.h"
 #include "finetune/train/micro_step.h"
 #include "finetune/util/errors.h"
@@ -342,6 +343,7 @@ void Trainer::log_line(int64_t step, const StepOutcome& outcome, std::optional<d
   line.lr = outcome.lr;
   line.grad_norm = outcome.grad_norm.item<double>();
   line.elapsed_s = seconds_since(start_);
+  line.peak_memory_gib = peak_device_memory_gib(model_.device());
   line.eval_loss = eval_loss;
   line = window_.close(line);
   if (sinks_) sinks_->write(line);

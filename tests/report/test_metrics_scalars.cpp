@@ -41,6 +41,19 @@ TEST(MetricsScalars, EveryNumericFieldOfALogLine) {
   EXPECT_EQ(pairs(step_scalars(m)), with_eval);
 }
 
+// A GPU run's log line also carries its allocator peak: a metrics.jsonl field and a train/ scalar,
+// both absent off the GPU (std::nullopt), as in the lines above.
+TEST(MetricsScalars, PeakMemoryOnlyWhenMeasured) {
+  StepMetrics m;
+  m.step = 3, m.loss = 2.5;
+  EXPECT_FALSE(metrics_json(m).contains("peak_memory_gib"));
+  m.peak_memory_gib = 16.25;
+  EXPECT_EQ(metrics_json(m)["peak_memory_gib"].get<double>(), 16.25);
+  const auto scalars = pairs(step_scalars(m));
+  ASSERT_EQ(scalars.size(), 9u);
+  EXPECT_EQ(scalars.back(), (std::pair<std::string, double>{"train/peak_memory_gib", 16.25}));
+}
+
 TEST(MetricsScalars, RunSummary) {
   RunSummaryMetrics summary;
   summary.train_loss = 2.5, summary.runtime_s = 10, summary.tokens_per_s = 400;

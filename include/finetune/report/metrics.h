@@ -40,6 +40,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double elapsed_s = 0;
   double rank_imbalance = 1.0;
+  std::optional<double> peak_memory_gib;  // this rank's GPU allocator peak since the load (none off GPU)
   std::optional<double> eval_loss;
   std::vector<std::pair<std::string, double>> objective_metrics;  // name -> value, in the objective's order
 };
