@@ -371,7 +371,7 @@ std::vector<OptionRow> build_option_table() {
                    " for mixture-of-experts models) from CUDA graphs captured once per padded length (after the "
                    "warm-up, those of the next " +
                    std::to_string(kCudaGraphCaptureAheadSteps) + " steps at once), at most " +
-                   std::to_string(kCudaGraphMaxShapes) + " lengths (plain LoRA on 16-bit weights without lora_dropout; QLoRA and DoRA run eagerly)"),
+                   std::to_string(kCudaGraphMaxShapes) + " lengths (plain LoRA or QLoRA without lora_dropout; DoRA runs eagerly)"),
       // Long context (issue 31): README "Long context".
       choice_row("offload_activations", {"training", kTrain}, &Options::offload_activations,
                  ChoiceSet{offload_activations_names()},

@@ -352,7 +352,8 @@ bool CausalLM::adapters_draw_random_numbers() const {
 }
 
 bool CausalLM::cuda_graph_safe() const {
-  if (projections_4bit_) return false;
+  // 4-bit projections dequantize into fresh tensors in every use (Note [4-bit base weights]): from
+  // the graph's pool in a replay. 4-bit expert stacks stay eager (moe_layer_graph_safe).
   // Soft-capped attention walks the samples' lengths on the host (Note [Soft-capped attention]).
   if (config_.attn_logit_softcapping) return false;
   for (const auto& layer : layers_) {

@@ -15,8 +15,8 @@ bool micro_step_graphs_supported(const CausalLM& model, const Objective& objecti
 std::string micro_step_graphs_unsupported_reason(const CausalLM& model, const Objective& objective) {
   if (!objective.graph_capturable()) return "the " + objective.name() + " objective cannot be captured";
   if (!model.cuda_graph_safe()) {
-    return "the model's adapters or weights cannot be replayed (LoRA dropout, DoRA, 4-bit weights, soft-capped "
-           "attention, or mixture-of-experts layers without grouped expert GEMMs on the device)";
+    return "the model's adapters or weights cannot be replayed (LoRA dropout, DoRA, soft-capped attention, or "
+           "mixture-of-experts layers with 4-bit experts or without grouped expert GEMMs on the device)";
   }
   if (!model.kernel_policy().cuda_graphs) {
     return "its kernels have no CUDA graphs (a CUDA build and device, 16-bit weights and padding-free batches)";

@@ -37,9 +37,10 @@ struct Trace {
 // 1 padded eagerly, 2 padded through graphs, 3 through graphs captured ahead (Note [Capture
 // ahead]) right after the eager warm-up micro-step, in the middle of the first step. `offload`:
 // the graphs' checkpointed inputs in their host arena (Note [Offload arena]); `cache_operands`
-// false: the adapters' half-precision operands split per use (Note [Operands split per use]).
-Trace train(int mode, bool offload = false, bool cache_operands = true) {
-  auto model = testing::random_lora_model(kCuda);
+// false: the adapters' half-precision operands split per use (Note [Operands split per use]);
+// `projections_4bit`: QLoRA, the base projections in NF4 (dequantized in every forward and backward).
+Trace train(int mode, bool offload = false, bool cache_operands = true, bool projections_4bit = false) {
+  auto model = testing::random_lora_model(kCuda, projections_4bit);
   set_lora_operand_cache(*model, cache_operands);
   const NamedTensors trainable = lora_parameters(*model);
   auto communicator = make_communicator(LaunchEnv{}, kCuda, CommunicatorOptions{});
@@ -169,6 +170,32 @@ TEST(MicroStepGraphs, OffloadedInputsAndOperandsSplitPerUseReplayBitwise) {
     }
     for (size_t p = 0; p < run->final_parameters.size(); ++p) {
       EXPECT_TRUE(run->final_parameters[p].equal(eager.final_parameters[p])) << "parameter " << p;
+    }
+  }
+}
+
+// QLoRA: the 4-bit projections' dequantization is captured with the rest (fresh dense weights from
+// the graph's pool in every replay), offloaded as the 8B QLoRA seed setting runs by default, and
+// the replays train bitwise what the padded eager steps train.
+TEST(MicroStepGraphs, QloraReplaysTrainBitwiseWhatThePaddedEagerStepsTrain) {
+  const bool was_deterministic = at::globalContext().deterministicAlgorithms();
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+  const Trace eager_a = train(1, false, true, /*projections_4bit=*/true);
+  const Trace eager_b = train(1, false, true, /*projections_4bit=*/true);
+  const Trace graphed = train(2, false, true, /*projections_4bit=*/true);
+  const Trace offloaded_ahead = train(3, /*offload=*/true, true, /*projections_4bit=*/true);
+  at::globalContext().setDeterministicAlgorithms(was_deterministic, false);
+  for (size_t s = 0; s < eager_a.grads.size(); ++s) ASSERT_TRUE(eager_a.grads[s].equal(eager_b.grads[s])) << s;
+  for (const Trace* run : {&graphed, &offloaded_ahead}) {
+    EXPECT_EQ(run->captured, 3);
+    EXPECT_EQ(run->replays, 7);
+    for (size_t i = 0; i < run->losses.size(); ++i) EXPECT_TRUE(run->losses[i].equal(eager_a.losses[i])) << i;
+    for (size_t s = 0; s < run->grads.size(); ++s) {
+      EXPECT_TRUE(run->grads[s].equal(eager_a.grads[s])) << "step " << s << ": relative error "
+                                                          << relative_error(run->grads[s], eager_a.grads[s]);
+    }
+    for (size_t p = 0; p < run->final_parameters.size(); ++p) {
+      EXPECT_TRUE(run->final_parameters[p].equal(eager_a.final_parameters[p])) << "parameter " << p;
     }
   }
 }

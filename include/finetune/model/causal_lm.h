@@ -113,10 +113,12 @@ class CausalLM {
   // Whether any adapter draws random numbers in its forward (LoRA dropout).
   bool adapters_draw_random_numbers() const;
   // Whether training micro-steps may be replayed from CUDA graphs (train/micro_step_graphs.h):
-  // dense base weights and adapters that say so (plain LoRA without dropout). 4-bit weights and
-  // DoRA have not been verified under capture on a GPU and run eagerly; soft-capped attention
+  // adapters that say so (plain LoRA without dropout), on 16-bit or 4-bit projections (each use
+  // dequantizes into a fresh tensor). DoRA has not been verified under capture on a GPU and runs
+  // eagerly; soft-capped attention
   // (Gemma-2) reads the samples' lengths on the host; mixture-of-experts layers need their expert
-  // GEMMs grouped on the device (moe_layer_graph_safe, Note [Graphed expert routing]).
+  // GEMMs grouped on the device and 16-bit expert stacks (moe_layer_graph_safe, Note [Graphed
+  // expert routing]).
   bool cuda_graph_safe() const;
 
   // Base parameters, a 4-bit weight counted by its elements.

@@ -52,8 +52,8 @@
 //    the device (Note [Graphed expert routing] in model/moe_block.h, decided from the sizes, the
 //    adapter ranks and the GPU); the router loss counts the real tokens only (the filler's are
 //    masked out: graph_micro_batch) and the trained rows by their weights.
-//  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit base
-//    weights and DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), objectives that
+//  - Not graphed (the trainer runs them eagerly): LoRA dropout (its random draws), 4-bit expert
+//    stacks, DoRA (not yet verified under capture: CausalLM::cuda_graph_safe), objectives that
 //    are not graph_capturable, rows over max_tokens, new shapes once max_graphs are captured, the
 //    CPU (micro_step_graphs_supported).
 #pragma once
