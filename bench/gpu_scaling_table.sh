@@ -11,6 +11,7 @@
 # wheels, installed under /tmp/site, nothing in the machine's site-packages replaced).
 #   SHAPE=qwen3-8b EXTRA_SETTINGS="qlora:seed lora:best" bash bench/gpu_scaling_table.sh
 #   SHAPE=llama-3.2-1b PEERS=unsloth bash bench/gpu_scaling_table.sh
+#   SKIP_LOOP=1 SHAPE=qwen3-8b bash bench/gpu_scaling_table.sh     (Unsloth without the loop)
 # Results: $OUT/table-$SHAPE.txt (one line per run and the scaling of each), the JSON of each run.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -62,6 +63,7 @@ PY
 
 peer_flags=(--peers "${PEERS-unsloth}")
 [ -z "${PEERS-unsloth}" ] && peer_flags=(--skip_reference)
+[ -n "${SKIP_LOOP:-}" ] && peer_flags+=(--skip_reference)  # the peers without the loop
 for gpus in 1 2; do run_bench "seed-lora-$gpus" "$gpus" lora seed "${peer_flags[@]}"; done
 for extra in ${EXTRA_SETTINGS:-}; do
   for gpus in 1 2; do run_bench "${extra/:/-}-$gpus" "$gpus" "${extra%%:*}" "${extra#*:}" --skip_reference; done
