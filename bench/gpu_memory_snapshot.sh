@@ -27,6 +27,6 @@ status=$?
 { echo "# $SHAPE, $STEPS steps, $SETTING_ARGS: exit $status"
   grep -a -i "memory\|graphs" "$WORK/$SHAPE.log" | head
   tail -1 "$WORK/$SHAPE.log"
-  python3 "$(dirname "${BASH_SOURCE[0]}")/memory_snapshot_summary.py" "$snapshot" --top 30; } > "$report" 2>&1
+  python3 "$(dirname "${BASH_SOURCE[0]}")/memory_snapshot_summary.py" "$snapshot" --top 30 --largest "${LARGEST:-40}"; } > "$report" 2>&1
 head -20 "$report"
 exit "$status"

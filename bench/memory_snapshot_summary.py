@@ -4,7 +4,8 @@ pickle torch.cuda.memory._snapshot() gives), replays its alloc/free events, and 
 allocated bytes, when it happened (the event index, and the allocation that reached it), and the
 live allocations at that moment grouped by the innermost finetune frame of their C++ stacks.
 
-usage: python3 bench/memory_snapshot_summary.py SNAPSHOT.pickle [--top 25] [--device 0]
+usage: python3 bench/memory_snapshot_summary.py SNAPSHOT.pickle [--top 25] [--largest 0] [--device 0]
+(--largest K also lists the K largest allocations alive at the peak, each with its size and stack.)
 """
 import argparse
 import collections
@@ -46,6 +47,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("snapshot")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--largest", type=int, default=0, help="also list the K largest allocations alive at the peak")
     parser.add_argument("--device", type=int, default=0)
     args = parser.parse_args()
     with open(args.snapshot, "rb") as f:
@@ -67,6 +69,12 @@ def main():
     for name, (size, count, stack) in sorted(groups.items(), key=lambda item: -item[1][0])[:args.top]:
         print(f"  {size / GiB:8.3f} GiB  {count:6d}  {name}")
         print(f"                    {stack}")
+    if args.largest:
+        print(f"the {args.largest} largest allocations alive at the peak, outside the model's weights:")
+        weights = ("make_decoder_layer", "CausalLM::CausalLM")
+        rest = [e for e in alive.values() if not any(w in finetune_frame(e.get("frames")) for w in weights)]
+        for event in sorted(rest, key=lambda e: -e["size"])[:args.largest]:
+            print(f"  {event['size'] / 2**20:9.2f} MiB  {stack_text(event.get('frames'), depth=9)}")
     in_use = sum(segment.get("allocated_size", 0) for segment in snapshot.get("segments", [])
                  if segment.get("device", 0) == args.device)
     print(f"allocated when the snapshot was taken: {in_use / GiB:.3f} GiB")
