@@ -6,6 +6,7 @@
 
 #include "finetune/lora/lora_kernels.h"
 #include "finetune/model/device_selection.h"
+#include "finetune/model/fused_kernels.h"
 #include "finetune/model/half_gemm.h"
 
 namespace finetune {
@@ -51,61 +52,153 @@ std::shared_ptr<const HalfPrecisionOperands> operands_for_forward(const LoraAdap
   return operands_split_now(adapter, dtype);
 }
 
+// The forward's products on rows (N, in): y = rows W^T + bias + (scaling rows A^T) B^T (N, out),
+// and u_split = split(scaling rows A^T) (N, 2r), which the backward reads for lora_B's gradient.
+struct LoraProducts {
+  at::Tensor y;
+  at::Tensor u_split;
+};
+
+LoraProducts lora_products(const at::Tensor& rows, const Linear& base, const LoraAdapter& adapter,
+                           const HalfPrecisionOperands& operands) {
+  // A 4-bit base weight is dequantized here and again in backward, never kept (linear.h).
+  const auto weight = base.dense_weight();
+  const auto& bias = base.bias;
+  const int64_t r = adapter.lora_A.size(0);
+  auto y = bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());  // (N, out)
+  // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
+  const bool fp32_output_gemm = adapter.kernels.half_gemm_fp32_output;
+  auto u_split = scaled_sum_split(matmul_to_float(rows, operands.A_split.t(), fp32_output_gemm), adapter.scaling,
+                                  rows.scalar_type(), adapter.kernels.lora_split_kernel);
+  // y += u B^T, accumulated by the GEMM: the sum is rounded once.
+  y.addmm_(u_split.narrow(1, 0, r), operands.B_split.narrow(1, 0, r).t());
+  return {y, u_split};
+}
+
+// What the backward needs besides its saved tensors (kept in the context's saved_data).
+void save_settings(AutogradContext* ctx, const Linear* base, const LoraAdapter* adapter) {
+  ctx->saved_data["base"] = reinterpret_cast<int64_t>(base);
+  ctx->saved_data["scaling"] = adapter->scaling;
+  ctx->saved_data["split_kernel"] = adapter->kernels.lora_split_kernel;
+  ctx->saved_data["fp32_output_gemm"] = adapter->kernels.half_gemm_fp32_output;
+}
+
+// The backward's products from dy (N, out), in the forward's context: g_split = split(scaling dy B)
+// (N, 2r), the gradient reaching x A^T, and the adapter gradients of those that need one.
+struct LoraGradients {
+  at::Tensor g_split;
+  at::Tensor d_lora_A;  // g^T x (r, in)
+  at::Tensor d_lora_B;  // dy^T u (out, r)
+};
+
+at::Tensor g_split_of(AutogradContext* ctx, const at::Tensor& dy, const at::Tensor& B_split) {
+  return scaled_sum_split(matmul_to_float(dy, B_split, ctx->saved_data["fp32_output_gemm"].toBool()),
+                          ctx->saved_data["scaling"].toDouble(), dy.scalar_type(),
+                          ctx->saved_data["split_kernel"].toBool());
+}
+
+LoraGradients lora_gradients(AutogradContext* ctx, const at::Tensor& dy, const at::Tensor& rows,
+                             const at::Tensor& u_split, const at::Tensor& B_split, int lora_A_input) {
+  const bool fp32_output_gemm = ctx->saved_data["fp32_output_gemm"].toBool();
+  LoraGradients gradients;
+  gradients.g_split = g_split_of(ctx, dy, B_split);
+  if (ctx->needs_input_grad(lora_A_input)) {
+    gradients.d_lora_A = sum_halves(matmul_to_float(gradients.g_split.t(), rows, fp32_output_gemm), 0);
+  }
+  if (ctx->needs_input_grad(lora_A_input + 1)) {
+    gradients.d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split, fp32_output_gemm), 1);
+  }
+  return gradients;
+}
+
+// dx = dy W + g A (N, in) into `out` (N, in): the base's input gradient plus the adapter's.
+void input_gradient_into(at::Tensor out, const at::Tensor& dy, const Linear& base, const at::Tensor& g_split,
+                         const at::Tensor& A_split) {
+  const int64_t r = A_split.size(0) / 2;
+  at::mm_out(out, dy, base.dense_weight());
+  out.addmm_(g_split.narrow(1, 0, r), A_split.narrow(0, 0, r));  // += g A
+}
+
+std::vector<int64_t> with_last_size(at::IntArrayRef sizes, int64_t last) {
+  auto out = sizes.vec();
+  out.back() = last;
+  return out;
+}
+
 struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionLoraLinear> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& lora_A,
                             const at::Tensor& lora_B, const Linear* base, const LoraAdapter* adapter) {
-    const auto dtype = x.scalar_type();
-    // A 4-bit base weight is dequantized here and again in backward, never kept (linear.h).
-    const auto weight = base->dense_weight();
-    const auto& bias = base->bias;
-    const int64_t r = lora_A.size(0);
-    const auto operands = operands_for_forward(*adapter, dtype);
-    auto rows = x.reshape({-1, x.size(-1)});                                                 // (N, in)
-    auto y = bias.defined() ? at::addmm(bias, rows, weight.t()) : at::mm(rows, weight.t());  // (N, out)
-    // u = scaling x A^T (N, r), split into [hi, lo] (N, 2r).
-    const bool fp32_output_gemm = adapter->kernels.half_gemm_fp32_output;
-    auto u_split = scaled_sum_split(matmul_to_float(rows, operands->A_split.t(), fp32_output_gemm), adapter->scaling,
-                                    dtype, adapter->kernels.lora_split_kernel);
-    // y += u B^T, accumulated by the GEMM: the sum is rounded once.
-    y.addmm_(u_split.narrow(1, 0, r), operands->B_split.narrow(1, 0, r).t());
-    ctx->save_for_backward({rows, u_split, operands->A_split, operands->B_split});
-    ctx->saved_data["base"] = reinterpret_cast<int64_t>(base);
-    ctx->saved_data["scaling"] = adapter->scaling;
-    ctx->saved_data["split_kernel"] = adapter->kernels.lora_split_kernel;
-    ctx->saved_data["fp32_output_gemm"] = fp32_output_gemm;
-    auto out_sizes = x.sizes().vec();
-    out_sizes.back() = weight.size(0);
-    return y.view(out_sizes);
+    const auto operands = operands_for_forward(*adapter, x.scalar_type());
+    auto rows = x.reshape({-1, x.size(-1)});  // (N, in)
+    auto products = lora_products(rows, *base, *adapter, *operands);
+    ctx->save_for_backward({rows, products.u_split, operands->A_split, operands->B_split});
+    save_settings(ctx, base, adapter);
+    return products.y.view(with_last_size(x.sizes(), products.y.size(1)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto& rows = saved[0];
-    const auto& u_split = saved[1];
     const auto& A_split = saved[2];
-    const auto& B_split = saved[3];
     const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
-    const double scaling = ctx->saved_data["scaling"].toDouble();
-    const bool split_kernel = ctx->saved_data["split_kernel"].toBool();
-    const bool fp32_output_gemm = ctx->saved_data["fp32_output_gemm"].toBool();
-    const int64_t r = A_split.size(0) / 2;
     const auto& grad = grad_outputs[0];
-    auto dy = grad.reshape({-1, grad.size(-1)});                                            // (N, out)
-    // g = scaling * dy B, the gradient reaching x A^T (N, r), split into [hi, lo] (N, 2r).
-    auto g_split = scaled_sum_split(matmul_to_float(dy, B_split, fp32_output_gemm), scaling, dy.scalar_type(), split_kernel);
-    at::Tensor dx, d_lora_A, d_lora_B;
+    auto dy = grad.reshape({-1, grad.size(-1)});  // (N, out)
+    auto gradients = lora_gradients(ctx, dy, rows, saved[1], saved[3], /*lora_A_input=*/1);
+    at::Tensor dx;
     if (ctx->needs_input_grad(0)) {
-      dx = at::mm(dy, base->dense_weight());                                                  // (N, in)
-      dx.addmm_(g_split.narrow(1, 0, r), A_split.narrow(0, 0, r));                            // += g A
-      auto in_sizes = grad.sizes().vec();
-      in_sizes.back() = rows.size(1);
-      dx = dx.view(in_sizes);
+      dx = at::empty({dy.size(0), rows.size(1)}, dy.options());
+      input_gradient_into(dx, dy, *base, gradients.g_split, A_split);
+      dx = dx.view(with_last_size(grad.sizes(), rows.size(1)));
     }
-    if (ctx->needs_input_grad(1)) d_lora_A = sum_halves(matmul_to_float(g_split.t(), rows, fp32_output_gemm), 0);  // g^T x
-    if (ctx->needs_input_grad(2)) {
-      d_lora_B = sum_halves(matmul_to_float(dy.t(), u_split, fp32_output_gemm), 1);                              // dy^T u
+    return {dx, gradients.d_lora_A, gradients.d_lora_B, at::Tensor(), at::Tensor()};
+  }
+};
+
+// Note [SwiGLU into the down projection]
+// The down projection of a SwiGLU MLP reads h = silu(gate) * up (N, I), and a LoRA node keeps its
+// input for lora_A's gradient: with the SwiGLU node keeping gate and up, the layer held three
+// (N, I) tensors through its backward, and that backward made two more (the SwiGLU's input
+// gradients) while the gradient reaching h was alive: five at once, the step's peak at the seed
+// setting (five 42 MiB tensors of a 1,792-token micro-batch of Qwen3-8B). This node takes gate and
+// up instead of h: its forward forms h in a buffer of its own and frees it; its backward forms h
+// again in one buffer, reads it for lora_A's gradient, writes the input gradient dh = dy W + g A
+// over it, then the SwiGLU's gradients over gate and up (fused_swiglu_backward_in_place): gate, up
+// and one buffer, three at once. Unsloth's LoRA MLP node does the same (unsloth/kernels/fast_lora.py:
+// it keeps X, gate and up and writes the gradients over them). Every product and kernel is
+// HalfPrecisionLoraLinear's and FusedSwiglu's on the same operands, so the bits are the same
+// (tests/cuda/test_lora_swiglu_linear.cpp).
+struct HalfPrecisionLoraSwigluLinear : public torch::autograd::Function<HalfPrecisionLoraSwigluLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            const at::Tensor& lora_A, const at::Tensor& lora_B, const Linear* base,
+                            const LoraAdapter* adapter) {
+    const auto operands = operands_for_forward(*adapter, gate.scalar_type());
+    auto activation = at::empty_like(gate);
+    fused_swiglu_into(gate, up, activation);
+    auto products = lora_products(activation.view({-1, gate.size(-1)}), *base, *adapter, *operands);
+    ctx->save_for_backward({gate, up, products.u_split, operands->A_split, operands->B_split});
+    save_settings(ctx, base, adapter);
+    return products.y.view(with_last_size(gate.sizes(), products.y.size(1)));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& gate = saved[0];
+    const auto& up = saved[1];
+    const auto& A_split = saved[3];
+    const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
+    auto dy = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});  // (N, out)
+    auto buffer = at::empty_like(gate);
+    fused_swiglu_into(gate, up, buffer);  // h again
+    const auto rows = buffer.view({-1, gate.size(-1)});
+    auto gradients = lora_gradients(ctx, dy, rows, saved[2], saved[4], /*lora_A_input=*/2);
+    at::Tensor d_gate, d_up;
+    if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
+      input_gradient_into(rows, dy, *base, gradients.g_split, A_split);  // dh over h, read above
+      fused_swiglu_backward_in_place(buffer, gate, up);
+      if (ctx->needs_input_grad(0)) d_gate = gate.detach();
+      if (ctx->needs_input_grad(1)) d_up = up.detach();
     }
-    return {dx, d_lora_A, d_lora_B, at::Tensor(), at::Tensor()};
+    return {d_gate, d_up, gradients.d_lora_A, gradients.d_lora_B, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -196,6 +289,11 @@ void refresh_derived_tensors(const std::vector<const LinearAdapter*>& adapters, 
 
 at::Tensor half_precision_lora_linear(const at::Tensor& x, const Linear& base, const LoraAdapter& adapter) {
   return HalfPrecisionLoraLinear::apply(x, adapter.lora_A, adapter.lora_B, &base, &adapter);
+}
+
+at::Tensor half_precision_lora_swiglu_linear(const at::Tensor& gate, const at::Tensor& up, const Linear& base,
+                                             const LoraAdapter& adapter) {
+  return HalfPrecisionLoraSwigluLinear::apply(gate, up, adapter.lora_A, adapter.lora_B, &base, &adapter);
 }
 
 }  // namespace finetune

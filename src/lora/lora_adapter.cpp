@@ -26,6 +26,15 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool tr
   return (result + lora_delta(*this, x, training)).to(result_dtype);
 }
 
+at::Tensor LoraAdapter::forward_swiglu(const Linear& base, const at::Tensor& gate, const at::Tensor& up,
+                                      bool training) const {
+  const bool fused = kernels.fused_elementwise && uses_half_precision_path(gate, training) && gate.is_cuda() &&
+                     gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type() && gate.is_contiguous() &&
+                     up.is_contiguous();
+  if (!fused) return {};
+  return half_precision_lora_swiglu_linear(gate, up, base, *this);
+}
+
 void LoraAdapter::refresh_derived_tensors(at::ScalarType dtype) const {
   if (cache_operands && kernels.half_precision_lora && is_half_precision(dtype)) {
     finetune::half_precision_operands(*this, dtype);

@@ -34,6 +34,14 @@ Linear make_linear(const std::vector<int64_t>& shape, bool bias, const at::Tenso
 
 at::Tensor swiglu_mlp(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
   auto gate_up = projection_block(layer, {ModuleRole::kGate, ModuleRole::kUp}, x, context);
+  const int down = context.layout.slot(ModuleRole::kDown).module;
+  const Linear& down_projection = layer.modules[down].projection;
+  // The adapter forms silu(gate) * up itself where it can, keeping gate and up instead of the
+  // product (LinearAdapter::forward_swiglu); gate and up are this call's own, nothing reads them after.
+  if (context.kernels.fused_elementwise && down_projection.adapter && context.layout.split_sizes[down].size() == 1) {
+    auto y = down_projection.adapter->forward_swiglu(down_projection, gate_up[0], gate_up[1], context.training);
+    if (y.defined()) return y;
+  }
   const auto activation = swiglu(gate_up[0], gate_up[1], context.kernels);
   return projection_block(layer, {ModuleRole::kDown}, activation, context)[0];
 }

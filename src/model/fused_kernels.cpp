@@ -20,6 +20,14 @@ at::Tensor fused_swiglu(const at::Tensor&, const at::Tensor&) {
   throw Error("fused_swiglu: this build has no CUDA kernels");
 }
 
+void fused_swiglu_into(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  throw Error("fused_swiglu_into: this build has no CUDA kernels");
+}
+
+void fused_swiglu_backward_in_place(const at::Tensor&, const at::Tensor&, const at::Tensor&) {
+  throw Error("fused_swiglu_backward_in_place: this build has no CUDA kernels");
+}
+
 at::Tensor fused_swiglu_gate_up(const at::Tensor&, int64_t) {
   throw Error("fused_swiglu_gate_up: this build has no CUDA kernels");
 }

@@ -56,4 +56,13 @@ void refresh_derived_tensors(const std::vector<const LinearAdapter*>& adapters, 
 // stays 4-bit between the two; `base` must outlive the backward pass.
 at::Tensor half_precision_lora_linear(const at::Tensor& x, const Linear& base, const LoraAdapter& adapter);
 
+// half_precision_lora_linear(silu(gate) * up, base, adapter) with the same bits forward and
+// backward, for the down projection of a SwiGLU MLP (Note [SwiGLU into the down projection] in
+// the .cpp): the node keeps gate and up, not their product, and its backward writes the gradients
+// of gate and up over them. gate, up (..., I) contiguous CUDA bf16/fp16 of one shape, the caller's
+// to give (nothing may read them after the backward); the fused SwiGLU kernels (model/fused_kernels.h).
+// Differentiable in gate, up, lora_A and lora_B.
+at::Tensor half_precision_lora_swiglu_linear(const at::Tensor& gate, const at::Tensor& up, const Linear& base,
+                                             const LoraAdapter& adapter);
+
 }  // namespace finetune

@@ -26,6 +26,15 @@ at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double
 // or fp32.
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
 
+// fused_swiglu's two kernels without its autograd node, for a node that keeps gate and up itself
+// (lora/half_precision_lora_linear.h: the down projection of a SwiGLU MLP). gate, up, out and grad
+// contiguous CUDA tensors of one shape and dtype (bf16, fp16 or fp32):
+//   fused_swiglu_into:              out = silu(gate) * up, the bits fused_swiglu gives;
+//   fused_swiglu_backward_in_place: from the output gradient, gate <- d gate and up <- d up, the
+//                                   bits fused_swiglu's backward gives, written over its inputs.
+void fused_swiglu_into(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out);
+void fused_swiglu_backward_in_place(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up);
+
 // The same SwiGLU on gate_up (M, 2 * width) read in place (any row stride, unit column stride):
 // silu(gate_up[:, :width]) * gate_up[:, width:] (M, width), with the bits fused_swiglu gives on
 // the two halves copied out. Its backward writes gate_up's gradient (M, 2 * width) in one kernel.

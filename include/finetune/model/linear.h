@@ -32,6 +32,15 @@ class LinearAdapter {
   // base(x) plus the adapter's update, as the adapter's reference implementation forms the sum.
   // x (..., in_features) -> (..., out_features) in x's dtype; `training` enables dropout.
   virtual at::Tensor forward(const Linear& base, const at::Tensor& x, bool training) const = 0;
+  // forward(base, silu(gate) * up, training) for the down projection of a SwiGLU MLP, where the
+  // adapter can form the product from gate and up itself and keep those two instead of it for its
+  // backward (lora/half_precision_lora_linear.h, Note [SwiGLU into the down projection]); gate and
+  // up are the caller's to give: its backward writes their gradients over them. Undefined where the
+  // adapter cannot (then the caller forms the product and calls forward). None by default.
+  virtual at::Tensor forward_swiglu(const Linear& base, const at::Tensor& gate, const at::Tensor& up,
+                                    bool training) const {
+    return {};
+  }
   // Whether forward(training=true) draws random numbers (a layer recompute must then replay them).
   virtual bool draws_random_numbers() const = 0;
   // The adapter's trainable tensors, named relative to the projection (PEFT: "lora_A.weight").

@@ -104,6 +104,21 @@ __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __re
   store<T, Width>(d_up + index, du);
 }
 
+// The same gradients written over their inputs, d_gate into gate and d_up into up (no __restrict__
+// on the two: they are read and written). Each thread loads its elements before it stores to them,
+// and no other thread reads or writes them.
+template <typename T, int Width>
+__global__ void swiglu_backward_in_place_kernel(const T* __restrict__ grad, T* gate, T* up, int64_t n) {
+  const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
+  if (index >= n) return;
+  const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
+  Pack<T> dg, du;
+#pragma unroll
+  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+  store<T, Width>(gate + index, dg);
+  store<T, Width>(up + index, du);
+}
+
 // The packed layout: row r of gate_up starts r * row_stride elements in, its gate in columns
 // [0, width) and its up in [width, 2 width). One thread per `Width` consecutive columns of a row;
 // out (rows, width) contiguous.
@@ -188,6 +203,19 @@ cudaError_t launch_swiglu_backward(const void* grad, const void* gate, const voi
   return cudaGetLastError();
 }
 
+template <typename T>
+cudaError_t launch_swiglu_backward_in_place(const void* grad, void* gate, void* up, int64_t n, cudaStream_t stream) {
+  const auto* dy = static_cast<const T*>(grad);
+  auto* g = static_cast<T*>(gate);
+  auto* u = static_cast<T*>(up);
+  if (n % kPack == 0 && aligned16(grad) && aligned16(gate) && aligned16(up)) {
+    swiglu_backward_in_place_kernel<T, kPack><<<blocks_for(n / kPack), kThreads, 0, stream>>>(dy, g, u, n);
+  } else {
+    swiglu_backward_in_place_kernel<T, 1><<<blocks_for(n), kThreads, 0, stream>>>(dy, g, u, n);
+  }
+  return cudaGetLastError();
+}
+
 // The 16-byte path needs whole packs in every row and every row start (gate's and up's) aligned.
 template <typename T>
 cudaError_t launch_swiglu_gate_up_forward(const void* gate_up, void* out, int64_t rows, int64_t width,
@@ -257,6 +285,14 @@ cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, c
   if (n == 0) return cudaSuccess;
   return with_swiglu_type(kind, [&](auto tag) {
     return launch_swiglu_backward<typename decltype(tag)::type>(grad, gate, up, d_gate, d_up, n, stream);
+  });
+}
+
+cudaError_t swiglu_backward_in_place(HalfKind kind, const void* grad, void* gate, void* up, int64_t n,
+                                     cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return with_swiglu_type(kind, [&](auto tag) {
+    return launch_swiglu_backward_in_place<typename decltype(tag)::type>(grad, gate, up, n, stream);
   });
 }
 

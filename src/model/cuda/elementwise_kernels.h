@@ -24,6 +24,10 @@ cudaError_t swiglu_forward(HalfKind kind, const void* gate, const void* up, void
 cudaError_t swiglu_backward(HalfKind kind, const void* grad, const void* gate, const void* up, void* d_gate,
                             void* d_up, int64_t n, cudaStream_t stream);
 
+// swiglu_backward's gradients written over gate (d_gate) and up (d_up), n elements.
+cudaError_t swiglu_backward_in_place(HalfKind kind, const void* grad, void* gate, void* up, int64_t n,
+                                     cudaStream_t stream);
+
 // The same SwiGLU on a packed gate_up (rows, 2 * width), read in place: row r starts r * row_stride
 // elements in, gate in its first `width` columns and up in the next `width`. out (rows, width).
 cudaError_t swiglu_gate_up_forward(HalfKind kind, const void* gate_up, void* out, int64_t rows, int64_t width,

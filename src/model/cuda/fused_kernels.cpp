@@ -1,5 +1,8 @@
 #include "finetune/model/fused_kernels.h"
 
+#include <string>
+#include <vector>
+
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "elementwise_kernels.h"
@@ -132,6 +135,21 @@ bool swiglu_dtype(at::ScalarType dtype) {
   return dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat;
 }
 
+// Throws naming `caller` unless every tensor is a contiguous CUDA tensor of gate's shape and dtype,
+// which the SwiGLU kernels run (bf16, fp16 or fp32).
+void check_swiglu_operands(const std::vector<at::Tensor>& tensors, const std::string& caller) {
+  const at::Tensor& gate = tensors.front();
+  for (const auto& t : tensors) {
+    if (t.sizes() != gate.sizes() || t.scalar_type() != gate.scalar_type() || !t.is_contiguous()) {
+      throw Error(caller + ": expected contiguous tensors of one shape and dtype");
+    }
+    if (!t.is_cuda() || !swiglu_dtype(t.scalar_type())) {
+      throw Error(caller + ": expected CUDA tensors of bf16, fp16 or fp32, got " + c10::toString(t.scalar_type()) +
+                  " on " + t.device().str());
+    }
+  }
+}
+
 }  // namespace
 
 at::Tensor fused_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -162,15 +180,22 @@ at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double
 }
 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  if (gate.sizes() != up.sizes() || gate.scalar_type() != up.scalar_type() || !gate.is_contiguous() ||
-      !up.is_contiguous()) {
-    throw Error("fused_swiglu: expected contiguous gate and up of one shape and dtype");
-  }
-  if (!gate.is_cuda() || !up.is_cuda() || !swiglu_dtype(gate.scalar_type())) {
-    throw Error(std::string("fused_swiglu: expected CUDA tensors of bf16, fp16 or fp32, got ") +
-                c10::toString(gate.scalar_type()) + " on " + gate.device().str());
-  }
+  check_swiglu_operands({gate, up}, "fused_swiglu");
   return FusedSwiglu::apply(gate, up);
+}
+
+void fused_swiglu_into(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out) {
+  check_swiglu_operands({gate, up, out}, "fused_swiglu_into");
+  check_launch(cuda_kernels::swiglu_forward(half_kind(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(),
+                                            gate.numel(), current_stream(gate)),
+               "swiglu forward");
+}
+
+void fused_swiglu_backward_in_place(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
+  check_swiglu_operands({gate, up, grad}, "fused_swiglu_backward_in_place");
+  check_launch(cuda_kernels::swiglu_backward_in_place(half_kind(gate), grad.data_ptr(), gate.data_ptr(),
+                                                      up.data_ptr(), gate.numel(), current_stream(gate)),
+               "swiglu backward in place");
 }
 
 at::Tensor fused_swiglu_gate_up(const at::Tensor& gate_up, int64_t width) {
