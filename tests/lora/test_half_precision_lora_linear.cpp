@@ -163,6 +163,22 @@ TEST(HalfPrecisionLoraLinear, CpuPolicyKeepsPeftsExpression) {
   EXPECT_FALSE(choose_kernel_policy(at::Device(at::kCUDA, 0), at::kBFloat16, config).variable_length_attention);
 }
 
+// The SwiGLU-fed node (Note [SwiGLU into the down projection]) runs the fused SwiGLU kernels, which
+// are CUDA's: on the CPU, even under the one-node path, the adapter leaves the product to the
+// caller (an undefined result), as it does without the fused policy. tests/cuda covers the GPU.
+TEST(HalfPrecisionLoraLinear, SwigluFedNodeOnlyWhereTheFusedKernelsRun) {
+  const auto c = make_case(false);
+  LoraAdapter adapter;
+  adapter.lora_A = c.lora_A;
+  adapter.lora_B = c.lora_B;
+  adapter.kernels.half_precision_lora = true;
+  const auto base = base_of(c);
+  const auto gate = at::randn({3, c.weight.size(1)}).to(at::kBFloat16), up = at::randn_like(gate);
+  EXPECT_FALSE(adapter.forward_swiglu(base, gate, up, /*training=*/true).defined());  // policy: not fused
+  adapter.kernels.fused_elementwise = true;
+  EXPECT_FALSE(adapter.forward_swiglu(base, gate, up, /*training=*/true).defined());  // CPU tensors
+}
+
 TEST(HalfPrecisionLoraLinear, LinearForwardRoutesBf16AdaptersThroughIt) {
   const auto c = make_case(false);
   Linear layer;
