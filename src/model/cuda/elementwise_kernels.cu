@@ -90,16 +90,23 @@ __global__ void swiglu_forward_kernel(const T* __restrict__ gate, const T* __res
   store<T, Width>(out + index, o);
 }
 
+// d_gate and d_up of the `Width` elements at `index`, from the output gradient, gate and up there.
+template <typename T, int Width>
+__device__ __forceinline__ void swiglu_backward_pack(const T* grad, const T* gate, const T* up, int64_t index,
+                                                     Pack<T>& dg, Pack<T>& du) {
+  const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
+#pragma unroll
+  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+}
+
 template <typename T, int Width>
 __global__ void swiglu_backward_kernel(const T* __restrict__ grad, const T* __restrict__ gate,
                                        const T* __restrict__ up, T* __restrict__ d_gate, T* __restrict__ d_up,
                                        int64_t n) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
   Pack<T> dg, du;
-#pragma unroll
-  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+  swiglu_backward_pack<T, Width>(grad, gate, up, index, dg, du);
   store<T, Width>(d_gate + index, dg);
   store<T, Width>(d_up + index, du);
 }
@@ -111,10 +118,8 @@ template <typename T, int Width>
 __global__ void swiglu_backward_in_place_kernel(const T* __restrict__ grad, T* gate, T* up, int64_t n) {
   const int64_t index = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * Width;
   if (index >= n) return;
-  const auto dy = load<T, Width>(grad + index), g = load<T, Width>(gate + index), u = load<T, Width>(up + index);
   Pack<T> dg, du;
-#pragma unroll
-  for (int k = 0; k < Width; ++k) swiglu_gradients<T>(dy.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+  swiglu_backward_pack<T, Width>(grad, gate, up, index, dg, du);
   store<T, Width>(gate + index, dg);
   store<T, Width>(up + index, du);
 }
