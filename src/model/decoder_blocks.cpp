@@ -38,7 +38,7 @@ at::Tensor swiglu_mlp(const DecoderLayer& layer, const at::Tensor& x, const Laye
   const Linear& down_projection = layer.modules[down].projection;
   // The adapter forms silu(gate) * up itself where it can, keeping gate and up instead of the
   // product (LinearAdapter::forward_swiglu); gate and up are this call's own, nothing reads them after.
-  if (context.kernels.fused_elementwise && down_projection.adapter && context.layout.split_sizes[down].size() == 1) {
+  if (down_projection.adapter && context.layout.split_sizes[down].size() == 1) {
     auto y = down_projection.adapter->forward_swiglu(down_projection, gate_up[0], gate_up[1], context.training);
     if (y.defined()) return y;
   }
