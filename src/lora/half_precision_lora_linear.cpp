@@ -156,10 +156,10 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
 
 // Note [SwiGLU into the down projection]
 // The down projection of a SwiGLU MLP reads h = silu(gate) * up (N, I), and a LoRA node keeps its
-// input for lora_A's gradient: with the SwiGLU node keeping gate and up, the layer held three
-// (N, I) tensors through its backward, and that backward made two more (the SwiGLU's input
-// gradients) while the gradient reaching h was alive: five at once, the step's peak at the seed
-// setting (five 42 MiB tensors of a 1,792-token micro-batch of Qwen3-8B). This node takes gate and
+// input for lora_A's gradient: with the SwiGLU node keeping gate and up, the layer held gate, up
+// and h until the down projection's backward, which made dh; the SwiGLU's backward then made the
+// gradients of gate and up while gate, up and dh were alive: five (N, I) tensors at once, the
+// step's peak at the seed setting (five 42 MiB tensors of a 1,792-token micro-batch of Qwen3-8B). This node takes gate and
 // up instead of h: its forward forms h in a buffer of its own and frees it; its backward forms h
 // again in one buffer, reads it for lora_A's gradient, writes the input gradient dh = dy W + g A
 // over it, then the SwiGLU's gradients over gate and up (fused_swiglu_backward_in_place): gate, up
