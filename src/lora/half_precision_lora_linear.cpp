@@ -159,11 +159,11 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
 // input for lora_A's gradient: with the SwiGLU node keeping gate and up, the layer held gate, up
 // and h until the down projection's backward, which made dh; the SwiGLU's backward then made the
 // gradients of gate and up while gate, up and dh were alive: five (N, I) tensors at once, the
-// step's peak at the seed setting (five 42 MiB tensors of a 1,792-token micro-batch of Qwen3-8B). This node takes gate and
-// up instead of h: its forward forms h in a buffer of its own and frees it; its backward forms h
-// again in one buffer, reads it for lora_A's gradient, writes the input gradient dh = dy W + g A
-// over it, then the SwiGLU's gradients over gate and up (fused_swiglu_backward_in_place): gate, up
-// and one buffer, three at once. Unsloth's LoRA MLP node does the same (unsloth/kernels/fast_lora.py:
+// step's peak at the seed setting (five 42 MiB tensors of a 1,792-token micro-batch of Qwen3-8B).
+// This node takes gate and up instead of h: its forward forms h in a buffer of its own and frees
+// it; its backward forms h again in one buffer, reads it for lora_A's gradient, writes the input
+// gradient dh = dy W + g A over it, then the SwiGLU's gradients over gate and up
+// (fused_swiglu_backward_in_place): gate, up and one buffer, three at once. Unsloth's LoRA MLP node does the same (unsloth/kernels/fast_lora.py:
 // it keeps X, gate and up and writes the gradients over them). Every product and kernel is
 // HalfPrecisionLoraLinear's and FusedSwiglu's on the same operands, so the bits are the same
 // (tests/cuda/test_lora_swiglu_linear.cpp).

@@ -2,6 +2,7 @@
 
 #include "finetune/lora/half_precision_lora_linear.h"
 #include "finetune/model/device_selection.h"
+#include "finetune/model/fused_kernels.h"
 
 namespace finetune {
 
@@ -28,10 +29,9 @@ at::Tensor LoraAdapter::forward(const Linear& base, const at::Tensor& x, bool tr
 
 at::Tensor LoraAdapter::forward_swiglu(const Linear& base, const at::Tensor& gate, const at::Tensor& up,
                                       bool training) const {
-  const bool fused = kernels.fused_elementwise && uses_half_precision_path(gate, training) && gate.is_cuda() &&
-                     gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type() && gate.is_contiguous() &&
-                     up.is_contiguous();
-  if (!fused) return {};
+  if (!kernels.fused_elementwise || !uses_half_precision_path(gate, training) || !fused_swiglu_supported(gate, up)) {
+    return {};
+  }
   return half_precision_lora_swiglu_linear(gate, up, base, *this);
 }
 

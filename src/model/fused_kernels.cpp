@@ -16,6 +16,8 @@ at::Tensor fused_norm_rope(const at::Tensor&, const at::Tensor&, double, const a
   throw Error("fused_norm_rope: this build has no CUDA kernels");
 }
 
+bool fused_swiglu_supported(const at::Tensor&, const at::Tensor&) { return false; }
+
 at::Tensor fused_swiglu(const at::Tensor&, const at::Tensor&) {
   throw Error("fused_swiglu: this build has no CUDA kernels");
 }

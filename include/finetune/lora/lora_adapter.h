@@ -35,7 +35,7 @@ class LoraAdapter : public LinearAdapter {
 
   at::Tensor forward(const Linear& base, const at::Tensor& x, bool training) const override;
   // half_precision_lora_swiglu_linear where the one-node path runs (uses_half_precision_path) with
-  // the fused SwiGLU kernels (kernels.fused_elementwise) on contiguous CUDA gate and up of one shape.
+  // the fused SwiGLU kernels (kernels.fused_elementwise) on gate and up they take (fused_swiglu_supported).
   at::Tensor forward_swiglu(const Linear& base, const at::Tensor& gate, const at::Tensor& up,
                             bool training) const override;
   bool draws_random_numbers() const override { return dropout > 0; }

@@ -23,7 +23,8 @@ at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double
                            const at::Tensor& sin);
 
 // SwiGLU, HF's act_fn(gate) * up with SiLU: gate, up (..., I) contiguous, same shape, bf16, fp16
-// or fp32.
+// or fp32 (fused_swiglu_supported: false in builds without CUDA kernels).
+bool fused_swiglu_supported(const at::Tensor& gate, const at::Tensor& up);
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
 
 // fused_swiglu's two kernels without its autograd node, for a node that keeps gate and up itself

@@ -79,13 +79,18 @@ struct FusedNormRope : public torch::autograd::Function<FusedNormRope> {
   }
 };
 
+// out = silu(gate) * up, one kernel, on operands fused_swiglu_supported takes (not checked here).
+void run_swiglu_forward(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out) {
+  check_launch(cuda_kernels::swiglu_forward(half_kind(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(),
+                                            gate.numel(), current_stream(gate)),
+               "swiglu forward");
+}
+
 struct FusedSwiglu : public torch::autograd::Function<FusedSwiglu> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
     ctx->save_for_backward({gate, up});
     auto out = at::empty_like(gate);
-    check_launch(cuda_kernels::swiglu_forward(half_kind(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(),
-                                              gate.numel(), current_stream(gate)),
-                 "swiglu forward");
+    run_swiglu_forward(gate, up, out);
     return out;
   }
 
@@ -135,17 +140,14 @@ bool swiglu_dtype(at::ScalarType dtype) {
   return dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat;
 }
 
-// Throws naming `caller` unless every tensor is a contiguous CUDA tensor of gate's shape and dtype,
-// which the SwiGLU kernels run (bf16, fp16 or fp32).
+// Throws naming `caller` unless fused_swiglu_supported takes the first tensor with each other one.
 void check_swiglu_operands(const std::vector<at::Tensor>& tensors, const std::string& caller) {
   const at::Tensor& gate = tensors.front();
   for (const auto& t : tensors) {
-    if (t.sizes() != gate.sizes() || t.scalar_type() != gate.scalar_type() || !t.is_contiguous()) {
-      throw Error(caller + ": expected contiguous tensors of one shape and dtype");
-    }
-    if (!t.is_cuda() || !swiglu_dtype(t.scalar_type())) {
-      throw Error(caller + ": expected CUDA tensors of bf16, fp16 or fp32, got " + c10::toString(t.scalar_type()) +
-                  " on " + t.device().str());
+    if (!fused_swiglu_supported(gate, t)) {
+      throw Error(caller + ": expected contiguous CUDA tensors of one shape and dtype, bf16, fp16 or fp32, got " +
+                  c10::toString(t.scalar_type()) + " on " + t.device().str() + " beside " +
+                  c10::toString(gate.scalar_type()) + " on " + gate.device().str());
     }
   }
 }
@@ -179,6 +181,11 @@ at::Tensor fused_norm_rope(const at::Tensor& x, const at::Tensor& weight, double
   return FusedNormRope::apply(x.contiguous(), weight.contiguous(), cos, sin, eps);
 }
 
+bool fused_swiglu_supported(const at::Tensor& gate, const at::Tensor& up) {
+  return gate.sizes() == up.sizes() && gate.scalar_type() == up.scalar_type() && gate.is_contiguous() &&
+         up.is_contiguous() && gate.is_cuda() && up.is_cuda() && swiglu_dtype(gate.scalar_type());
+}
+
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_operands({gate, up}, "fused_swiglu");
   return FusedSwiglu::apply(gate, up);
@@ -186,9 +193,7 @@ at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
 
 void fused_swiglu_into(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& out) {
   check_swiglu_operands({gate, up, out}, "fused_swiglu_into");
-  check_launch(cuda_kernels::swiglu_forward(half_kind(gate), gate.data_ptr(), up.data_ptr(), out.data_ptr(),
-                                            gate.numel(), current_stream(gate)),
-               "swiglu forward");
+  run_swiglu_forward(gate, up, out);
 }
 
 void fused_swiglu_backward_in_place(const at::Tensor& grad, const at::Tensor& gate, const at::Tensor& up) {
