@@ -7,7 +7,7 @@
 #   3. LibTorch: $Torch_DIR / $CMAKE_PREFIX_PATH if given, else that Python's torch; Arrow/Parquet
 #      C++ (Parquet datasets): that Python's pyarrow wheel, headers and libraries (required)
 #   4. cmake configure (once, and again when the pyarrow wheel moved or changed) + build into
-#      $FINETUNE_BUILD_DIR (default ./build)
+#      $FINETUNE_BUILD_DIR (default ./build); every target, or only $FINETUNE_BUILD_TARGET (e.g. finetune)
 # Writes $FINETUNE_BUILD_DIR/env.sh, which the other scripts source.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -102,7 +102,7 @@ elif [ "$(cached ARROW_INCLUDE_DIR)" != "$ARROW_INCLUDE_DIR" ] || [ "$(cached AR
   configure "${ARROW_ARGS[@]}"
 fi
 JOBS=${FINETUNE_JOBS:-$(nproc)}
-cmake --build "$BUILD_DIR" -j "$JOBS"
+cmake --build "$BUILD_DIR" -j "$JOBS" ${FINETUNE_BUILD_TARGET:+--target "$FINETUNE_BUILD_TARGET"}
 
 TORCH_LIB=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))' 2>/dev/null || true)
 cat > "$BUILD_DIR/env.sh" <<ENV
