@@ -16,9 +16,11 @@ namespace finetune {
 //  - forward: the side stream waits on an event recorded on the compute stream (the input is
 //    written), copies it to host asynchronously, and the input's device block is recorded on
 //    the side stream, so the caching allocator reuses it only after the copy has read it;
-//  - backward of layer i: layer i's copy is started if it is not under way yet, layer i-1's is
-//    started (it runs on the side stream while layer i recomputes and back-propagates), and the
-//    compute stream waits on layer i's event before the recompute reads it. A copy back goes into
+//  - backward of layer i: layer i's copy is started if it is not under way yet and the compute
+//    stream waits on its event before the recompute reads it; layer i-1's is started once layer i's
+//    MLP has back-propagated (prefetch, from the recompute's LayerContext::after_mlp_backward), so
+//    it runs on the side stream while layer i's attention back-propagates and is not on the device
+//    through the MLP's backward, the layer's memory peak. A copy back goes into
 //    a block allocated on the compute stream, after the side stream has waited on the compute
 //    stream's work so far (the block's previous users).
 // Host copies live on one side stream, so each copy back follows its copy out (stream order).
@@ -150,11 +152,16 @@ void ActivationOffloader::start_prefetch(size_t index) {
   trace_.push_back({OffloadRecord::kPrefetched, index});
 }
 
+void ActivationOffloader::prefetch(size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
+  start_prefetch(index);
+}
+
 at::Tensor ActivationOffloader::restore(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
   start_prefetch(index);
-  if (index > 0) start_prefetch(index - 1);  // the next layer backward recomputes
   Slot& slot = slots_[index];
   if (slot.ready) {
     const c10::impl::VirtualGuardImpl guard(device_.type());

@@ -140,9 +140,10 @@ at::Tensor CausalLM::embed(const at::Tensor& input_ids) const {
 
 at::Tensor CausalLM::layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                                    const AttentionKernel& kernel, bool training,
-                                   std::vector<at::Tensor>* router_logits, int64_t mlp_tile_bytes) const {
+                                   std::vector<at::Tensor>* router_logits, int64_t mlp_tile_bytes,
+                                   const std::function<void()>& after_mlp_backward) const {
   const LayerContext context{layout_, config_, kernels_, rope, kernel, training, architecture_->rms_norm_unit_offset,
-                             router_logits, mlp_tile_bytes};
+                             router_logits, mlp_tile_bytes, after_mlp_backward};
   return composition_->layer(layer, hidden, context);
 }
 
@@ -323,8 +324,10 @@ at::Tensor CausalLM::forward_hidden(const at::Tensor& input_ids, const at::Tenso
       const bool training = options.training;
       const int64_t mlp_tile_bytes = options.mlp_tile_bytes;
       hidden = checkpointed_call(
-          [this, layer_ptr, layer_tables, kernel, training, mlp_tile_bytes](const at::Tensor& h) {
-            return layer_forward(*layer_ptr, h, layer_tables, kernel, training, nullptr, mlp_tile_bytes);
+          [this, layer_ptr, layer_tables, kernel, training, mlp_tile_bytes](
+              const at::Tensor& h, const std::function<void()>& after_mlp_backward) {
+            return layer_forward(*layer_ptr, h, layer_tables, kernel, training, nullptr, mlp_tile_bytes,
+                                 after_mlp_backward);
           },
           hidden, layers_draw_random, offloader);
     } else {

@@ -37,7 +37,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       ctx->save_for_backward({hidden});
     }
     ctx->saved_data["state"] = at::IValue::make_capsule(state);
-    auto output = layer(hidden);
+    auto output = layer(hidden, {});
     if (offloader) offloader->finish_offload(state->offload_slot);  // before the caller drops `hidden`
     return output;
   }
@@ -57,10 +57,18 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
       current_rng = default_generator_state(state->device);
       set_default_generator_state(state->device, state->rng_state);
     }
+    // The previous layer's input comes back while this layer's attention back-propagates, not
+    // through its MLP's backward (Note [Activation offloading]).
+    std::function<void()> after_mlp_backward;
+    if (state->offloader && state->offload_slot > 0) {
+      after_mlp_backward = [offloader = state->offloader, previous = state->offload_slot - 1] {
+        offloader->prefetch(previous);
+      };
+    }
     at::Tensor output;
     {
       at::AutoGradMode enable_grad(true);
-      output = state->layer(input);
+      output = state->layer(input, after_mlp_backward);
     }
     if (replay_rng) set_default_generator_state(state->device, current_rng);
     torch::autograd::backward({output}, {grad_outputs[0]});

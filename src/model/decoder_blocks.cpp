@@ -203,6 +203,14 @@ at::Tensor attention_block(const DecoderLayer& layer, const at::Tensor& x, const
   return projection_block(layer, {ModuleRole::kAttentionOutput}, attention, context)[0];
 }
 
+at::Tensor attention_residual(const at::Tensor& h, const LayerContext& context) {
+  if (!context.after_mlp_backward || !h.requires_grad()) return h;
+  // A non-leaf tensor's hook runs with its gradient summed over its uses (the MLP and the
+  // residual), before its node back-propagates: after the MLP's backward, before the attention's.
+  h.register_hook([after_mlp_backward = context.after_mlp_backward](const at::Tensor&) { after_mlp_backward(); });
+  return h;
+}
+
 at::Tensor swiglu_mlp_block(const DecoderLayer& layer, const at::Tensor& x, const LayerContext& context) {
   return sequence_tiled_mlp(layer, x, context, swiglu_mlp);
 }

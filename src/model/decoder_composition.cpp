@@ -10,7 +10,9 @@ namespace {
 
 // Llama: pre-norm residual attention, then a pre-norm residual SwiGLU MLP.
 at::Tensor llama_layer(const DecoderLayer& layer, const at::Tensor& hidden, const LayerContext& context) {
-  auto h = hidden + attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context);
+  auto h = attention_residual(
+      hidden + attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context),
+      context);
   return h + swiglu_mlp_block(layer, norm_block(layer, ModuleRole::kMlpInputNorm, h, context), context);
 }
 
@@ -19,7 +21,7 @@ at::Tensor llama_layer(const DecoderLayer& layer, const at::Tensor& hidden, cons
 // norms are applied by attention_block when the table lists them.
 at::Tensor gemma_layer(const DecoderLayer& layer, const at::Tensor& hidden, const LayerContext& context) {
   auto attention = attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context);
-  auto h = hidden + norm_block(layer, ModuleRole::kAttentionOutputNorm, attention, context);
+  auto h = attention_residual(hidden + norm_block(layer, ModuleRole::kAttentionOutputNorm, attention, context), context);
   auto mlp = geglu_mlp_block(layer, norm_block(layer, ModuleRole::kMlpInputNorm, h, context), context);
   return h + norm_block(layer, ModuleRole::kMlpOutputNorm, mlp, context);
 }
@@ -27,7 +29,9 @@ at::Tensor gemma_layer(const DecoderLayer& layer, const at::Tensor& hidden, cons
 // Qwen3-MoE and Mixtral: Llama's pre-norm residual attention, then a pre-norm residual
 // mixture-of-experts MLP (a dense SwiGLU one in Qwen3-MoE's mlp_only layers), moe_block.h.
 at::Tensor moe_layer(const DecoderLayer& layer, const at::Tensor& hidden, const LayerContext& context) {
-  auto h = hidden + attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context);
+  auto h = attention_residual(
+      hidden + attention_block(layer, norm_block(layer, ModuleRole::kAttentionInputNorm, hidden, context), context),
+      context);
   const auto x = norm_block(layer, ModuleRole::kMlpInputNorm, h, context);
   return h + moe_mlp_forward(*layer.moe, x, context.config, context.kernels, context.training, context.router_logits);
 }

@@ -1,6 +1,7 @@
 // Activation offloading (Note [Activation offloading]) on the CPU, where its copies are plain
 // copies: the same loss and gradients, bit for bit, as keeping the inputs, each input offloaded
-// in forward order and restored in reverse with the next one prefetched, and the --offload_activations rule.
+// in forward order and restored in reverse, the next one prefetched once the layer's MLP has
+// back-propagated, and the --offload_activations rule.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -29,8 +30,16 @@ TEST(ActivationOffload, InputsAreOffloadedInOrderAndRestoredInReverseWithPrefetc
     for (auto& weight : weights) weight.mutable_grad() = at::Tensor();
     auto hidden = input.clone().requires_grad_(true);
     for (const auto& weight : weights) {
-      hidden = checkpointed_call([weight](const at::Tensor& h) { return h + at::tanh(at::matmul(h, weight)); }, hidden,
-                                 /*preserve_rng_state=*/false, offloader);
+      // The "MLP" is the tanh branch: after_mlp_backward runs when its input's gradient is complete.
+      hidden = checkpointed_call(
+          [weight](const at::Tensor& h, const std::function<void()>& after_mlp_backward) {
+            auto product = at::matmul(h, weight);
+            if (after_mlp_backward && product.requires_grad()) {
+              product.register_hook([after_mlp_backward](const at::Tensor&) { after_mlp_backward(); });
+            }
+            return h + at::tanh(product);
+          },
+          hidden, /*preserve_rng_state=*/false, offloader);
     }
     hidden.square().sum().backward();
     std::vector<at::Tensor> grads;
@@ -42,10 +51,13 @@ TEST(ActivationOffload, InputsAreOffloadedInOrderAndRestoredInReverseWithPrefetc
   const auto offloaded = run(offloader);
   for (size_t i = 0; i < kept.size(); ++i) EXPECT_TRUE(at::equal(kept[i], offloaded[i])) << "weight " << i;
 
+  // Each layer's input comes back at its restore or earlier, while the layer after it
+  // back-propagates, once that layer's "MLP" has (the hook): after the later layer's restore.
   const std::vector<OffloadRecord> expected{
-      {Step::kOffloaded, 0},  {Step::kOffloaded, 1},  {Step::kOffloaded, 2},   // forward
-      {Step::kPrefetched, 2}, {Step::kPrefetched, 1}, {Step::kRestored, 2}, {Step::kReleased, 2},  // layer 2
-      {Step::kPrefetched, 0}, {Step::kRestored, 1},   {Step::kReleased, 1},    // layer 1: its input came early
+      {Step::kOffloaded, 0},  {Step::kOffloaded, 1}, {Step::kOffloaded, 2},    // forward
+      {Step::kPrefetched, 2}, {Step::kRestored, 2},  {Step::kReleased, 2},     // layer 2
+      {Step::kPrefetched, 1},                                                  // its "MLP" back-propagated
+      {Step::kRestored, 1},   {Step::kReleased, 1},  {Step::kPrefetched, 0},   // layer 1: its input came early
       {Step::kRestored, 0},   {Step::kReleased, 0}};                           // layer 0
   EXPECT_EQ(offloader->trace(), expected);
   EXPECT_THROW(offloader->restore(1), Error);  // each input comes back once

@@ -192,9 +192,10 @@ TEST(Architecture, FusedProjectionSplitsIntoItsRoles) {
   EXPECT_THROW(layer_module_weight_shape(mixed, config), Error);
 }
 
-// One layer through Llama's composition, with a plain causal SDPA kernel.
+// One layer through Llama's composition, with a plain causal SDPA kernel (in training with
+// `after_mlp_backward` when given).
 at::Tensor run_layer(const Architecture& architecture, const ModelConfig& config, const DecoderLayer& layer,
-                     const at::Tensor& hidden) {
+                     const at::Tensor& hidden, const std::function<void()>& after_mlp_backward = {}) {
   const LayerLayout layout(architecture, config);
   const KernelPolicy kernels;
   const auto position_ids = at::arange(hidden.size(1), at::kLong).unsqueeze(0);
@@ -205,8 +206,40 @@ at::Tensor run_layer(const Architecture& architecture, const ModelConfig& config
                                                 0.0, true, scale, /*enable_gqa=*/true);
     return out.transpose(1, 2).reshape({q.size(0), q.size(1), -1});
   };
-  const LayerContext context{layout, config, kernels, rope, kernel, /*training=*/false};
+  LayerContext context{layout, config, kernels, rope, kernel, /*training=*/static_cast<bool>(after_mlp_backward)};
+  context.after_mlp_backward = after_mlp_backward;
   return decoder_composition(architecture.id).layer(layer, hidden, context);
+}
+
+// LayerContext::after_mlp_backward (what a layer recompute prefetches the previous layer's input
+// on) runs once, when the MLP has back-propagated and the attention has not: down_proj's weight
+// has its gradient then, q_proj's not yet.
+TEST(Architecture, AfterMlpBackwardRunsBetweenTheMlpAndTheAttention) {
+  const auto config = tiny_llama_config({32, 16, 24, 1, 4, 2, 8});
+  const auto& llama = *find_architecture_by_class("LlamaForCausalLM");
+  auto layer = make_decoder_layer(llama, config, at::TensorOptions().dtype(at::kFloat), false);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(4);
+  for (auto& module : layer.modules) {
+    auto& weight = module.projection.weight.defined() ? module.projection.weight : module.norm_weight;
+    weight.normal_(0.0, 0.3, generator);
+  }
+  const LayerLayout layout(llama, config);
+  auto& down = layer.modules[layout.slot(ModuleRole::kDown).module].projection.weight;
+  auto& query = layer.modules[layout.slot(ModuleRole::kQuery).module].projection.weight;
+  down.requires_grad_(true);
+  query.requires_grad_(true);
+  int calls = 0;
+  bool mlp_done = false, attention_begun = true;
+  const auto hidden = at::empty({1, 5, 16}).normal_(0.0, 1.0, generator).requires_grad_(true);
+  run_layer(llama, config, layer, hidden, [&] {
+    ++calls;
+    mlp_done = down.grad().defined();
+    attention_begun = query.grad().defined();
+  }).sum().backward();
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(mlp_done);
+  EXPECT_FALSE(attention_begun);
+  EXPECT_TRUE(query.grad().defined());
 }
 
 TEST(Architecture, FusedProjectionsComputeWhatSeparateOnesDo) {

@@ -58,8 +58,9 @@ struct OffloadRecord {
 };
 
 // The host copies of one forward's checkpointed layer inputs, slot 0, 1, ... in forward order.
-// Backward restores them in reverse order; restoring a slot prefetches the one before it, so at
-// most two slots are on the device at a time (double-buffered). On a CUDA device the copies run
+// Backward restores them in reverse order; while a layer back-propagates its attention (after its
+// MLP, the layer's memory peak) the slot before it is prefetched, so at most two slots are on the
+// device at a time, and one during an MLP's backward. On a CUDA device the copies run
 // on a side stream into pinned host memory, ordered against the compute stream by events; on the
 // CPU they are plain copies, so the bookkeeping runs (and is tested) everywhere.
 class ActivationOffloader {
@@ -78,9 +79,14 @@ class ActivationOffloader {
   // recorded on the side stream instead, and this does nothing).
   void finish_offload(size_t slot);
 
-  // Backward: the slot's input on the device, ready for the current stream; starts bringing back
-  // slot - 1 and forgets this slot (host and device copies are released by the caller's use).
+  // Backward: the slot's input on the device, ready for the current stream (its copy back is
+  // started here unless prefetch started it); forgets this slot (host and device copies are
+  // released by the caller's use).
   at::Tensor restore(size_t slot);
+
+  // Backward, before the slot is restored: starts bringing its input back, so that the copy runs
+  // while other work does (nothing if it is under way already).
+  void prefetch(size_t slot);
 
   std::vector<OffloadRecord> trace() const;
 

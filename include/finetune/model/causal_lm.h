@@ -10,6 +10,7 @@
 // trainer never materialises full fp32 logits.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -142,7 +143,8 @@ class CausalLM {
   at::Tensor layer_forward(const DecoderLayer& layer, const at::Tensor& hidden, const RopeTables& rope,
                            const AttentionKernel& kernel, bool training,
                            std::vector<at::Tensor>* router_logits = nullptr,
-                           int64_t mlp_tile_bytes = kMlpTileBytes) const;
+                           int64_t mlp_tile_bytes = kMlpTileBytes,
+                           const std::function<void()>& after_mlp_backward = {}) const;
 
   ModelConfig config_;
   const Architecture* architecture_;

@@ -10,9 +10,13 @@
 
 namespace finetune {
 
-using LayerFunction = std::function<at::Tensor(const at::Tensor&)>;
+// A layer's forward: (hidden, after_mlp_backward) -> its output. after_mlp_backward is empty in the
+// first run; in the recompute the layer calls it once its MLP has back-propagated
+// (LayerContext::after_mlp_backward), where the offloader starts bringing back the previous
+// layer's input. A layer that never calls it only loses that overlap.
+using LayerFunction = std::function<at::Tensor(const at::Tensor& hidden, const std::function<void()>& after_mlp_backward)>;
 
-// Runs `layer(hidden)` without keeping its activations; backward recomputes it and
+// Runs `layer(hidden, {})` without keeping its activations; backward recomputes it and
 // back-propagates through the recompute. With preserve_rng_state the recompute sees the RNG state
 // of the first run, so dropout masks repeat (only needed when the layer draws random numbers).
 // Parameter gradients accumulate straight into their .grad, as torch.utils.checkpoint's

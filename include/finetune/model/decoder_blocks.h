@@ -73,7 +73,15 @@ struct LayerContext {
   // The MLPs run over the tokens in tiles whose intermediates stay within this many bytes, when the
   // whole input would exceed it (Note [Sequence-tiled MLP] in model/sequence_tiling.cpp).
   int64_t mlp_tile_bytes = kMlpTileBytes;
+  // Called once the layer's MLP has back-propagated (attention_residual), when set: a layer
+  // recompute's cue to start bringing back the previous layer's offloaded input (checkpoint_function.h).
+  std::function<void()> after_mlp_backward = nullptr;
 };
+
+// The attention's residual sum h, the MLP's input and residual, with context.after_mlp_backward
+// called when h's gradient is complete (the MLP's backward done, the attention's not begun) where
+// it is set and h requires grad; h itself otherwise.
+at::Tensor attention_residual(const at::Tensor& h, const LayerContext& context);
 
 // RMSNorm by the weight of `role` (Gemma's (1 + weight) form under unit_offset_norms): x (..., C) -> (..., C).
 at::Tensor norm_block(const DecoderLayer& layer, ModuleRole role, const at::Tensor& x, const LayerContext& context);
