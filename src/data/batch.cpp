@@ -82,9 +82,6 @@ HostBatch flatten(const HostBatch& batch) {
   flat.rows = 1;
   flat.seq_len = batch.real_tokens;
   flat.real_tokens = batch.real_tokens;
-  flat.step_peak_real_tokens = batch.step_peak_real_tokens;
-  flat.step_peak_trainable_tokens = batch.step_peak_trainable_tokens;
-  flat.step_peak_samples = batch.step_peak_samples;
   flat.sample_lengths.resize(1);
   for (int64_t row = 0; row < batch.rows; ++row) {
     int64_t start = 0;

@@ -176,32 +176,7 @@ std::vector<HostBatch> MicroBatchStream::balanced_step(int64_t step) const {
   for (const auto& positions : plan[static_cast<size_t>(config_.sampler.rank)]) {
     micro_batches.push_back(collate_positions(positions));
   }
-  if (config_.padding_free && plan.size() > 1) record_step_peaks(plan, collate_positions, micro_batches);
   return micro_batches;
-}
-
-void MicroBatchStream::record_step_peaks(const StepPlan& plan,
-                                         const std::function<HostBatch(const std::vector<int64_t>&)>& collate_positions,
-                                         std::vector<HostBatch>& micro_batches) const {
-  auto sample_count = [](const HostBatch& batch) {
-    int64_t samples = 0;
-    for (const auto& row : batch.sample_lengths) samples += static_cast<int64_t>(row.size());
-    return samples;
-  };
-  const auto own_rank = static_cast<size_t>(config_.sampler.rank);
-  for (size_t k = 0; k < micro_batches.size(); ++k) {
-    HostBatch& own = micro_batches[k];
-    own.step_peak_real_tokens = own.real_tokens;
-    own.step_peak_trainable_tokens = own.trainable_tokens;
-    own.step_peak_samples = sample_count(own);
-    for (size_t rank = 0; rank < plan.size(); ++rank) {
-      if (rank == own_rank) continue;  // collated already
-      const HostBatch peer = collate_positions(plan[rank][k]);
-      own.step_peak_real_tokens = std::max(own.step_peak_real_tokens, peer.real_tokens);
-      own.step_peak_trainable_tokens = std::max(own.step_peak_trainable_tokens, peer.trainable_tokens);
-      own.step_peak_samples = std::max(own.step_peak_samples, sample_count(peer));
-    }
-  }
 }
 
 std::vector<HostBatch> MicroBatchStream::next_step() {

@@ -104,11 +104,9 @@ void append_chosen_next_tokens(const HostBatch& flat, const GraphShape& shape, s
 
 GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   const std::vector<int64_t> lengths = lengths_in_order(batch);
-  // Every rank pads to the largest counterpart of its micro-batch (HostBatch::step_peak_*).
-  const int64_t tokens = std::max(batch.real_tokens, batch.step_peak_real_tokens);
-  const int64_t targets = std::max(batch.trainable_tokens, batch.step_peak_trainable_tokens);
-  const int64_t samples = std::max(static_cast<int64_t>(lengths.size()), batch.step_peak_samples);
-  GraphShape shape{graph_bucket(tokens), graph_bucket(targets), graph_sample_bucket(samples + 1)};
+  // The batch's own extents alone: Note [Each rank its own shape].
+  const auto samples = static_cast<int64_t>(lengths.size());
+  GraphShape shape{graph_bucket(batch.real_tokens), graph_bucket(batch.trainable_tokens), graph_sample_bucket(samples + 1)};
   // Rows up to kCudaGraphMaxTokens keep the whole row as attention's bound (one shape per row
   // length, as the dense models' graphs were measured); longer rows are bounded by their longest
   // sample or the filler, which is as long as the bucket's tokens beyond the batch's own.

@@ -234,52 +234,6 @@ TEST(MicroBatchStreamPlanning, SeedSettingBecomesOneMicroBatchPerRank) {
   EXPECT_EQ(counts[0], counts[1]);
 }
 
-// Padding-free balanced steps record, on every rank, the largest real tokens, trained tokens and
-// sample count of each micro-batch index over all ranks (HostBatch::step_peak_*): CUDA graphs pad
-// every rank to the same shape from them.
-TEST(MicroBatchStreamPlanning, MicroBatchesKnowTheirCounterpartsPeaks) {
-  std::vector<Sample> samples;
-  for (int32_t i = 0; i < 24; ++i) {
-    const int32_t length = 5 + (i * 13) % 41;
-    std::vector<int32_t> labels(length, i + 1);
-    for (int32_t t = 0; t < length / 3; ++t) labels[t] = kIgnoreIndex;
-    samples.push_back({std::vector<int32_t>(length, i + 1), labels});
-  }
-  MicroBatchStreamConfig config;
-  config.sampler = {0, 3, 0, /*seed=*/4, /*shuffle=*/true, /*drop_last=*/false};
-  config.gradient_accumulation_steps = 2;
-  config.batch_size = 2;
-  config.max_seq_length = 48;
-  config.padding_free = true;
-  std::vector<std::vector<HostBatch>> steps;  // rank -> micro-batches of the first step
-  for (int rank = 0; rank < 3; ++rank) {
-    config.sampler.rank = rank;
-    MicroBatchStream stream(samples, config);
-    steps.push_back(stream.next_step());
-  }
-  for (size_t k = 0; k < steps[0].size(); ++k) {
-    int64_t tokens = 0, trained = 0, count = 0;
-    for (const auto& rank_steps : steps) {
-      const HostBatch& batch = rank_steps[k];
-      tokens = std::max(tokens, batch.real_tokens);
-      trained = std::max(trained, batch.trainable_tokens);
-      int64_t n = 0;
-      for (const auto& row : batch.sample_lengths) n += static_cast<int64_t>(row.size());
-      count = std::max(count, n);
-    }
-    EXPECT_GT(tokens, 0);
-    for (const auto& rank_steps : steps) {
-      EXPECT_EQ(rank_steps[k].step_peak_real_tokens, tokens) << k;
-      EXPECT_EQ(rank_steps[k].step_peak_trainable_tokens, trained) << k;
-      EXPECT_EQ(rank_steps[k].step_peak_samples, count) << k;
-    }
-  }
-  // One process has no counterparts to pad to.
-  config.sampler = {0, 1, 0, 4, true, false};
-  MicroBatchStream alone(samples, config);
-  for (const auto& batch : alone.next_step()) EXPECT_EQ(batch.step_peak_real_tokens, 0);
-}
-
 }  // namespace
 }  // namespace finetune
 

@@ -94,27 +94,6 @@ TEST(GraphBatch, MicroBatchesOfAFewSamplesMoreOrLessShareAShape) {
   EXPECT_EQ(graph_shape(collate(rows, {0, 1, 2, 3}, 0)), six);
 }
 
-// Ranks pad to the largest counterpart of their micro-batch (HostBatch::step_peak_*), so they replay
-// the same shape; the padding is filler tokens, weight-0 targets and empty samples as before.
-TEST(GraphBatch, PadsToTheStepPeaksOfTheOtherRanks) {
-  HostBatch batch = collate(samples(), {0, 1, 2}, 0);
-  batch.step_peak_real_tokens = 70;
-  batch.step_peak_trainable_tokens = 66;
-  batch.step_peak_samples = 9;
-  EXPECT_EQ(graph_shape(batch), (GraphShape{128, 128, 16, 0, 0, 128}));
-  const HostBatch flat = flatten(batch);
-  const GraphBatch padded = graph_batch(flat, 0);
-  EXPECT_EQ(padded.shape, (GraphShape{128, 128, 16, 0, 0, 128}));
-  const auto in = graph_inputs(at::tensor(padded.values, at::TensorOptions().dtype(at::kLong)), padded.shape);
-  EXPECT_EQ(in.target_weights.sum().item<float>(), static_cast<float>(flat.trainable_tokens));
-  EXPECT_TRUE(in.cu_seqlens.narrow(0, 4, 13).eq(128).all().item<bool>());
-  // Peaks below the batch's own extents change nothing.
-  batch.step_peak_real_tokens = 3;
-  batch.step_peak_trainable_tokens = 1;
-  batch.step_peak_samples = 1;
-  EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8, 0, 0, 64}));
-}
-
 at::Tensor longs(const std::vector<int64_t>& values) { return at::tensor(values, at::TensorOptions().dtype(at::kLong)); }
 
 TEST(GraphLongestBucket, PowersOfTwoFrom64UpToTheRow) {
@@ -145,18 +124,19 @@ TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerBeyondTheGraphLimit) {
   EXPECT_EQ(lengths.max().item<int>(), 130);
   EXPECT_EQ(graph_shape(packed), padded.shape);
 
-  // Another rank's 6,000 tokens pad this micro-batch with a filler of 2,114 tokens: the bound covers it.
-  packed.step_peak_real_tokens = 6000;
-  const GraphShape shape = graph_shape(packed);
-  EXPECT_EQ(shape.tokens, 6144);
-  EXPECT_EQ(shape.longest, 4096);
-  HostBatch flat = flatten(packed);
-  flat.step_peak_real_tokens = 6000;
-  const GraphBatch wide = graph_batch(flat, 0);
+  // 41 samples (4,130 tokens) take the 4,608 bucket: the filler of 478 tokens, longer than any
+  // sample, sets the bound.
+  rows.push_back({std::vector<int32_t>(100, 4), std::vector<int32_t>(100, 4)});
+  order.push_back(40);
+  const HostBatch longer = collate_rows(rows, {order}, 0);
+  const GraphShape shape = graph_shape(longer);
+  EXPECT_EQ(shape.tokens, 4608);
+  EXPECT_EQ(shape.longest, 512);
+  const GraphBatch wide = graph_batch(flatten(longer), 0);
   EXPECT_EQ(wide.shape, shape);
   const auto wide_in = graph_inputs(longs(wide.values), wide.shape);
   const auto wide_lengths = wide_in.cu_seqlens.slice(0, 1) - wide_in.cu_seqlens.slice(0, 0, -1);
-  EXPECT_EQ(wide_lengths.max().item<int>(), 2114);
+  EXPECT_EQ(wide_lengths.max().item<int>(), 478);
 
   // Up to the limit the row is the bound: 20 of those samples (2,030 tokens) in the 2048 bucket.
   rows.resize(20);
@@ -231,11 +211,17 @@ TEST(GraphBatch, PairSlotsNameEachTargetsSequenceThePairsAndTheChosenNextTokens)
   EXPECT_TRUE(pairs.chosen_next_tokens.ids.narrow(0, 0, 6).equal(nll.ids));
 }
 
-// Another rank's micro-batch of 3 pairs pads this one to 4 pair slots: 2 filler pairs of group id
-// 0 that are not real; the rejected sequences start at slot 4.
+// 3 pairs take 4 pair slots: a filler pair of group id 0 that is not real; the rejected sequences
+// start at slot 4.
 TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
-  HostBatch batch = two_pairs();
-  batch.step_peak_samples = 6;
+  const std::vector<Sample> samples = {{{5, 6, 7, 8, 9}, {-100, -100, 7, 8, 9}},
+                                       {{10, 11, 12}, {-100, 11, 12}},
+                                       {{30, 31}, {-100, 31}},
+                                       {{5, 6, 17, 18}, {-100, -100, 17, 18}},
+                                       {{10, 21}, {-100, 21}},
+                                       {{40, 41}, {-100, 41}}};
+  HostBatch batch = collate(samples, {0, 1, 2, 3, 4, 5}, 0);
+  batch.group_ids = {7, 3, 9};
   const GraphSections dpo{/*pairs=*/true, /*chosen_next_tokens=*/false};
   const GraphBatch padded = pair_graph_batch(batch, dpo);
   EXPECT_EQ(padded.shape, (GraphShape{64, 64, 8, 4, 0, 64}));
@@ -243,10 +229,11 @@ TEST(GraphBatch, PairSlotsPadToThePairBucketWithFillerPairs) {
   const auto in = graph_inputs(longs(padded.values), padded.shape);
   const PairSlots& pairs = in.pairs;
   EXPECT_EQ(pairs.slots, 4);
-  EXPECT_TRUE(pairs.sequence_of_target.equal(longs(repeated({0, 0, 0, 1, 1, 4, 4, 5}, 64, 8))));
-  EXPECT_TRUE(pairs.group_ids.equal(longs({7, 3, 0, 0})));
-  EXPECT_TRUE(pairs.real.equal(longs({1, 1, 0, 0}).to(at::kBool)));
-  EXPECT_EQ(pairs.count.item<float>(), 2.0f);
+  // Trained positions: 1 2 3 | 5 6 | 8 (chosen 0, 1, 2) | 11 12 | 14 | 16 (rejected 0, 1, 2 at slots 4, 5, 6).
+  EXPECT_TRUE(pairs.sequence_of_target.equal(longs(repeated({0, 0, 0, 1, 1, 2, 4, 4, 5, 6}, 64, 8))));
+  EXPECT_TRUE(pairs.group_ids.equal(longs({7, 3, 9, 0})));
+  EXPECT_TRUE(pairs.real.equal(longs({1, 1, 1, 0}).to(at::kBool)));
+  EXPECT_EQ(pairs.count.item<float>(), 3.0f);
   EXPECT_FALSE(pairs.chosen_next_tokens.positions.defined());
   // Without sections the buffer is the causal-LM one.
   EXPECT_EQ(graph_shape(batch), (GraphShape{64, 64, 8, 0, 0, 64}));

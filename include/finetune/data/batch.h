@@ -19,13 +19,6 @@ struct HostBatch {
   std::vector<std::vector<int64_t>> sample_lengths;  // per row, the lengths of its samples
   int64_t trainable_tokens = 0;                  // positions that enter the loss (after shift)
   int64_t real_tokens = 0;                       // non-padding tokens
-  // The largest real_tokens, trainable_tokens and sample count among this micro-batch and its
-  // counterparts on the other ranks (the same index in the step), where the step is planned on
-  // every rank (balanced planning); 0 where unknown. CUDA graphs pad to them, so every rank
-  // replays the same shape and no rank waits for another's larger bucket (train/graph_batch.h).
-  int64_t step_peak_real_tokens = 0;
-  int64_t step_peak_trainable_tokens = 0;
-  int64_t step_peak_samples = 0;
   // Micro-batches of units (data/micro_batch_stream.h, group_size > 1: preference pairs): each
   // unit's index, in the order its rows appear; empty otherwise.
   std::vector<int64_t> group_ids;

@@ -21,7 +21,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "finetune/data/batch.h"
@@ -86,10 +85,6 @@ class MicroBatchStream {
   Rows step_items(int64_t step) const;
   std::vector<HostBatch> literal_step(int64_t step) const;
   std::vector<HostBatch> balanced_step(int64_t step) const;
-  // Sets each micro-batch's step_peak_* (data/batch.h) from every rank's micro-batch of the same index.
-  void record_step_peaks(const StepPlan& plan,
-                         const std::function<HostBatch(const std::vector<int64_t>&)>& collate_positions,
-                         std::vector<HostBatch>& micro_batches) const;
   HostBatch collate_units(const Rows& units) const;
 
   const std::vector<Sample>& samples_;
