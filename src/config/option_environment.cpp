@@ -25,6 +25,7 @@ const std::vector<std::pair<std::string, std::string>>& tolerated_variables() {
       {"FINETUNE_SKIP_APT", "scripts/setup.sh: do not install system packages"},
       {"FINETUNE_CMAKE_ARGS", "scripts/setup.sh: extra cmake arguments"},
       {"FINETUNE_JOBS", "scripts/setup.sh: build parallelism"},
+      {"FINETUNE_BUILD_TARGET", "scripts/setup.sh: build only this target (e.g. finetune)"},
       {"FINETUNE_FIXTURES", "scripts/test.sh: the reference fixtures the tests read"},
       {"FINETUNE_PYTEST_ARGS", "scripts/test.sh: extra pytest arguments"},
       {"FINETUNE_FUZZ_SECONDS", "scripts/test.sh: the fuzzer's time per parser"},

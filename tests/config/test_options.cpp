@@ -517,7 +517,7 @@ TEST(OptionsTest, VariablesTheProjectScriptsExportAreTolerated) {
                       {"FINETUNE_PYTEST_ARGS", "-x"},    {"FINETUNE_FUZZ_SECONDS", "3"}, {"FINETUNE_SKIP_SETUP", "1"},
                       {"FINETUNE_DEMO_DIR", "/d"},       {"FINETUNE_LOG_LEVEL", "warn"},
                       {"FINETUNE_LLAMA_LORA_LOGITS", "/l"}, {"FINETUNE_CUDA_MEMORY_HISTORY", "/m"},
-                      {"FINETUNE_LONG_ROW_ATTENTION", "cudnn"}};
+                      {"FINETUNE_LONG_ROW_ATTENTION", "cudnn"}, {"FINETUNE_BUILD_TARGET", "finetune"}};
   EXPECT_EQ(parse_train({}, env).options.log_level, "warn");  // FINETUNE_LOG_LEVEL is an option
 }
 
