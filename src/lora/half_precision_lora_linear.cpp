@@ -83,6 +83,11 @@ void save_settings(AutogradContext* ctx, const Linear* base, const LoraAdapter* 
   ctx->saved_data["fp32_output_gemm"] = adapter->kernels.half_gemm_fp32_output;
 }
 
+// The base projection save_settings kept.
+const Linear& saved_base(AutogradContext* ctx) {
+  return *reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
+}
+
 // The backward's products from dy (N, out), in the forward's context: g_split = split(scaling dy B)
 // (N, 2r), the gradient reaching x A^T, and the adapter gradients of those that need one.
 struct LoraGradients {
@@ -140,14 +145,14 @@ struct HalfPrecisionLoraLinear : public torch::autograd::Function<HalfPrecisionL
     const auto saved = ctx->get_saved_variables();
     const auto& rows = saved[0];
     const auto& A_split = saved[2];
-    const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
+    const Linear& base = saved_base(ctx);
     const auto& grad = grad_outputs[0];
     auto dy = grad.reshape({-1, grad.size(-1)});  // (N, out)
     auto gradients = lora_gradients(ctx, dy, rows, saved[1], saved[3], /*lora_A_input=*/1);
     at::Tensor dx;
     if (ctx->needs_input_grad(0)) {
       dx = at::empty({dy.size(0), rows.size(1)}, dy.options());
-      input_gradient_into(dx, dy, *base, gradients.g_split, A_split);
+      input_gradient_into(dx, dy, base, gradients.g_split, A_split);
       dx = dx.view(with_last_size(grad.sizes(), rows.size(1)));
     }
     return {dx, gradients.d_lora_A, gradients.d_lora_B, at::Tensor(), at::Tensor()};
@@ -185,7 +190,7 @@ struct HalfPrecisionLoraSwigluLinear : public torch::autograd::Function<HalfPrec
     const auto& gate = saved[0];
     const auto& up = saved[1];
     const auto& A_split = saved[3];
-    const auto* base = reinterpret_cast<const Linear*>(ctx->saved_data["base"].toInt());
+    const Linear& base = saved_base(ctx);
     auto dy = grad_outputs[0].reshape({-1, grad_outputs[0].size(-1)});  // (N, out)
     auto buffer = at::empty_like(gate);
     fused_swiglu_into(gate, up, buffer);  // h again
@@ -193,7 +198,7 @@ struct HalfPrecisionLoraSwigluLinear : public torch::autograd::Function<HalfPrec
     auto gradients = lora_gradients(ctx, dy, rows, saved[2], saved[4], /*lora_A_input=*/2);
     at::Tensor d_gate, d_up;
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
-      input_gradient_into(rows, dy, *base, gradients.g_split, A_split);  // dh over h, read above
+      input_gradient_into(rows, dy, base, gradients.g_split, A_split);  // dh over h, read above
       fused_swiglu_backward_in_place(buffer, gate, up);
       if (ctx->needs_input_grad(0)) d_gate = gate.detach();
       if (ctx->needs_input_grad(1)) d_up = up.detach();

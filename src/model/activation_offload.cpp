@@ -121,10 +121,14 @@ size_t ActivationOffloader::offload(const at::Tensor& input) {
   return slots_.size() - 1;
 }
 
+ActivationOffloader::Slot& ActivationOffloader::slot_at(size_t index) {
+  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
+  return slots_[index];
+}
+
 void ActivationOffloader::finish_offload(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
-  Slot& slot = slots_[index];
+  Slot& slot = slot_at(index);
   if (!slot.copied) return;
   const c10::impl::VirtualGuardImpl guard(device_.type());
   slot.copied->block(guard.getStream(side_stream_->device()));
@@ -132,7 +136,7 @@ void ActivationOffloader::finish_offload(size_t index) {
 }
 
 void ActivationOffloader::start_prefetch(size_t index) {
-  Slot& slot = slots_[index];
+  Slot& slot = slot_at(index);
   if (slot.device.defined()) return;
   if (!slot.host.defined()) throw Error("ActivationOffloader: slot " + std::to_string(index) + " was already restored");
   if (side_stream_) {
@@ -154,15 +158,13 @@ void ActivationOffloader::start_prefetch(size_t index) {
 
 void ActivationOffloader::prefetch(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
   start_prefetch(index);
 }
 
 at::Tensor ActivationOffloader::restore(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (index >= slots_.size()) throw Error("ActivationOffloader: no slot " + std::to_string(index));
   start_prefetch(index);
-  Slot& slot = slots_[index];
+  Slot& slot = slot_at(index);
   if (slot.ready) {
     const c10::impl::VirtualGuardImpl guard(device_.type());
     slot.ready->block(guard.getStream(side_stream_->device()));

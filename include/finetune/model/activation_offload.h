@@ -97,6 +97,7 @@ class ActivationOffloader {
     std::optional<c10::Event> copied;  // CUDA with an arena: recorded on the side stream after the copy out
     std::optional<c10::Event> ready;   // CUDA: recorded on the side stream after the copy back
   };
+  Slot& slot_at(size_t index);  // Error for a slot that was never offloaded
   void start_prefetch(size_t slot);
   at::Tensor host_copy_of(const at::Tensor& input);
 
