@@ -107,13 +107,11 @@ GraphShape graph_shape(const HostBatch& batch, GraphSections sections) {
   // The batch's own extents alone: Note [Each rank its own shape].
   const auto samples = static_cast<int64_t>(lengths.size());
   GraphShape shape{graph_bucket(batch.real_tokens), graph_bucket(batch.trainable_tokens), graph_sample_bucket(samples + 1)};
-  // Rows up to kCudaGraphMaxTokens keep the whole row as attention's bound (one shape per row
-  // length, as the dense models' graphs were measured); longer rows are bounded by their longest
-  // sample or the filler, which is as long as the bucket's tokens beyond the batch's own.
+  // Attention's bound (GraphShape::longest): the longest sample or the filler, which is as long as
+  // the bucket's tokens beyond the batch's own.
   const int64_t longest_sample = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  shape.longest = shape.tokens <= kCudaGraphMaxTokens
-                      ? shape.tokens
-                      : graph_longest_bucket(std::max(longest_sample, shape.tokens - batch.real_tokens), shape.tokens);
+  const int64_t bound = graph_longest_bucket(std::max(longest_sample, shape.tokens - batch.real_tokens), shape.tokens);
+  shape.longest = shape.tokens > kCudaGraphMaxTokens || 4 * bound <= shape.tokens ? bound : shape.tokens;
   if (sections.pairs) shape.pairs = graph_pair_bucket((samples + 1) / 2);
   if (sections.chosen_next_tokens) shape.chosen_next_tokens = graph_bucket(chosen_next_token_count(lengths));
   return shape;

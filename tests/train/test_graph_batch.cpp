@@ -104,8 +104,8 @@ TEST(GraphLongestBucket, PowersOfTwoFrom64UpToTheRow) {
 
 // A row beyond kCudaGraphMaxTokens of short samples: attention's max_seqlen bounds its samples and
 // its filler, not the whole row (a bound of the row would size the kernel's grid for samples 16x
-// longer than any). Rows up to it keep the row as the bound: one shape per row length.
-TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerBeyondTheGraphLimit) {
+// longer than any). Rows up to it take that bound where it is at most a quarter of the row.
+TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFiller) {
   std::vector<Sample> rows;
   std::vector<int64_t> order;
   for (int i = 0; i < 40; ++i) {
@@ -138,10 +138,18 @@ TEST(GraphBatch, AttentionsBoundIsTheLongestSampleOrFillerBeyondTheGraphLimit) {
   const auto wide_lengths = wide_in.cu_seqlens.slice(0, 1) - wide_in.cu_seqlens.slice(0, 0, -1);
   EXPECT_EQ(wide_lengths.max().item<int>(), 478);
 
-  // Up to the limit the row is the bound: 20 of those samples (2,030 tokens) in the 2048 bucket.
+  // Up to the limit the tight bound where it is at most a quarter of the row, else the row: 20 of
+  // those samples (2,030 tokens) in the 2048 bucket are bounded by 256; 13 of them (1,330 tokens)
+  // and one of 700 would be bounded by 1,024, half the row, so the row (2,048) stays the bound.
   rows.resize(20);
   order.resize(20);
-  EXPECT_EQ(graph_shape(collate_rows(rows, {order}, 0)).longest, 2048);
+  EXPECT_EQ(graph_shape(collate_rows(rows, {order}, 0)).longest, 256);
+  rows.resize(13);
+  order.resize(14);
+  rows.push_back({std::vector<int32_t>(700, 4), std::vector<int32_t>(700, 4)});
+  const HostBatch with_long = collate_rows(rows, {order}, 0);
+  EXPECT_EQ(graph_shape(with_long).tokens, 2048);
+  EXPECT_EQ(graph_shape(with_long).longest, 2048);
 }
 
 TEST(GraphBatch, RejectsUnflattenedBatches) {

@@ -57,8 +57,10 @@ struct GraphShape {
   int64_t pairs = 0;    // GraphSections::pairs: pair slots (graph_pair_bucket); else 0
   int64_t chosen_next_tokens = 0;  // GraphSections::chosen_next_tokens: graph_bucket of them; else 0
   // Bounds every sample's length and the filler's: attention's max_seqlen, which sizes its launch
-  // grid. The row's tokens up to kCudaGraphMaxTokens; beyond, graph_longest_bucket of the longest
-  // sample or filler (a bound of the whole row would launch mostly idle blocks).
+  // grid (blocks of 128 positions for every sample slot, the empty ones too). graph_longest_bucket
+  // of the longest sample or filler: beyond kCudaGraphMaxTokens always; up to it where that is at
+  // most a quarter of the row, else the row's tokens (a bound of the whole row launches mostly idle
+  // blocks, but a bound per power of two multiplies a short row's shapes for little).
   int64_t longest = 0;
   auto key() const { return std::tie(tokens, targets, samples, pairs, chosen_next_tokens, longest); }
   bool operator<(const GraphShape& other) const { return key() < other.key(); }
