@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a second rank's time goes (issue 25): the seed setting (batch 1 x accumulation 4, balanced
 # planning) of each shape run as
-#   alone    one process on GPU 0;
+#   alone    one process on GPU 0 (ALONE_GPU=1: on GPU 1);
 #   pair     two independent one-GPU processes at once (GPU 0 and GPU 1), no communication;
 #   ddp      two ranks under torchrun;
 #   <base>-<variant>  one of those with one change: VARIANT_ARGS_<variant> flags and
@@ -108,7 +108,7 @@ run_mode() {
   sampler=$(start_sampler "$WORK/$tag.smi")
   case $base in
     alone)
-      env $envs CUDA_VISIBLE_DEVICES=0 $(command_for "$shape" "$WORK/$tag" $steps $log) $extra $prof \
+      env $envs CUDA_VISIBLE_DEVICES=${ALONE_GPU:-0} $(command_for "$shape" "$WORK/$tag" $steps $log) $extra $prof \
         > "$WORK/$tag.log" 2>&1 ;;
     pair)
       env $envs CUDA_VISIBLE_DEVICES=0 $(command_for "$shape" "$WORK/$tag-a" $steps $log) $extra $prof \

@@ -17,7 +17,7 @@
 #                                           (kernel summary per rank, rank 0's Chrome trace gzipped,
 #                                           metrics.jsonl) under $OUT/profile-<shape>-<gpus>/
 # Results under $OUT: summary.txt (one line per run: tokens/s per GPU, peak GiB, mean rank_imbalance;
-# then the scaling = 2-GPU tokens/s per GPU over 1-GPU tokens/s) and the build log.
+# then the scaling = each GPU count's tokens/s per GPU over 1-GPU tokens/s) and the build log.
 set -uo pipefail
 phase=${1:?build|wait|bench}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -117,8 +117,8 @@ for line in open(sys.argv[1]):
         speed[(m.group(1), int(m.group(2)), m.group(3))] = float(m.group(4))
 for (shape, gpus, planning), value in sorted(speed.items()):
     one = speed.get((shape, 1, planning))
-    if gpus == 2 and one:
-        print(f"scaling {shape} {planning}: {value / one:.3f} (2-GPU {value:.0f} / 1-GPU {one:.0f} tok/s/GPU)")
+    if gpus > 1 and one:
+        print(f"scaling {shape} {planning} {gpus} GPUs: {value / one:.3f} ({gpus}-GPU {value:.0f} / 1-GPU {one:.0f} tok/s/GPU)")
 PY
     for f in "$LOGS"/*.log; do echo "===== $f"; tail -c 3000 "$f"; done > "$OUT/bench_logs.txt"
     ;;
